@@ -1,0 +1,76 @@
+"""Facts about Google Cloud and NeMo RL that a spec is checked against.
+
+Each table names where its numbers come from, so a reader can re-check them when
+Google or NVIDIA change them.
+"""
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class GpuMachine:
+    accelerator: str
+    accelerators_per_node: int
+    vcpus: int
+    memory_gib: float
+    # The file NeMo RL's gIB plugin reads for NCCL tuning on this machine family
+    # (seed 1's values.yaml step; cluster-toolkit's a3-ultragpu-8g Dockerfile).
+    nccl_tuner_config: str
+
+
+# GCE accelerator-optimized machine types the tutorials use (GPU type and count are fixed by GCE;
+# vCPUs and memory from the GCE accelerator-optimized machines page).
+GPU_MACHINES: dict[str, GpuMachine] = {
+    "a3-ultragpu-8g": GpuMachine("nvidia-h200-141gb", 8, 224, 2952, "/usr/local/gib/configs/tuner_config_a3u.txtpb"),
+    "a4-highgpu-8g": GpuMachine("nvidia-b200", 8, 224, 3968, "/usr/local/gib/configs/tuner_config_a4.txtpb"),
+}
+
+
+@dataclass(frozen=True)
+class CpuMachine:
+    vcpus: int
+    memory_gib: float
+
+
+# vCPU and memory of the CPU machine types a system pool is likely to use (GCE machine
+# families page). Only used to check that the Ray head fits; an unlisted type is not checked.
+CPU_MACHINES: dict[str, CpuMachine] = {
+    "e2-standard-4": CpuMachine(4, 16),
+    "e2-standard-8": CpuMachine(8, 32),
+    "e2-standard-16": CpuMachine(16, 64),
+    "e2-standard-32": CpuMachine(32, 128),
+    "n2-standard-16": CpuMachine(16, 64),
+    "n2-standard-32": CpuMachine(32, 128),
+    "n2-standard-64": CpuMachine(64, 256),
+    "n2-standard-80": CpuMachine(80, 320),
+    "n2-highmem-32": CpuMachine(32, 256),
+    "n2-highmem-64": CpuMachine(64, 512),
+    "n2-highmem-80": CpuMachine(80, 640),
+    "n2-highmem-96": CpuMachine(96, 768),
+}
+
+# Managed Lustre: per-unit throughput tier (MB/s per TiB) -> the minimum capacity in GiB,
+# which is also the step capacity grows in (Managed Lustre docs, seed-inventory G7).
+LUSTRE_TIERS: dict[int, int] = {1000: 9000, 500: 18000, 250: 36000, 125: 72000}
+
+# The Ray each pinned NeMo RL image ships (its pyproject's ray[default] pin). The codelab
+# declares rayVersion 2.54.0 for v0.4.0, which is wrong: KubeRay would run a mismatched autoscaler.
+NEMO_RL_IMAGE_RAY: dict[str, str] = {
+    "nvcr.io/nvidia/nemo-rl:v0.4.0": "2.46.0",
+    "nvcr.io/nvidia/nemo-rl:v0.5.0": "2.49.2",
+}
+
+# NeMo RL images whose GRPO entry point is examples/run_grpo_math.py; from v0.6.0 it is run_grpo.py.
+NEMO_RL_IMAGES_WITH_RUN_GRPO_MATH = {"nvcr.io/nvidia/nemo-rl:v0.4.0", "nvcr.io/nvidia/nemo-rl:v0.5.0"}
+
+# Overrides rlops itself sets on every run (from the run name and the recipe's model field);
+# a recipe may neither fix nor allow them.
+RESERVED_OVERRIDES = {"checkpointing.checkpoint_dir", "policy.model_name"}
+
+# The RDMA network profile the tutorials use, per zone.
+def rdma_network_profile(zone: str) -> str:
+    return f"{zone}-vpc-roce"
+
+
+# The range GCE's auto-mode VPC networks allocate their per-region subnets from.
+AUTO_MODE_SUBNET_RANGE = "10.128.0.0/9"

@@ -1,0 +1,183 @@
+"""Loading an environment spec: file -> YAML -> typed model -> cross-field rules.
+
+Every problem found is reported with its file, line, column and field path; nothing stops at
+the first one. Structural problems (types, unknown keys) and the cross-field rules are two
+passes: the rules need a structurally valid spec to reason about.
+"""
+
+import difflib
+import re
+import typing
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pydantic
+from pydantic import BaseModel, TypeAdapter
+
+from rlops.spec import inline_secrets, rules
+from rlops.spec.model import PATTERN_HINTS, ROOT_MODELS, Environment, GcpEnvironment, LocalEnvironment
+from rlops.spec.source import Document, Problem, read_document
+
+ENVIRONMENT_NAME = re.compile(r"^[a-z]([-a-z0-9]{0,28}[a-z0-9])?$")
+_ADAPTER = TypeAdapter(Environment)
+_EXPECTED = {"string_type": "a string", "int_type": "an integer", "float_type": "a number", "bool_type": "true or false",
+             "dict_type": "a mapping", "model_type": "a mapping", "model_attributes_type": "a mapping",
+             "list_type": "a list", "none_required": "nothing (null)"}
+
+
+@dataclass
+class Loaded:
+    name: str
+    file: str
+    environment: GcpEnvironment | LocalEnvironment | None
+    problems: list[Problem]
+
+
+class SpecError(Exception):
+    def __init__(self, problems: list[Problem]):
+        self.problems = problems
+        super().__init__("\n".join(map(str, problems)))
+
+
+def json_schema() -> dict:
+    schema = _ADAPTER.json_schema()
+    schema["title"] = "rlops environment"
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    return schema
+
+
+def load(path: Path, display_name: str | None = None) -> Loaded:
+    """Read and check one spec file; `environment` is set only when there is no problem."""
+    doc = read_document(path, display_name)
+    name = path.stem
+    if not ENVIRONMENT_NAME.match(name):
+        doc.problems.append(Problem(doc.file, 1, 1, "(file name)",
+                                    f"environment name {name[:40]!r} (the file name) must be 1-30 lowercase letters, "
+                                    "digits or hyphens, starting with a letter; rename the file"))
+    if doc.data is None:
+        return Loaded(name, doc.file, None, doc.problems)
+    for secret_path, kind in inline_secrets.find(doc.data):
+        doc.problems.append(doc.problem(secret_path,
+                                        f"looks like an inline {kind}; a spec holds only references: store the value in "
+                                        "Secret Manager and name it under secrets:"))
+    environment = _validate(doc)
+    if environment is not None:
+        for finding_path, message in rules.check(environment):
+            doc.problems.append(doc.problem(finding_path, message))
+    doc.problems.sort(key=lambda p: (p.line, p.column))
+    return Loaded(name, doc.file, None if doc.problems else environment, doc.problems)
+
+
+def load_or_raise(path: Path) -> GcpEnvironment | LocalEnvironment:
+    loaded = load(path)
+    if loaded.problems:
+        raise SpecError(loaded.problems)
+    return loaded.environment
+
+
+def _validate(doc: Document):
+    try:
+        return _ADAPTER.validate_python(doc.data)
+    except pydantic.ValidationError as error:
+        provider = doc.data.get("provider")
+        grouped: dict[tuple, list[str]] = {}
+        key_errors: set[tuple] = set()
+        for item in error.errors(include_url=False):
+            loc = tuple(item["loc"])
+            if loc and loc[0] == provider and provider in ROOT_MODELS:
+                loc = loc[1:]
+            path, on_key = _data_path(loc, doc.data, item["type"])
+            if on_key:
+                key_errors.add(path)
+            message = _message(item, path, provider)
+            grouped.setdefault(path, [])
+            if message not in grouped[path]:
+                grouped[path].append(message)
+        for path, messages in grouped.items():
+            doc.problems.append(doc.problem(path, " | ".join(messages), prefer_key=path in key_errors))
+        return None
+
+
+def _data_path(loc: tuple, data: Any, error_type: str) -> tuple[tuple, bool]:
+    """The part of a pydantic location that names something in the file (or a missing key in it)."""
+    path: tuple = ()
+    current = data
+    for part in loc:
+        if part == "[key]":
+            return path, True
+        if isinstance(current, dict) and part in current:
+            current = current[part]
+        elif isinstance(current, list) and isinstance(part, int) and 0 <= part < len(current):
+            current = current[part]
+        else:
+            if error_type == "missing" and isinstance(part, str) and isinstance(current, dict):
+                return path + (part,), False
+            return path, False
+        path += (part,)
+    return path, error_type == "extra_forbidden"
+
+
+def _message(item: dict, path: tuple, provider: Any) -> str:
+    kind, ctx, value = item["type"], item.get("ctx") or {}, item.get("input")
+    if kind in ("union_tag_invalid", "union_tag_not_found") or (kind == "missing" and path == ("provider",)):
+        return f"provider is {_show(value.get('provider')) if isinstance(value, dict) else 'missing'}; use provider: gcp or provider: local"
+    if kind == "missing":
+        return "required field is missing; add it"
+    if kind == "extra_forbidden":
+        allowed = _fields_at(ROOT_MODELS.get(provider), path[:-1])
+        close = difflib.get_close_matches(str(path[-1]), allowed, n=1, cutoff=0.6)
+        if close:
+            return f"unknown key; did you mean {close[0]}?"
+        return f"unknown key; allowed here: {', '.join(allowed)}" if allowed else "unknown key; remove it"
+    if kind == "string_pattern_mismatch":
+        return f"{_show(value)} is not valid; expected {PATTERN_HINTS.get(ctx.get('pattern'), 'a value matching ' + str(ctx.get('pattern')))}"
+    if kind == "literal_error":
+        return f"{_show(value)} is not allowed; use {ctx.get('expected')}"
+    if kind in _EXPECTED:
+        hint = "; quote it" if kind == "string_type" and isinstance(value, (int, float, bool)) else ""
+        return f"expected {_EXPECTED[kind]}, got {_yaml_kind(value)}{hint}"
+    if kind in ("greater_than_equal", "less_than_equal", "greater_than", "less_than"):
+        return f"{_show(value)} is out of range; {item['msg'].removeprefix('Input ').replace('should be', 'must be')}"
+    return f"{item['msg']}"
+
+
+def _fields_at(model: type[BaseModel] | None, path: tuple) -> list[str]:
+    """The field names of the model found at `path` under `model`, for a did-you-mean."""
+    annotation: Any = model
+    for part in path:
+        annotation = _unwrap(annotation)
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel) and part in annotation.model_fields:
+            annotation = annotation.model_fields[part].annotation
+        elif typing.get_origin(annotation) in (dict, list):
+            annotation = typing.get_args(annotation)[-1]
+        else:
+            return []
+    annotation = _unwrap(annotation)
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return list(annotation.model_fields)
+    return []
+
+
+def _unwrap(annotation: Any) -> Any:
+    while typing.get_origin(annotation) in (typing.Union, typing.Annotated) or type(annotation).__name__ == "UnionType":
+        args = [a for a in typing.get_args(annotation) if a is not type(None)]
+        models = [a for a in args if isinstance(a, type) and issubclass(a, BaseModel)]
+        annotation = models[0] if models else args[0]
+    return annotation
+
+
+def _yaml_kind(value: Any) -> str:
+    if value is None:
+        return "nothing (null)"
+    names = {bool: "a boolean", int: "an integer", float: "a number", str: "a string", list: "a list", dict: "a mapping"}
+    return names.get(type(value), type(value).__name__)
+
+
+def _show(value: Any) -> str:
+    """A value fit to print in an error: short, and never something that looks like a secret."""
+    if isinstance(value, str) and (len(value) > 60 or inline_secrets.secret_kind(value)):
+        return "this value"
+    if isinstance(value, (dict, list)):
+        return _yaml_kind(value)
+    return repr(value)

@@ -1,0 +1,324 @@
+"""The environment spec: typed models of `environments/NAME.yaml`.
+
+Every model is strict (no coercion: `"18000"` is not a number) and closed (an unknown key is an
+error). Rules that span several fields live in `rules.py`, where each can name the exact field
+it is about; this module holds shapes, single-field constraints and defaults.
+"""
+
+import re
+from typing import Annotated, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr
+
+from rlops.spec import catalog
+
+# Patterns that users will see in errors are paired with a sentence (PATTERN_HINTS), so an error
+# says "a GCP name: lowercase letters, ..." rather than echoing a regular expression.
+GCP_NAME = r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$"
+GCP_PREFIX = r"^[a-z]([-a-z0-9]{0,52}[a-z0-9])?$"
+GKE_NAME = r"^[a-z]([-a-z0-9]{0,38}[a-z0-9])?$"
+DNS_LABEL = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
+PROJECT_ID = r"^[a-z][-a-z0-9]{4,28}[a-z0-9]$"
+REGION = r"^[a-z]+-[a-z]+[0-9]+$"
+ZONE = r"^[a-z]+-[a-z]+[0-9]+-[a-z]$"
+BUCKET = r"^[a-z0-9][-_.a-z0-9]{1,61}[a-z0-9]$"
+CIDR = r"^([0-9]{1,3}\.){3}[0-9]{1,3}/[0-9]{1,2}$"
+LUSTRE_FILESYSTEM = r"^[A-Za-z][A-Za-z0-9]{0,7}$"
+QUANTITY = r"^[0-9]+(\.[0-9]+)?(m|k|M|G|T|P|Ki|Mi|Gi|Ti|Pi)?$"
+DURATION = r"^[1-9][0-9]*(s|m|h)$"
+RAY_VERSION = r"^[0-9]+\.[0-9]+\.[0-9]+$"
+GKE_VERSION = r"^[0-9]+\.[0-9]+(\.[0-9]+(-gke\.[0-9]+)?)?$"
+IMAGE = r"^[a-z0-9.-]+(:[0-9]+)?(/[a-z0-9._-]+)+(:[A-Za-z0-9._-]{1,128}|@sha256:[a-f0-9]{64})$"
+ENV_VAR = r"^[A-Z_][A-Z0-9_]*$"
+SECRET_VERSION = r"^projects/[^/\s]+/secrets/[A-Za-z0-9_-]{1,255}/versions/([1-9][0-9]*|latest)$"
+OVERRIDE_KEY = r"^\+?[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$"
+ABSOLUTE_PATH = r"^/[^\x00]*$"
+
+PATTERN_HINTS = {
+    GCP_NAME: "a GCP name: 1-63 lowercase letters, digits or hyphens, starting with a letter and not ending with a hyphen",
+    GCP_PREFIX: "a name prefix: 1-54 lowercase letters, digits or hyphens, starting with a letter (rlops appends -net, -sub-N, -internal)",
+    GKE_NAME: "a GKE name: 1-40 lowercase letters, digits or hyphens, starting with a letter and not ending with a hyphen",
+    DNS_LABEL: "a DNS label: 1-63 lowercase letters, digits or hyphens, not starting or ending with a hyphen",
+    PROJECT_ID: "a project ID: 6-30 lowercase letters, digits or hyphens, starting with a letter",
+    REGION: "a region such as us-central1",
+    ZONE: "a zone such as us-central1-b",
+    BUCKET: "a bucket name: 3-63 lowercase letters, digits, '-', '_' or '.', starting and ending with a letter or digit",
+    CIDR: "an IPv4 CIDR such as 192.168.0.0/24",
+    LUSTRE_FILESYSTEM: "a Lustre filesystem name: 1-8 letters or digits, starting with a letter (e.g. lustrefs)",
+    QUANTITY: "a Kubernetes quantity such as 64, 500G or 2400Gi",
+    DURATION: "a duration such as 90s, 30m or 2h",
+    RAY_VERSION: "a Ray version such as 2.49.2",
+    GKE_VERSION: "a GKE version such as 1.33 or 1.33.2-gke.1475000",
+    IMAGE: "a pinned image: registry/path:tag (not latest) or registry/path@sha256:digest",
+    ENV_VAR: "an environment variable name such as HF_TOKEN",
+    SECRET_VERSION: "a Secret Manager version: projects/PROJECT/secrets/NAME/versions/latest (or a number)",
+    OVERRIDE_KEY: "a dotted config key such as grpo.max_num_steps (a leading + adds a new key)",
+    ABSOLUTE_PATH: "an absolute path such as /lustre",
+}
+
+
+def _text(pattern: str, max_length: int | None = None, description: str | None = None):
+    return Annotated[
+        str,
+        Field(pattern=pattern, max_length=max_length, description=description or PATTERN_HINTS.get(pattern)),
+    ]
+
+
+GcpName = _text(GCP_NAME, 63)
+GcpPrefix = _text(GCP_PREFIX, 54)
+GkeName = _text(GKE_NAME, 40)
+DnsLabel = _text(DNS_LABEL, 63)
+Cidr = _text(CIDR)
+Quantity = Union[StrictInt, StrictFloat, _text(QUANTITY)]
+Duration = _text(DURATION)
+AbsolutePath = _text(ABSOLUTE_PATH, 4096)
+OverrideKey = _text(OVERRIDE_KEY, 200)
+Scalar = Union[StrictBool, StrictInt, StrictFloat, StrictStr, None]
+
+MachineType = Literal[tuple(catalog.GPU_MACHINES)]  # type: ignore[valid-type]
+AcceleratorType = Literal[tuple(m.accelerator for m in catalog.GPU_MACHINES.values())]  # type: ignore[valid-type]
+
+
+class Spec(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+class Project(Spec):
+    id: _text(PROJECT_ID, 30)
+    number: StrictInt = Field(ge=1, description="The project number; service networking addresses networks by it.")
+
+
+class State(Spec):
+    bucket: _text(BUCKET, 63) = Field(description="Cloud Storage bucket for state, locks, run records and manifests.")
+    prefix: DnsLabel = "rlops"
+
+
+class ClusterNetwork(Spec):
+    name: GcpName
+    auto_subnets: StrictBool = Field(True, description="Auto-mode VPC, as in the first seed (--subnet-mode=auto).")
+    mtu: StrictInt = Field(8896, ge=1300, le=8896, description="8896 gives Managed Lustre about 10% more throughput.")
+
+
+class GvnicNetwork(Spec):
+    prefix: GcpPrefix = Field(description="Names are PREFIX-net, PREFIX-sub and PREFIX-internal.")
+    subnet_cidr: Cidr = "192.168.0.0/24"
+    firewall_source_ranges: list[Cidr] = Field(default_factory=lambda: ["192.168.0.0/16"], min_length=1)
+    mtu: StrictInt = Field(8896, ge=1300, le=8896)
+
+
+class RdmaNetwork(Spec):
+    prefix: GcpPrefix = Field(description="Names are PREFIX-net and PREFIX-sub-N.")
+    profile: GcpName | None = Field(None, description="Network profile; defaults to ZONE-vpc-roce.")
+    subnet_cidrs: list[Cidr] = Field(min_length=1, description="One subnet per GPU on a node, in NIC order.")
+    mtu: StrictInt = Field(8896, ge=1300, le=8896)
+
+
+class PrivateServiceAccess(Spec):
+    range_name: GcpName
+    prefix_length: StrictInt = Field(20, ge=16, le=24, description="Size of the range Managed Lustre is peered into.")
+
+
+class Networks(Spec):
+    cluster: ClusterNetwork
+    gvnic: GvnicNetwork
+    rdma: RdmaNetwork
+    private_service_access: PrivateServiceAccess
+
+
+class Autoscaling(Spec):
+    min_nodes: StrictInt = Field(ge=0, le=1000)
+    max_nodes: StrictInt = Field(ge=1, le=1000)
+
+
+class SystemPool(Spec):
+    name: GkeName = "default-pool"
+    machine_type: GcpName = Field(description="Must hold the Ray head.")
+    disk_size_gb: StrictInt = Field(200, ge=10, le=65536)
+    initial_nodes: StrictInt = Field(1, ge=1, le=1000)
+    autoscaling: Autoscaling | None = None
+
+
+class ClusterAddons(Spec):
+    ray_operator: StrictBool = True
+    lustre_csi_driver: StrictBool = True
+    lustre_legacy_port: StrictBool = Field(
+        True, description="Needed on every node version to reach a Lustre instance with gke_support.")
+
+
+class KubernetesServiceAccount(Spec):
+    name: DnsLabel = "rlops-ray"
+    namespace: DnsLabel = "default"
+
+
+class Cluster(Spec):
+    name: GkeName
+    release_channel: Literal["RAPID", "REGULAR", "STABLE", "EXTENDED"] = "REGULAR"
+    version: _text(GKE_VERSION) | None = Field(None, description="Minimum version; unset takes the channel default.")
+    workload_identity: StrictBool = True
+    dataplane_v2: StrictBool = True
+    multi_networking: StrictBool = True
+    ip_alias: StrictBool = True
+    dns_endpoint: StrictBool = Field(True, description="Reach the control plane through its DNS endpoint with IAM.")
+    deletion_protection: StrictBool = True
+    addons: ClusterAddons = ClusterAddons()
+    system_pool: SystemPool
+    service_account: KubernetesServiceAccount = KubernetesServiceAccount()
+
+
+class Accelerator(Spec):
+    type: AcceleratorType
+    count: StrictInt = Field(8, ge=1, le=16)
+    driver_version: Literal["default", "latest", "disabled"] = "default"
+
+
+class GpuPool(Spec):
+    name: GkeName
+    machine_type: MachineType
+    accelerator: Accelerator
+    reservation: GcpName | None = Field(None, description="A specific reservation to consume (seed 1).")
+    spot: StrictBool = Field(False, description="Spot VMs (seed 2); exclusive with reservation.")
+    autoscaling: Autoscaling
+    disk_size_gb: StrictInt = Field(100, ge=10, le=65536)
+    ray_workers: StrictInt | None = Field(
+        None, ge=0, description="Ray worker replicas on this pool; defaults to autoscaling.max_nodes.")
+
+    @property
+    def ray_worker_replicas(self) -> int:
+        return self.autoscaling.max_nodes if self.ray_workers is None else self.ray_workers
+
+
+class Lustre(Spec):
+    name: GcpName
+    capacity_gib: StrictInt = Field(ge=9000)
+    throughput_mb_per_tib: Literal[125, 250, 500, 1000]
+    filesystem: _text(LUSTRE_FILESYSTEM, 8)
+    gke_support: StrictBool = Field(True, description="Goes with cluster.addons.lustre_legacy_port.")
+    deletion_policy: Literal["retain", "delete"] = Field(
+        "retain", description="retain: destroy never deletes the instance and its checkpoints.")
+
+
+class RayNode(Spec):
+    cpu: Quantity
+    memory: Quantity
+
+
+class Ray(Spec):
+    cluster_name: DnsLabel = "ray-cluster"
+    namespace: DnsLabel = "default"
+    image: _text(IMAGE, 512)
+    ray_version: _text(RAY_VERSION)
+    head: RayNode
+    worker: RayNode
+    lustre_mount: AbsolutePath = "/lustre"
+    shm_size: Quantity = "240Gi"
+    multi_nic: StrictBool = Field(True, description="Put the gVNIC and RDMA interfaces on worker pods.")
+    nccl_installer_image: _text(IMAGE, 512) = "us-docker.pkg.dev/gce-ai-infra/gpudirect-gib/nccl-plugin-gib:v1.1.1"
+    nccl_tuner_config: dict[AcceleratorType, AbsolutePath] = Field(
+        default_factory=lambda: {m.accelerator: m.nccl_tuner_config for m in catalog.GPU_MACHINES.values()})
+
+
+class SecretRef(Spec):
+    """Where a secret's value lives. The value itself never appears in a spec."""
+
+    secret_manager: _text(SECRET_VERSION) | None = None
+    env: _text(ENV_VAR) | None = Field(None, description="local only: an environment variable of the local processes")
+    file: StrictStr | None = Field(None, min_length=1, description="local only: a file holding the value")
+
+
+class AllowedOverride(Spec):
+    type: Literal["int", "float", "bool", "str"]
+    min: StrictInt | StrictFloat | None = None
+    max: StrictInt | StrictFloat | None = None
+    pattern: StrictStr | None = Field(None, description="str only: a regular expression the whole value must match")
+    max_length: StrictInt = Field(256, ge=1, le=4096, description="str only")
+    default: Scalar = Field(None, description="The value used when a train message does not set it.")
+
+    def problem_with(self, value: object) -> str | None:
+        """Why `value` may not be sent for this override, or None when it may."""
+        expected = {"int": int, "float": (int, float), "bool": bool, "str": str}[self.type]
+        if isinstance(value, bool) != (self.type == "bool") or not isinstance(value, expected):
+            return f"expected {self.type}, got {type(value).__name__}"
+        if self.type in ("int", "float"):
+            if self.min is not None and value < self.min:
+                return f"{value} is below the minimum {self.min}"
+            if self.max is not None and value > self.max:
+                return f"{value} is above the maximum {self.max}"
+        if self.type == "str":
+            if len(value) > self.max_length:
+                return f"longer than {self.max_length} characters"
+            if self.pattern is not None and not re.fullmatch(self.pattern, value):
+                return f"does not match {self.pattern}"
+        return None
+
+
+class Recipe(Spec):
+    runner: Literal["nemo-rl", "trl"]
+    entrypoint: StrictStr = Field(min_length=1, max_length=512)
+    config: StrictStr | None = Field(None, max_length=512, description="nemo-rl: config path inside the image.")
+    model: StrictStr = Field(min_length=1, max_length=256)
+    gpu_pool: GkeName | None = Field(None, description="The pool it runs on; needed when there are several.")
+    overrides: dict[OverrideKey, Scalar] = Field(default_factory=dict, description="Fixed overrides.")
+    allowed_overrides: dict[OverrideKey, AllowedOverride] = Field(
+        default_factory=dict, description="What a train message may set, and within which bounds.")
+    checkpoint_root: AbsolutePath = Field(description="Each run checkpoints into CHECKPOINT_ROOT/RUN.")
+    resume_budget: StrictInt = Field(3, ge=0, le=100, description="Resubmissions after preemption.")
+
+
+class IdlePolicy(Spec):
+    timeout: Duration = "30m"
+    scale_down: list[Literal["ray-workers", "node-pools"]] = Field(
+        default_factory=lambda: ["ray-workers", "node-pools"], min_length=1)
+
+    @property
+    def timeout_seconds(self) -> int:
+        return int(self.timeout[:-1]) * {"s": 1, "m": 60, "h": 3600}[self.timeout[-1]]
+
+
+class LocalGpuPool(Spec):
+    """Ray worker nodes carrying a custom resource that stands in for a GPU node pool."""
+
+    name: DnsLabel = "gpu-pool"
+    workers: StrictInt = Field(1, ge=0, le=8)
+    resource: _text(r"^[A-Za-z_][A-Za-z0-9_]*$", 64) = "gpu_pool"
+    per_worker: StrictInt = Field(1, ge=1, le=64)
+    cpus_per_worker: StrictInt = Field(1, ge=1, le=64)
+
+
+class LocalSection(Spec):
+    lustre_dir: StrictStr = Field(".rlops/local/lustre", min_length=1, description="Stands in for /lustre.")
+    gpu_pool: LocalGpuPool = LocalGpuPool()
+
+
+class _Environment(Spec):
+    state: State
+    secrets: dict[_text(ENV_VAR, 128), SecretRef] = Field(
+        default_factory=dict, description="Secret references by the environment variable they fill.")
+    recipes: dict[DnsLabel, Recipe] = Field(min_length=1)
+    idle: IdlePolicy = IdlePolicy()
+
+
+class GcpEnvironment(_Environment):
+    provider: Literal["gcp"]
+    project: Project
+    region: _text(REGION, 63)
+    zone: _text(ZONE, 63)
+    networks: Networks
+    cluster: Cluster
+    gpu_pools: list[GpuPool] = Field(min_length=1)
+    lustre: Lustre
+    ray: Ray
+
+    @property
+    def rdma_profile(self) -> str:
+        return self.networks.rdma.profile or catalog.rdma_network_profile(self.zone)
+
+
+class LocalEnvironment(_Environment):
+    provider: Literal["local"]
+    local: LocalSection = LocalSection()
+
+
+Environment = Annotated[Union[GcpEnvironment, LocalEnvironment], Field(discriminator="provider")]
+
+# The models an unknown key may be compared against, by the discriminator value.
+ROOT_MODELS: dict[str, type[Spec]] = {"gcp": GcpEnvironment, "local": LocalEnvironment}

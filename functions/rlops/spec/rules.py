@@ -1,0 +1,265 @@
+"""Rules that span several fields of a structurally valid spec.
+
+Each rule yields `(path, message)` pairs: the path of the field that is wrong and a message of
+the form "what is wrong; what would be right". No I/O: these are facts about the spec alone.
+"""
+
+import ipaddress
+import re
+from collections.abc import Callable, Iterator
+from itertools import combinations
+
+from rlops.spec import catalog
+from rlops.spec.model import GcpEnvironment, LocalEnvironment
+from rlops.spec.source import format_path
+
+Finding = tuple[tuple, str]
+_SUFFIX = {"": 1, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15,
+           "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "m": 1e-3}
+
+
+def quantity(value: int | float | str) -> float:
+    """A Kubernetes quantity as a plain number (cores, or bytes)."""
+    if not isinstance(value, str):
+        return float(value)
+    number, suffix = re.fullmatch(r"([0-9.]+)([A-Za-z]*)", value).groups()
+    return float(number) * _SUFFIX[suffix]
+
+
+def zone_in_region(env: GcpEnvironment) -> Iterator[Finding]:
+    if not env.zone.startswith(env.region + "-"):
+        yield ("zone",), f"zone {env.zone} is not in region {env.region}; use a zone such as {env.region}-b"
+
+
+def cidrs_do_not_overlap(env: GcpEnvironment) -> Iterator[Finding]:
+    ranges: list[tuple[tuple, ipaddress.IPv4Network]] = []
+    candidates = [(("networks", "gvnic", "subnet_cidr"), env.networks.gvnic.subnet_cidr)]
+    candidates += [(("networks", "rdma", "subnet_cidrs", i), c) for i, c in enumerate(env.networks.rdma.subnet_cidrs)]
+    for path, text in candidates:
+        try:
+            ranges.append((path, ipaddress.IPv4Network(text, strict=True)))
+        except ValueError as error:
+            hint = f"use {ipaddress.IPv4Network(text, strict=False)}" if _loose(text) else "use e.g. 192.168.1.0/24"
+            yield path, f"{error}; {hint}"
+    if env.networks.cluster.auto_subnets:
+        ranges.append((("networks", "cluster", "auto_subnets"), ipaddress.IPv4Network(catalog.AUTO_MODE_SUBNET_RANGE)))
+    for (path_a, net_a), (path_b, net_b) in combinations(ranges, 2):
+        if net_a.overlaps(net_b):
+            yield path_b, f"{net_b} overlaps {net_a} at {format_path(path_a)}; every pod and node range must be disjoint"
+    for i, text in enumerate(env.networks.gvnic.firewall_source_ranges):
+        if not _loose(text):
+            yield ("networks", "gvnic", "firewall_source_ranges", i), f"{text} is not an IPv4 CIDR; use e.g. 192.168.0.0/16"
+
+
+def _loose(text: str) -> bool:
+    try:
+        ipaddress.IPv4Network(text, strict=False)
+        return True
+    except ValueError:
+        return False
+
+
+def rdma_subnet_per_gpu(env: GcpEnvironment) -> Iterator[Finding]:
+    subnets = len(env.networks.rdma.subnet_cidrs)
+    for i, pool in enumerate(env.gpu_pools):
+        if pool.accelerator.count != subnets:
+            yield ("networks", "rdma", "subnet_cidrs"), (
+                f"{subnets} RDMA subnets but gpu_pools[{i}] has {pool.accelerator.count} GPUs per node; "
+                f"give exactly one subnet per GPU ({pool.accelerator.count})")
+    profile = env.networks.rdma.profile
+    if profile is not None and profile != catalog.rdma_network_profile(env.zone):
+        yield ("networks", "rdma", "profile"), (
+            f"profile {profile} is not the RDMA profile of zone {env.zone}; use {catalog.rdma_network_profile(env.zone)} or leave it unset")
+
+
+def accelerator_fits_machine(env: GcpEnvironment) -> Iterator[Finding]:
+    for i, pool in enumerate(env.gpu_pools):
+        machine = catalog.GPU_MACHINES[pool.machine_type]
+        if pool.accelerator.type != machine.accelerator:
+            yield ("gpu_pools", i, "accelerator", "type"), (
+                f"{pool.machine_type} carries {machine.accelerator}, not {pool.accelerator.type}; "
+                f"use {machine.accelerator}, or the machine type that carries {pool.accelerator.type}")
+        if pool.accelerator.count != machine.accelerators_per_node:
+            yield ("gpu_pools", i, "accelerator", "count"), (
+                f"{pool.machine_type} has exactly {machine.accelerators_per_node} GPUs; set count: {machine.accelerators_per_node}")
+
+
+def pool_capacity(env: GcpEnvironment) -> Iterator[Finding]:
+    names: dict[str, int] = {env.cluster.system_pool.name: -1}
+    for i, pool in enumerate(env.gpu_pools):
+        if pool.name in names:
+            yield ("gpu_pools", i, "name"), f"node pool name {pool.name} is used twice; give each pool its own name"
+        names[pool.name] = i
+        if pool.reservation and pool.spot:
+            yield ("gpu_pools", i, "spot"), "a pool consumes a reservation or runs on Spot, not both; remove one"
+        if not pool.reservation and not pool.spot:
+            yield ("gpu_pools", i), "no capacity source; set reservation: NAME or spot: true"
+        yield from _autoscaling(pool.autoscaling, ("gpu_pools", i, "autoscaling"))
+        if pool.ray_workers is not None and pool.ray_workers > pool.autoscaling.max_nodes:
+            yield ("gpu_pools", i, "ray_workers"), (
+                f"{pool.ray_workers} Ray workers need {pool.ray_workers} nodes but the pool grows to "
+                f"{pool.autoscaling.max_nodes}; the rest would stay Pending. Use at most {pool.autoscaling.max_nodes}")
+    if env.cluster.system_pool.autoscaling:
+        yield from _autoscaling(env.cluster.system_pool.autoscaling, ("cluster", "system_pool", "autoscaling"))
+
+
+def _autoscaling(scaling, path: tuple) -> Iterator[Finding]:
+    if scaling.min_nodes > scaling.max_nodes:
+        yield path + ("min_nodes",), f"min_nodes {scaling.min_nodes} is above max_nodes {scaling.max_nodes}; make min <= max"
+
+
+def cluster_features(env: GcpEnvironment) -> Iterator[Finding]:
+    cluster = env.cluster
+    if cluster.multi_networking and not cluster.dataplane_v2:
+        yield ("cluster", "dataplane_v2"), "multi-networking needs Dataplane V2; set dataplane_v2: true"
+    if not cluster.multi_networking:
+        yield ("cluster", "multi_networking"), "the GPU pools attach the gVNIC and RDMA networks, which needs multi_networking: true"
+    if env.ray.multi_nic and not cluster.multi_networking:
+        yield ("ray", "multi_nic"), "multi-NIC pods need cluster.multi_networking: true"
+    if not cluster.addons.ray_operator:
+        yield ("cluster", "addons", "ray_operator"), "rlops runs the RayCluster through GKE's RayOperator add-on; set ray_operator: true"
+    if not cluster.addons.lustre_csi_driver:
+        yield ("cluster", "addons", "lustre_csi_driver"), "the Ray pods mount Lustre through the Lustre CSI driver; set lustre_csi_driver: true"
+    if not cluster.workload_identity:
+        yield ("cluster", "workload_identity"), "Ray pods reach Google APIs through workload identity; set workload_identity: true"
+
+
+def lustre_tier(env: GcpEnvironment) -> Iterator[Finding]:
+    lustre = env.lustre
+    step = catalog.LUSTRE_TIERS[lustre.throughput_mb_per_tib]
+    if lustre.capacity_gib < step or lustre.capacity_gib % step:
+        lower = max(step, lustre.capacity_gib // step * step)
+        yield ("lustre", "capacity_gib"), (
+            f"at {lustre.throughput_mb_per_tib} MB/s/TiB capacity goes in steps of {step} GiB from {step}; "
+            f"use {lower} or {lower + step}" if lustre.capacity_gib > step else
+            f"at {lustre.throughput_mb_per_tib} MB/s/TiB the minimum is {step} GiB; use {step}")
+    if lustre.gke_support != env.cluster.addons.lustre_legacy_port:
+        yield ("lustre", "gke_support"), (
+            f"gke_support is {str(lustre.gke_support).lower()} but cluster.addons.lustre_legacy_port is "
+            f"{str(env.cluster.addons.lustre_legacy_port).lower()}; the two go together, set both to the same value")
+
+
+def ray_cluster(env: GcpEnvironment) -> Iterator[Finding]:
+    ray = env.ray
+    if ray.image.endswith(":latest"):
+        yield ("ray", "image"), "the image is not pinned; use a version tag such as nvcr.io/nvidia/nemo-rl:v0.5.0 or a digest"
+    shipped = catalog.NEMO_RL_IMAGE_RAY.get(ray.image)
+    if shipped and shipped != ray.ray_version:
+        yield ("ray", "ray_version"), f"{ray.image} ships Ray {shipped}, not {ray.ray_version}; set ray_version: \"{shipped}\""
+    system = catalog.CPU_MACHINES.get(env.cluster.system_pool.machine_type)
+    if system:
+        yield from _fits(ray.head, system.vcpus, system.memory_gib, ("ray", "head"),
+                         f"system pool machine {env.cluster.system_pool.machine_type}")
+    for pool in env.gpu_pools:
+        machine = catalog.GPU_MACHINES[pool.machine_type]
+        yield from _fits(ray.worker, machine.vcpus, machine.memory_gib, ("ray", "worker"), f"GPU machine {pool.machine_type}")
+    for accelerator in {pool.accelerator.type for pool in env.gpu_pools} - set(ray.nccl_tuner_config):
+        yield ("ray", "nccl_tuner_config"), f"no tuner config for {accelerator}; add {accelerator}: PATH"
+
+
+def _fits(node, vcpus: int, memory_gib: float, path: tuple, where: str) -> Iterator[Finding]:
+    # GKE keeps back part of every node for itself, so a pod asking for the whole machine stays Pending.
+    if quantity(node.cpu) > vcpus - 1:
+        yield path + ("cpu",), f"{node.cpu} CPUs do not fit {where} ({vcpus} vCPUs, less GKE's reserve); ask for at most {vcpus - 2}"
+    if quantity(node.memory) > memory_gib * 0.9 * 2**30:
+        yield path + ("memory",), (
+            f"{node.memory} does not fit {where} ({memory_gib:g} GiB, less GKE's reserve); ask for at most {int(memory_gib * 0.85)}Gi")
+
+
+def recipes(env: GcpEnvironment | LocalEnvironment) -> Iterator[Finding]:
+    gcp = isinstance(env, GcpEnvironment)
+    pools = [pool.name for pool in env.gpu_pools] if gcp else []
+    for name, recipe in env.recipes.items():
+        at = ("recipes", name)
+        for key in recipe.overrides.keys() & recipe.allowed_overrides.keys():
+            yield at + ("allowed_overrides", key), (
+                f"{key} is both fixed in overrides and allowed in a train message; keep it in one of the two")
+        for section in ("overrides", "allowed_overrides"):
+            for key in getattr(recipe, section).keys() & catalog.RESERVED_OVERRIDES:
+                yield at + (section, key), f"rlops sets {key} itself (from checkpoint_root and the run, or from model); remove it"
+        for key, rule in recipe.allowed_overrides.items():
+            yield from _allowed_override(rule, at + ("allowed_overrides", key))
+        if recipe.runner == "nemo-rl":
+            if not gcp:
+                yield at + ("runner",), "nemo-rl needs GPU nodes and its image; the local environment runs runner: trl"
+            if recipe.config is None:
+                yield at + ("config",), "nemo-rl needs --config: set config to a YAML path inside the image"
+            if gcp:
+                yield from _entrypoint_matches_image(env.ray.image, recipe.entrypoint, at + ("entrypoint",))
+        if gcp:
+            mount = env.ray.lustre_mount.rstrip("/") + "/"
+            if not recipe.checkpoint_root.startswith(mount):
+                yield at + ("checkpoint_root",), (
+                    f"{recipe.checkpoint_root} is not on Lustre ({env.ray.lustre_mount}); checkpoints there are lost "
+                    f"with the pod. Use e.g. {mount}checkpoints")
+            if recipe.gpu_pool is None and len(pools) > 1:
+                yield at, f"there are {len(pools)} GPU pools; set gpu_pool to one of {', '.join(pools)}"
+            elif recipe.gpu_pool is not None and recipe.gpu_pool not in pools:
+                yield at + ("gpu_pool",), f"no GPU pool named {recipe.gpu_pool}; use one of {', '.join(pools)}"
+        elif recipe.gpu_pool is not None and recipe.gpu_pool != env.local.gpu_pool.name:
+            yield at + ("gpu_pool",), f"the local GPU pool is {env.local.gpu_pool.name}; use that or leave it unset"
+
+
+def _allowed_override(rule, path: tuple) -> Iterator[Finding]:
+    numeric = rule.type in ("int", "float")
+    for bound in ("min", "max"):
+        value = getattr(rule, bound)
+        if value is None:
+            continue
+        if not numeric:
+            yield path + (bound,), f"{bound} applies to int and float overrides, not {rule.type}; remove it"
+        elif rule.type == "int" and not isinstance(value, int):
+            yield path + (bound,), f"an int override needs a whole-number {bound}; use {int(value)}"
+    if numeric and rule.min is not None and rule.max is not None and rule.min > rule.max:
+        yield path + ("min",), f"min {rule.min} is above max {rule.max}; make min <= max"
+    if rule.pattern is not None:
+        if rule.type != "str":
+            yield path + ("pattern",), f"pattern applies to str overrides, not {rule.type}; remove it"
+        else:
+            try:
+                re.compile(rule.pattern)
+            except re.error as error:
+                yield path + ("pattern",), f"not a valid regular expression ({error}); fix the pattern"
+                return
+    if rule.default is not None:
+        problem = rule.problem_with(rule.default)
+        if problem:
+            yield path + ("default",), f"the default breaks its own rule: {problem}; change the default or the rule"
+
+
+def _entrypoint_matches_image(image: str, entrypoint: str, path: tuple) -> Iterator[Finding]:
+    tag = re.search(r":v(\d+)\.(\d+)\.\d+$", image)
+    if not tag or "nemo-rl" not in image:
+        return
+    has_math_script = (int(tag[1]), int(tag[2])) < (0, 6)
+    if has_math_script and entrypoint.endswith("examples/run_grpo.py"):
+        yield path, f"{image} has examples/run_grpo_math.py, not run_grpo.py (added in v0.6.0); use examples/run_grpo_math.py"
+    if not has_math_script and entrypoint.endswith("examples/run_grpo_math.py"):
+        yield path, f"examples/run_grpo_math.py was removed in NeMo RL v0.6.0; use examples/run_grpo.py"
+
+
+def secrets_and_idle(env: GcpEnvironment | LocalEnvironment) -> Iterator[Finding]:
+    gcp = isinstance(env, GcpEnvironment)
+    for name, ref in env.secrets.items():
+        sources = [source for source in ("secret_manager", "env", "file") if getattr(ref, source) is not None]
+        if len(sources) != 1:
+            yield ("secrets", name), (
+                f"{'no source' if not sources else 'several sources: ' + ', '.join(sources)}; "
+                f"give exactly one of {'secret_manager' if gcp else 'env or file'}")
+        elif gcp and sources != ["secret_manager"]:
+            yield ("secrets", name, sources[0]), (
+                "a GCP environment reads secrets from Secret Manager only; use secret_manager: projects/P/secrets/NAME/versions/latest")
+        elif not gcp and sources == ["secret_manager"]:
+            yield ("secrets", name, "secret_manager"), "the local environment has no Secret Manager; use env: VAR or file: PATH"
+    if not gcp and "node-pools" in env.idle.scale_down:
+        yield ("idle", "scale_down"), "the local environment has no node pools; use [ray-workers]"
+
+
+GCP_RULES: list[Callable] = [zone_in_region, cidrs_do_not_overlap, rdma_subnet_per_gpu, accelerator_fits_machine,
+                             pool_capacity, cluster_features, lustre_tier, ray_cluster, recipes, secrets_and_idle]
+LOCAL_RULES: list[Callable] = [recipes, secrets_and_idle]
+
+
+def check(env: GcpEnvironment | LocalEnvironment) -> list[Finding]:
+    rules = GCP_RULES if isinstance(env, GcpEnvironment) else LOCAL_RULES
+    return [finding for rule in rules for finding in rule(env)]
