@@ -187,7 +187,8 @@ def parse_text(text: str, doc: Document) -> Document:
         reason = "nesting is too deep" if isinstance(error, RecursionError) else str(error)
         doc.problems.append(Problem(doc.file, 1, 1, "", f"cannot parse the YAML: {reason}"))
         return doc
-    nodes = [node for node in nodes if node is not None]
+    # `---` alone, or `~`, composes to a null document: as empty as an empty file.
+    nodes = [node for node in nodes if node is not None and node.tag != "tag:yaml.org,2002:null"]
     if not nodes:
         doc.problems.append(Problem(doc.file, 1, 1, "",
                                     "the file is empty; a spec is a mapping that starts with `provider: gcp` or `provider: local`"))

@@ -1,0 +1,5 @@
+import sys
+
+from rlops.cli import main
+
+sys.exit(main())

@@ -1,0 +1,1 @@
+"""The environment spec: models (model), file reading (source), rules, and loading (load)."""
