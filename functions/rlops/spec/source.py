@@ -5,6 +5,8 @@ what `yaml.safe_load` silently accepts (duplicate keys, several documents, merge
 what it would let explode (alias bombs, deep nesting, huge files).
 """
 
+import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -13,6 +15,7 @@ import yaml
 
 MAX_BYTES = 1 << 20
 MAX_NODES = 100_000
+_PLAIN_KEY = re.compile(r"^[A-Za-z0-9_+-]+$")
 
 SpecPath = tuple  # a path into the document: mapping keys and sequence indexes
 
@@ -28,7 +31,8 @@ class Problem:
     message: str
 
     def __str__(self) -> str:
-        return f"{self.file}:{self.line}:{self.column}: {self.path or '(document)'}: {self.message}"
+        message = " ".join(self.message.split())  # one problem, one line, whatever the parser said
+        return f"{self.file}:{self.line}:{self.column}: {self.path or '(document)'}: {message}"
 
 
 @dataclass
@@ -62,8 +66,8 @@ def format_path(path: SpecPath) -> str:
     for part in path:
         if isinstance(part, int):
             text += f"[{part}]"
-        elif "." in str(part) or not str(part):
-            text += f'["{part}"]'
+        elif not _PLAIN_KEY.match(str(part)):
+            text += f"[{json.dumps(str(part))}]"
         else:
             text += f".{part}" if text else str(part)
     return text
@@ -182,6 +186,12 @@ def parse_text(text: str, doc: Document) -> Document:
         mark = error.problem_mark or error.context_mark
         line, column = (mark.line + 1, mark.column + 1) if mark else (1, 1)
         doc.problems.append(Problem(doc.file, line, column, "", _yaml_error_message(error)))
+        return doc
+    except yaml.reader.ReaderError as error:
+        line = text.count("\n", 0, error.position) + 1
+        column = error.position - (text.rfind("\n", 0, error.position) + 1) + 1
+        doc.problems.append(Problem(doc.file, line, column, "",
+                                    f"control character U+{error.character:04X} is not allowed in YAML; remove it"))
         return doc
     except (yaml.YAMLError, RecursionError) as error:
         reason = "nesting is too deep" if isinstance(error, RecursionError) else str(error)
