@@ -17,7 +17,7 @@ from pydantic import BaseModel, TypeAdapter
 
 from rlops.spec import inline_secrets, rules
 from rlops.spec.model import PATTERN_HINTS, ROOT_MODELS, Environment, GcpEnvironment, LocalEnvironment
-from rlops.spec.source import Document, Problem, read_document
+from rlops.spec.source import Document, Problem, parse_text, read_document
 
 ENVIRONMENT_NAME = re.compile(r"^[a-z]([-a-z0-9]{0,28}[a-z0-9])?$")
 _ADAPTER = TypeAdapter(Environment)
@@ -49,8 +49,15 @@ def json_schema() -> dict:
 
 def load(path: Path, display_name: str | None = None) -> Loaded:
     """Read and check one spec file; `environment` is set only when there is no problem."""
-    doc = read_document(path, display_name)
-    name = path.stem
+    return _check(read_document(path, display_name), path.stem)
+
+
+def load_text(text: str, name: str, display_name: str) -> Loaded:
+    """Check a spec given as text (e.g. read from git at another revision)."""
+    return _check(parse_text(text, Document(file=display_name)), name)
+
+
+def _check(doc: Document, name: str) -> Loaded:
     if not ENVIRONMENT_NAME.match(name):
         doc.problems.append(Problem(doc.file, 1, 1, "(file name)",
                                     f"environment name {name[:40]!r} (the file name) must be 1-30 lowercase letters, "

@@ -23,6 +23,7 @@ REGION = r"^[a-z]+-[a-z]+[0-9]+$"
 ZONE = r"^[a-z]+-[a-z]+[0-9]+-[a-z]$"
 BUCKET = r"^[a-z0-9][-_.a-z0-9]{1,61}[a-z0-9]$"
 CIDR = r"^([0-9]{1,3}\.){3}[0-9]{1,3}/[0-9]{1,2}$"
+IPV4 = r"^([0-9]{1,3}\.){3}[0-9]{1,3}$"
 LUSTRE_FILESYSTEM = r"^[A-Za-z][A-Za-z0-9]{0,7}$"
 QUANTITY = r"^[0-9]+(\.[0-9]+)?(m|k|M|G|T|P|Ki|Mi|Gi|Ti|Pi)?$"
 DURATION = r"^[1-9][0-9]*(s|m|h)$"
@@ -44,6 +45,7 @@ PATTERN_HINTS = {
     ZONE: "a zone such as us-central1-b",
     BUCKET: "a bucket name: 3-63 lowercase letters, digits, '-', '_' or '.', starting and ending with a letter or digit",
     CIDR: "an IPv4 CIDR such as 192.168.0.0/24",
+    IPV4: "an IPv4 address such as 10.112.0.0",
     LUSTRE_FILESYSTEM: "a Lustre filesystem name: 1-8 letters or digits, starting with a letter (e.g. lustrefs)",
     QUANTITY: "a Kubernetes quantity such as 64, 500G or 2400Gi",
     DURATION: "a duration such as 90s, 30m or 2h",
@@ -116,6 +118,12 @@ class RdmaNetwork(Spec):
 class PrivateServiceAccess(Spec):
     range_name: GcpName
     prefix_length: StrictInt = Field(20, ge=16, le=24, description="Size of the range Managed Lustre is peered into.")
+    address: _text(IPV4) | None = Field(
+        None, description="First address of the range; unset lets Google pick. Needed when lustre.gke_support is false.")
+
+    @property
+    def address_cidr(self) -> str | None:
+        return f"{self.address}/{self.prefix_length}" if self.address else None
 
 
 class Networks(Spec):

@@ -41,6 +41,17 @@ def cidrs_do_not_overlap(env: GcpEnvironment) -> Iterator[Finding]:
         except ValueError as error:
             hint = f"use {ipaddress.IPv4Network(text, strict=False)}" if _loose(text) else "use e.g. 192.168.1.0/24"
             yield path, f"{error}; {hint}"
+    psa = env.networks.private_service_access
+    if psa.address is not None:
+        if _loose(psa.address_cidr):
+            network = ipaddress.IPv4Network(psa.address_cidr, strict=False)
+            if str(network.network_address) != psa.address:
+                yield ("networks", "private_service_access", "address"), (
+                    f"{psa.address} is not the start of a /{psa.prefix_length}; use {network.network_address}")
+            else:
+                ranges.append((("networks", "private_service_access", "address"), network))
+        else:
+            yield ("networks", "private_service_access", "address"), f"{psa.address} is not an IPv4 address; use e.g. 10.112.0.0"
     if env.networks.cluster.auto_subnets:
         ranges.append((("networks", "cluster", "auto_subnets"), ipaddress.IPv4Network(catalog.AUTO_MODE_SUBNET_RANGE)))
     for (path_a, net_a), (path_b, net_b) in combinations(ranges, 2):
@@ -133,6 +144,10 @@ def lustre_tier(env: GcpEnvironment) -> Iterator[Finding]:
             f"at {lustre.throughput_mb_per_tib} MB/s/TiB capacity goes in steps of {step} GiB from {step}; "
             f"use {lower} or {lower + step}" if lustre.capacity_gib > step else
             f"at {lustre.throughput_mb_per_tib} MB/s/TiB the minimum is {step} GiB; use {step}")
+    if not lustre.gke_support and env.networks.private_service_access.address is None:
+        yield ("networks", "private_service_access"), (
+            "without lustre.gke_support the Lustre servers reach the nodes on port 988 from the peered range, and the "
+            "firewall for it needs that range: set address (e.g. 10.112.0.0)")
     if lustre.gke_support != env.cluster.addons.lustre_legacy_port:
         yield ("lustre", "gke_support"), (
             f"gke_support is {str(lustre.gke_support).lower()} but cluster.addons.lustre_legacy_port is "

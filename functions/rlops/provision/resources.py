@@ -1,0 +1,172 @@
+"""The cloud resources an environment spec asks for, as a dependency graph.
+
+Each resource carries its desired fields in rlops's own flat vocabulary (not any API's JSON), so
+the diff and its classification are plain dictionary work; the adapters in `rlops.cloud` are the
+only place that knows how a field is spelled on the wire. No I/O here.
+"""
+
+from dataclasses import dataclass, field
+from enum import Enum
+
+from rlops.spec.model import GcpEnvironment
+
+MANAGED_BY = "rlops"
+
+
+class Mutability(Enum):
+    MUTABLE = "mutable"          # changed in place by an update call
+    IMMUTABLE = "immutable"      # a change means delete and create again
+    GROW_ONLY = "grow-only"      # may increase in place; a decrease is refused
+
+
+@dataclass(frozen=True)
+class Kind:
+    name: str
+    api: str
+    fields: dict[str, Mutability]
+    # Replacing or deleting one of these loses something that cannot be recreated as it was.
+    destructive: bool
+
+
+M, I, G = Mutability.MUTABLE, Mutability.IMMUTABLE, Mutability.GROW_ONLY
+KINDS = {k.name: k for k in [
+    Kind("network", "compute", {"auto_create_subnetworks": I, "mtu": M, "network_profile": I, "routing_mode": M}, True),
+    Kind("subnetwork", "compute", {"network": I, "region": I, "ip_cidr_range": I}, True),
+    Kind("firewall", "compute", {"network": I, "direction": I, "allowed": M, "source_ranges": M}, False),
+    Kind("address", "compute", {"network": I, "purpose": I, "address_type": I, "prefix_length": I}, True),
+    Kind("connection", "servicenetworking", {"network": I, "reserved_peering_ranges": M}, True),
+    Kind("cluster", "container", {
+        "location": I, "network": I, "workload_pool": M, "datapath_provider": I, "enable_multi_networking": I,
+        "use_ip_aliases": I, "release_channel": M, "min_master_version": M, "ray_operator": M, "lustre_csi_driver": M,
+        "lustre_legacy_port": M, "dns_endpoint": M, "deletion_protection": M}, True),
+    Kind("node_pool", "container", {
+        "cluster": I, "machine_type": I, "disk_size_gb": I, "accelerator_type": I, "accelerator_count": I,
+        "gpu_driver_version": I, "reservation": I, "spot": I, "additional_networks": I, "node_locations": I,
+        "initial_node_count": I, "autoscaling": M, "min_nodes": M, "max_nodes": M}, True),
+    Kind("lustre_instance", "lustre", {
+        "zone": I, "capacity_gib": G, "per_unit_storage_throughput": I, "filesystem": I, "network": I,
+        "gke_support_enabled": I}, True),
+]}
+
+
+@dataclass(frozen=True)
+class Resource:
+    kind: str
+    name: str
+    desired: dict
+    depends_on: tuple[str, ...] = ()
+    # Created by its parent's create call (the cluster's system pool): no call of its own then.
+    created_with: str | None = None
+    labels: dict = field(default_factory=dict)
+
+    @property
+    def key(self) -> str:
+        return f"{self.kind}/{self.name}"
+
+
+def labels_for(env_name: str) -> dict[str, str]:
+    return {"rlops-env": env_name, "rlops-managed-by": MANAGED_BY}
+
+
+def build(env_name: str, env: GcpEnvironment) -> list[Resource]:
+    """Every cloud resource of `env`, dependencies before dependents."""
+    labels = labels_for(env_name)
+    nets = env.networks
+    cluster_net, gvnic_net, rdma_net = nets.cluster.name, f"{nets.gvnic.prefix}-net", f"{nets.rdma.prefix}-net"
+    gvnic_sub = f"{nets.gvnic.prefix}-sub"
+    rdma_subs = [f"{nets.rdma.prefix}-sub-{i}" for i in range(len(nets.rdma.subnet_cidrs))]
+
+    def resource(kind, name, desired, depends_on=(), created_with=None):
+        return Resource(kind, name, desired, tuple(depends_on), created_with, labels)
+
+    graph = [
+        resource("network", cluster_net, {"auto_create_subnetworks": nets.cluster.auto_subnets, "mtu": nets.cluster.mtu,
+                                          "network_profile": None, "routing_mode": "REGIONAL"}),
+        resource("network", gvnic_net, {"auto_create_subnetworks": False, "mtu": nets.gvnic.mtu,
+                                        "network_profile": None, "routing_mode": "REGIONAL"}),
+        resource("subnetwork", gvnic_sub, {"network": gvnic_net, "region": env.region,
+                                           "ip_cidr_range": nets.gvnic.subnet_cidr}, [f"network/{gvnic_net}"]),
+        resource("firewall", f"{nets.gvnic.prefix}-internal", {
+            "network": gvnic_net, "direction": "INGRESS", "source_ranges": list(nets.gvnic.firewall_source_ranges),
+            "allowed": [["tcp", "0-65535"], ["udp", "0-65535"], ["icmp"]]}, [f"network/{gvnic_net}"]),
+        resource("network", rdma_net, {"auto_create_subnetworks": False, "mtu": nets.rdma.mtu,
+                                       "network_profile": f"projects/{env.project.id}/global/networkProfiles/{env.rdma_profile}",
+                                       "routing_mode": "REGIONAL"}),
+    ]
+    graph += [resource("subnetwork", sub, {"network": rdma_net, "region": env.region, "ip_cidr_range": cidr},
+                       [f"network/{rdma_net}"])
+              for sub, cidr in zip(rdma_subs, nets.rdma.subnet_cidrs)]
+    psa = nets.private_service_access
+    graph += [
+        resource("address", psa.range_name, {"network": cluster_net, "purpose": "VPC_PEERING",
+                                             "address_type": "INTERNAL", "prefix_length": psa.prefix_length},
+                 [f"network/{cluster_net}"]),
+        resource("connection", cluster_net, {"network": cluster_net, "reserved_peering_ranges": [psa.range_name]},
+                 [f"address/{psa.range_name}"]),
+    ]
+    if not env.lustre.gke_support:
+        # Without GKE support the Lustre servers call back on the default LNet port 988 (seed-inventory G10).
+        graph.append(resource("firewall", f"{env.lustre.name}-lnet", {
+            "network": cluster_net, "direction": "INGRESS", "source_ranges": [psa.address_cidr],
+            "allowed": [["tcp", "988"]]}, [f"network/{cluster_net}"]))
+    cluster = env.cluster
+    system = cluster.system_pool
+    graph.append(resource("cluster", cluster.name, {
+        "location": env.region, "network": cluster_net, "workload_pool": f"{env.project.id}.svc.id.goog"
+        if cluster.workload_identity else None,
+        "datapath_provider": "ADVANCED_DATAPATH" if cluster.dataplane_v2 else "LEGACY_DATAPATH",
+        "enable_multi_networking": cluster.multi_networking, "use_ip_aliases": cluster.ip_alias,
+        "release_channel": cluster.release_channel, "min_master_version": cluster.version,
+        "ray_operator": cluster.addons.ray_operator, "lustre_csi_driver": cluster.addons.lustre_csi_driver,
+        "lustre_legacy_port": cluster.addons.lustre_legacy_port, "dns_endpoint": cluster.dns_endpoint,
+        "deletion_protection": cluster.deletion_protection,
+        "system_pool": _system_pool_fields(env)}, [f"network/{cluster_net}"]))
+    graph.append(resource("node_pool", system.name, _system_pool_fields(env), [f"cluster/{cluster.name}"],
+                          created_with=f"cluster/{cluster.name}"))
+    for pool in env.gpu_pools:
+        graph.append(resource("node_pool", pool.name, {
+            "cluster": cluster.name, "machine_type": pool.machine_type, "disk_size_gb": pool.disk_size_gb,
+            "accelerator_type": pool.accelerator.type, "accelerator_count": pool.accelerator.count,
+            "gpu_driver_version": pool.accelerator.driver_version.upper(), "reservation": pool.reservation,
+            "spot": pool.spot,
+            "additional_networks": [[gvnic_net, gvnic_sub]] + [[rdma_net, sub] for sub in rdma_subs],
+            "node_locations": [env.zone], "initial_node_count": pool.autoscaling.min_nodes, "autoscaling": True,
+            "min_nodes": pool.autoscaling.min_nodes, "max_nodes": pool.autoscaling.max_nodes,
+        }, [f"cluster/{cluster.name}", f"subnetwork/{gvnic_sub}"] + [f"subnetwork/{sub}" for sub in rdma_subs]))
+    graph.append(resource("lustre_instance", env.lustre.name, {
+        "zone": env.zone, "capacity_gib": env.lustre.capacity_gib,
+        "per_unit_storage_throughput": env.lustre.throughput_mb_per_tib, "filesystem": env.lustre.filesystem,
+        "network": cluster_net, "gke_support_enabled": env.lustre.gke_support}, [f"connection/{cluster_net}"]))
+    return graph
+
+
+def _system_pool_fields(env: GcpEnvironment) -> dict:
+    system = env.cluster.system_pool
+    scaling = system.autoscaling
+    return {"cluster": env.cluster.name, "machine_type": system.machine_type, "disk_size_gb": system.disk_size_gb,
+            "accelerator_type": None, "accelerator_count": 0, "gpu_driver_version": None, "reservation": None,
+            "spot": False, "additional_networks": [], "node_locations": None,
+            "initial_node_count": system.initial_nodes, "autoscaling": scaling is not None,
+            "min_nodes": scaling.min_nodes if scaling else None, "max_nodes": scaling.max_nodes if scaling else None}
+
+
+def topological(resources: list[Resource]) -> list[Resource]:
+    """`resources` with every resource after the ones it depends on (stable otherwise)."""
+    by_key = {r.key: r for r in resources}
+    done: set[str] = set()
+    ordered: list[Resource] = []
+
+    def visit(resource: Resource, trail: tuple[str, ...]) -> None:
+        if resource.key in done:
+            return
+        if resource.key in trail:
+            raise ValueError(f"dependency cycle: {' -> '.join(trail + (resource.key,))}")
+        for dependency in resource.depends_on:
+            if dependency in by_key:
+                visit(by_key[dependency], trail + (resource.key,))
+        done.add(resource.key)
+        ordered.append(resource)
+
+    for resource in resources:
+        visit(resource, ())
+    return ordered
