@@ -167,7 +167,6 @@ class Cluster(Spec):
     multi_networking: StrictBool = True
     ip_alias: StrictBool = True
     dns_endpoint: StrictBool = Field(True, description="Reach the control plane through its DNS endpoint with IAM.")
-    deletion_protection: StrictBool = True
     addons: ClusterAddons = ClusterAddons()
     system_pool: SystemPool
     service_account: KubernetesServiceAccount = KubernetesServiceAccount()

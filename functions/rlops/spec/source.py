@@ -67,7 +67,9 @@ def format_path(path: SpecPath) -> str:
         if isinstance(part, int):
             text += f"[{part}]"
         elif not _PLAIN_KEY.match(str(part)):
-            text += f"[{json.dumps(str(part))}]"
+            # JSON-quoted, and with no ':' left so that "FILE:LINE:COL: PATH: MESSAGE" stays parseable.
+            quoted = json.dumps(str(part)).replace(":", "\\u003a")
+            text += f"[{quoted}]"
         else:
             text += f".{part}" if text else str(part)
     return text
