@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from rlops import cli
+from rlops.spec import inline_secrets
 
 BROKEN = Path(__file__).resolve().parent / "broken"
 FILES = sorted(BROKEN.glob("*.yaml"))
@@ -42,6 +43,7 @@ def test_broken_spec_is_reported_at_its_field_and_line(path, capsys):
     assert "Traceback" not in captured.out + captured.err
     problems = [parse(printed, path) for printed in captured.out.splitlines()]
     assert all("; " in message for _, _, message in problems), captured.out
+    assert inline_secrets.secret_kind(captured.out + captured.err) is None, "a report echoed a secret"
     assert (line, field) in {(at, name) for at, name, _ in problems}, captured.out
 
 

@@ -94,7 +94,10 @@ def _validate(doc: Document):
             loc = tuple(item["loc"])
             if loc and loc[0] == provider and provider in ROOT_MODELS:
                 loc = loc[1:]
-            path, on_key = _data_path(loc, doc.data, item["type"])
+            if item["type"] in ("union_tag_invalid", "union_tag_not_found"):
+                path, on_key = ("provider",), False
+            else:
+                path, on_key = _data_path(loc, doc.data, item["type"])
             if on_key:
                 key_errors.add(path)
             message = _message(item, path, provider)
@@ -128,7 +131,8 @@ def _data_path(loc: tuple, data: Any, error_type: str) -> tuple[tuple, bool]:
 def _message(item: dict, path: tuple, provider: Any) -> str:
     kind, ctx, value = item["type"], item.get("ctx") or {}, item.get("input")
     if kind in ("union_tag_invalid", "union_tag_not_found") or (kind == "missing" and path == ("provider",)):
-        return f"provider is {_show(value.get('provider')) if isinstance(value, dict) else 'missing'}; use provider: gcp or provider: local"
+        given = _show(value["provider"]) if isinstance(value, dict) and "provider" in value else "missing"
+        return f"provider is {given}; use provider: gcp or provider: local"
     if kind == "missing":
         return "required field is missing; add it"
     if kind == "extra_forbidden":
@@ -143,10 +147,23 @@ def _message(item: dict, path: tuple, provider: Any) -> str:
         return f"{_show(value)} is not allowed; use {ctx.get('expected')}"
     if kind in _EXPECTED:
         hint = "; quote it" if kind == "string_type" and isinstance(value, (int, float, bool)) else ""
-        return f"expected {_EXPECTED[kind]}, got {_yaml_kind(value)}{hint}"
+        return f"expected {_EXPECTED[kind]}, got {_yaml_kind(value)}{hint or _type_hint(kind, value)}"
     if kind in ("greater_than_equal", "less_than_equal", "greater_than", "less_than"):
         return f"{_show(value)} is out of range; {item['msg'].removeprefix('Input ').replace('should be', 'must be')}"
-    return f"{item['msg']}"
+    if kind in ("string_too_long", "string_too_short", "too_long", "too_short"):
+        bound = ctx.get("max_length", ctx.get("min_length"))
+        unit = "characters" if kind.startswith("string") else "items"
+        limit = "at most" if kind.endswith("long") else "at least"
+        return f"{_show(value)} has {_length(value)} {unit}; use {limit} {bound}"
+    return f"{item['msg']}; check the spec reference in the README"
+
+
+def _type_hint(kind: str, value: Any) -> str:
+    if kind in ("int_type", "float_type") and isinstance(value, str):
+        return "; write the number without quotes"
+    if kind == "bool_type" and isinstance(value, str):
+        return "; write true or false without quotes"
+    return f"; write {_EXPECTED[kind]} here"
 
 
 def _fields_at(model: type[BaseModel] | None, path: tuple) -> list[str]:
@@ -172,6 +189,10 @@ def _unwrap(annotation: Any) -> Any:
         models = [a for a in args if isinstance(a, type) and issubclass(a, BaseModel)]
         annotation = models[0] if models else args[0]
     return annotation
+
+
+def _length(value: Any) -> str:
+    return str(len(value)) if isinstance(value, (str, list, dict)) else "the wrong number of"
 
 
 def _yaml_kind(value: Any) -> str:

@@ -53,7 +53,8 @@ def cidrs_do_not_overlap(env: GcpEnvironment) -> Iterator[Finding]:
         else:
             yield ("networks", "private_service_access", "address"), f"{psa.address} is not an IPv4 address; use e.g. 10.112.0.0"
     if env.networks.cluster.auto_subnets:
-        ranges.append((("networks", "cluster", "auto_subnets"), ipaddress.IPv4Network(catalog.AUTO_MODE_SUBNET_RANGE)))
+        # First, so that an overlap is reported at the range the user typed rather than at auto_subnets.
+        ranges.insert(0, (("networks", "cluster", "auto_subnets"), ipaddress.IPv4Network(catalog.AUTO_MODE_SUBNET_RANGE)))
     for (path_a, net_a), (path_b, net_b) in combinations(ranges, 2):
         if net_a.overlaps(net_b):
             yield path_b, f"{net_b} overlaps {net_a} at {format_path(path_a)}; every pod and node range must be disjoint"
@@ -147,7 +148,7 @@ def lustre_tier(env: GcpEnvironment) -> Iterator[Finding]:
     if not lustre.gke_support and env.networks.private_service_access.address is None:
         yield ("networks", "private_service_access"), (
             "without lustre.gke_support the Lustre servers reach the nodes on port 988 from the peered range, and the "
-            "firewall for it needs that range: set address (e.g. 10.112.0.0)")
+            "firewall for it needs that range; set address (e.g. 10.112.0.0)")
     if lustre.gke_support != env.cluster.addons.lustre_legacy_port:
         yield ("lustre", "gke_support"), (
             f"gke_support is {str(lustre.gke_support).lower()} but cluster.addons.lustre_legacy_port is "
@@ -174,11 +175,12 @@ def ray_cluster(env: GcpEnvironment) -> Iterator[Finding]:
 
 def _fits(node, vcpus: int, memory_gib: float, path: tuple, where: str) -> Iterator[Finding]:
     # GKE keeps back part of every node for itself, so a pod asking for the whole machine stays Pending.
-    if quantity(node.cpu) > vcpus - 1:
-        yield path + ("cpu",), f"{node.cpu} CPUs do not fit {where} ({vcpus} vCPUs, less GKE's reserve); ask for at most {vcpus - 2}"
-    if quantity(node.memory) > memory_gib * 0.9 * 2**30:
+    usable_cpus, usable_gib = vcpus - 2, int(memory_gib * 0.85)
+    if quantity(node.cpu) > usable_cpus:
+        yield path + ("cpu",), f"{node.cpu} CPUs do not fit {where} ({vcpus} vCPUs, less GKE's reserve); ask for at most {usable_cpus}"
+    if quantity(node.memory) > usable_gib * 2**30:
         yield path + ("memory",), (
-            f"{node.memory} does not fit {where} ({memory_gib:g} GiB, less GKE's reserve); ask for at most {int(memory_gib * 0.85)}Gi")
+            f"{node.memory} does not fit {where} ({memory_gib:g} GiB, less GKE's reserve); ask for at most {usable_gib}Gi")
 
 
 def recipes(env: GcpEnvironment | LocalEnvironment) -> Iterator[Finding]:
@@ -198,7 +200,7 @@ def recipes(env: GcpEnvironment | LocalEnvironment) -> Iterator[Finding]:
             if not gcp:
                 yield at + ("runner",), "nemo-rl needs GPU nodes and its image; the local environment runs runner: trl"
             if recipe.config is None:
-                yield at + ("config",), "nemo-rl needs --config: set config to a YAML path inside the image"
+                yield at + ("config",), "nemo-rl needs --config; set config to a YAML path inside the image"
             if gcp:
                 yield from _entrypoint_matches_image(env.ray.image, recipe.entrypoint, at + ("entrypoint",))
         if gcp:

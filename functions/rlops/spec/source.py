@@ -13,6 +13,8 @@ from typing import Any
 
 import yaml
 
+from rlops.spec.inline_secrets import secret_kind
+
 MAX_BYTES = 1 << 20
 MAX_NODES = 100_000
 _PLAIN_KEY = re.compile(r"^[A-Za-z0-9_+-]+$")
@@ -64,7 +66,9 @@ class Document:
 def format_path(path: SpecPath) -> str:
     text = ""
     for part in path:
-        if isinstance(part, int):
+        if isinstance(part, str) and secret_kind(part):
+            text += "[<redacted>]"
+        elif isinstance(part, int):
             text += f"[{part}]"
         elif not _PLAIN_KEY.match(str(part)):
             # JSON-quoted, and with no ':' left so that "FILE:LINE:COL: PATH: MESSAGE" stays parseable.
@@ -73,6 +77,9 @@ def format_path(path: SpecPath) -> str:
         else:
             text += f".{part}" if text else str(part)
     return text
+
+
+_PLAIN_COLLECTION_TAGS = {"tag:yaml.org,2002:map", "tag:yaml.org,2002:seq"}
 
 
 class _Walker:
@@ -96,6 +103,9 @@ class _Walker:
             self._fail(node, path, "an alias refers to its own ancestor; a spec cannot be recursive")
             return None
         self.doc.value_marks[path] = self._at(node)
+        if isinstance(node, (yaml.MappingNode, yaml.SequenceNode)) and node.tag not in _PLAIN_COLLECTION_TAGS:
+            self._fail(node, path, f"the tag {node.tag} is not allowed; use plain YAML mappings and lists, without tags")
+            return None
         if isinstance(node, yaml.MappingNode):
             return self._mapping(node, path, ancestors | {id(node)})
         if isinstance(node, yaml.SequenceNode):
@@ -124,8 +134,7 @@ class _Walker:
                 # YAML reads `1:` or `on:` as a number or boolean; specs only have string keys.
                 key = key_node.value
             if key in first_seen:
-                self._fail(key_node, path + (key,),
-                           f"duplicate key {key!r} (first at line {first_seen[key]}); keep one")
+                self._fail(key_node, path + (key,), f"duplicate key (first at line {first_seen[key]}); keep one")
                 continue
             first_seen[key] = key_node.start_mark.line + 1
             self.doc.key_marks[path + (key,)] = self._at(key_node)
