@@ -1,7 +1,7 @@
 """The `rlops` command line.
 
 Exit codes: 0 success; 1 an error (including a bad flag); 2 "not clean": `validate` found
-problems in a spec.
+problems in a spec, or `plan --detailed-exitcode` found changes.
 """
 
 import argparse
@@ -10,8 +10,9 @@ import sys
 from pathlib import Path
 
 from rlops import environments
+from rlops.errors import Failure
 
-EXIT_OK, EXIT_ERROR, EXIT_INVALID = 0, 1, 2
+EXIT_OK, EXIT_ERROR, EXIT_INVALID, EXIT_CHANGES = 0, 1, 2, 2
 
 
 class _Parser(argparse.ArgumentParser):
@@ -51,6 +52,129 @@ def _schema(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+MARKDOWN_SPLIT = "<!-- rlops: next comment -->"
+
+
+class _Usage(Exception):
+    """A command that cannot run as asked (a local environment for plan, a missing spec): exit 1."""
+
+
+def _load_gcp(name: str):
+    from rlops.provision.service import Environment
+    from rlops.spec.load import load
+    from rlops.spec.model import GcpEnvironment
+
+    path = environments.path_for(name)
+    if not path.is_file():
+        raise _Usage(f"no spec for environment {name!r}: {path} does not exist")
+    loaded = load(path)
+    if loaded.problems:
+        raise _Usage("\n".join(map(str, loaded.problems)) + f"\n{path}: fix the spec first (rlops validate)")
+    if not isinstance(loaded.environment, GcpEnvironment):
+        return path, None
+    return path, Environment(loaded.name, loaded.environment)
+
+
+def _bucket(env):
+    from rlops.state.bucket import client
+
+    return client(env.spec.project.id).bucket(env.spec.state.bucket)
+
+
+def _say(text: str) -> None:
+    print(text, flush=True)
+
+
+def _plan(args: argparse.Namespace) -> int:
+    from rlops.provision import render, service
+
+    plans = []
+    loaded = [_load_gcp(name) for name in args.environments]
+    for (path, env), name in zip(loaded, args.environments):
+        if env is None:
+            print(f"{name}: a local environment has no cloud resources to plan (rlops up local runs it)", file=sys.stderr)
+    targets = [(path, env) for path, env in loaded if env is not None]
+    if args.offline:
+        plans = [service.plan_offline(env, service.base_environment(path, args.base) if args.base else None)
+                 for path, env in targets]
+    elif targets:
+        connection = service.connection_from_environment()
+        spaces = [service.workspace(env, connection, _bucket(env)) for _, env in targets]
+        live = service.read(spaces)
+        from rlops.provision.plan import build_plan
+        plans = [build_plan(space.name, space.desired, live[space.name]) for space in spaces]
+    if args.format == "json":
+        sys.stdout.write(render.as_json(plans))
+    elif args.format == "markdown":
+        sys.stdout.write(f"\n{MARKDOWN_SPLIT}\n".join(render.markdown(plans)))
+    else:
+        sys.stdout.write("\n".join(render.text(plan) for plan in plans))
+    if any(plan.errors for plan in plans):
+        return EXIT_ERROR
+    if args.detailed_exitcode and any(plan.has_changes for plan in plans):
+        return EXIT_CHANGES
+    return EXIT_OK
+
+
+def _apply(args: argparse.Namespace) -> int:
+    from rlops.provision import render, service
+
+    path, env = _load_gcp(args.environment)
+    if env is None:
+        raise _Usage(f"{args.environment} is a local environment: rlops up {args.environment} starts it")
+    if args.dry_run:
+        live = None
+        if not args.offline:
+            connection = service.connection_from_environment()
+            live = service.read([service.workspace(env, connection, _bucket(env))])[env.name]
+        print("\n".join(service.dry_run(env, live)))
+        return EXIT_OK
+    session = service.Session(env, service.connection_from_environment(), _bucket(env), _say, args.lock_timeout)
+
+    def show(plan) -> bool:
+        sys.stdout.write(render.text(plan))
+        return True
+
+    plan = session.apply(delete_data=args.delete_data, confirm=show)
+    _say(f"Apply complete for {env.name}: {plan.summary()}." if plan.has_changes else f"{env.name}: no changes.")
+    return EXIT_OK
+
+
+def _destroy(args: argparse.Namespace) -> int:
+    from rlops.provision import render, service
+
+    path, env = _load_gcp(args.environment)
+    if env is None:
+        raise _Usage(f"{args.environment} is a local environment: rlops down {args.environment} stops it")
+    session = service.Session(env, service.connection_from_environment(), _bucket(env), _say, args.lock_timeout)
+
+    def confirm(plan) -> bool:
+        sys.stdout.write(render.text(plan))
+        if args.yes:
+            return True
+        if not sys.stdin.isatty():
+            raise _Usage("destroy asks for confirmation; not a terminal, so pass --yes to go ahead")
+        return input(f"Type the environment name ({env.name}) to destroy it: ").strip() == env.name
+
+    plan = session.destroy(args.delete_data, confirm)
+    _say(f"Destroy complete for {env.name}: {plan.summary()}." if plan.has_changes else f"{env.name}: nothing to destroy.")
+    return EXIT_OK
+
+
+def _unlock(args: argparse.Namespace) -> int:
+    from rlops.state.lock import force_unlock
+
+    path, env = _load_gcp(args.environment)
+    if env is None:
+        raise _Usage(f"{args.environment} is a local environment; it has no lock")
+    if not args.force:
+        raise _Usage("unlock removes another process's lock; make sure it is dead, then pass --force")
+    held = force_unlock(_bucket(env), env.spec.state.prefix, env.name)
+    _say(f"removed the lock of {held['holder']} ({held['operation']} since {held['since']})" if held
+         else f"{env.name} was not locked")
+    return EXIT_OK
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="rlops", description="GitOps for GRPO post-training on GKE.")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -62,9 +186,52 @@ def build_parser() -> argparse.ArgumentParser:
 
     schema = commands.add_parser("schema", help="print the JSON Schema of an environment spec")
     schema.set_defaults(run=_schema)
+
+    plan = commands.add_parser("plan", help="what apply would change, resource by resource")
+    plan.add_argument("environments", nargs="+", metavar="ENV", help="environment names (or spec paths)")
+    plan.add_argument("--offline", action="store_true", help="plan from the spec alone, without reading the cloud")
+    plan.add_argument("--base", metavar="GIT_REV", help="with --offline: plan against the spec at this git revision")
+    plan.add_argument("--format", choices=("text", "markdown", "json"), default="text")
+    plan.add_argument("--detailed-exitcode", action="store_true", help="exit 0 no changes, 2 changes, 1 error")
+    plan.set_defaults(run=_plan)
+
+    lock_timeout = dict(type=float, default=600.0, metavar="SECONDS",
+                        help="how long to wait for another apply of this environment (default 600)")
+    apply = commands.add_parser("apply", help="make the cloud match the spec")
+    apply.add_argument("environment", metavar="ENV")
+    apply.add_argument("--dry-run", action="store_true", help="print every request apply would send, send none")
+    apply.add_argument("--offline", action="store_true", help="with --dry-run: as if nothing existed yet")
+    apply.add_argument("--lock-timeout", **lock_timeout)
+    apply.add_argument("--delete-data", action="store_true",
+                       help="allow replacing the Lustre instance (also needs lustre.deletion_policy: delete)")
+    apply.set_defaults(run=_apply)
+
+    destroy = commands.add_parser("destroy", help="delete what rlops created, in reverse order (Lustre is kept)")
+    destroy.add_argument("environment", metavar="ENV")
+    destroy.add_argument("--delete-data", action="store_true",
+                         help="also delete the Lustre instance (also needs lustre.deletion_policy: delete)")
+    destroy.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+    destroy.add_argument("--lock-timeout", **lock_timeout)
+    destroy.set_defaults(run=_destroy)
+
+    unlock = commands.add_parser("unlock", help="remove an environment's lock left by a dead apply")
+    unlock.add_argument("environment", metavar="ENV")
+    unlock.add_argument("--force", action="store_true", help="required: the holder must be dead")
+    unlock.set_defaults(run=_unlock)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    return args.run(args)
+    if getattr(args, "base", None) and not args.offline:
+        build_parser().error("--base goes with --offline")
+    if getattr(args, "offline", False) and hasattr(args, "dry_run") and not args.dry_run:
+        build_parser().error("apply --offline goes with --dry-run")
+    try:
+        return args.run(args)
+    except _Usage as error:
+        print(f"rlops {args.command}: {error}", file=sys.stderr)
+        return EXIT_ERROR
+    except (Failure, RuntimeError) as error:
+        print(f"rlops {args.command}: {error}", file=sys.stderr)
+        return EXIT_ERROR

@@ -31,6 +31,8 @@ class Live:
     fields: dict
     owned: bool
     depends_on: tuple[str, ...] = ()
+    # Still being created by an earlier, interrupted apply: an operation to wait on before using it.
+    settling: object = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)

@@ -42,7 +42,7 @@ KINDS = {k.name: k for k in [
     Kind("node_pool", "container", {
         "cluster": I, "machine_type": I, "disk_size_gb": I, "accelerator_type": I, "accelerator_count": I,
         "gpu_driver_version": I, "reservation": I, "spot": I, "additional_networks": I, "node_locations": I,
-        "initial_node_count": I, "autoscaling": M, "min_nodes": M, "max_nodes": M}, True),
+        "autoscaling": M, "min_nodes": M, "max_nodes": M}, True),
     Kind("lustre_instance", "lustre", {
         "zone": I, "capacity_gib": G, "per_unit_storage_throughput": I, "filesystem": I, "network": I,
         "gke_support_enabled": I}, True),
@@ -142,7 +142,8 @@ def build(env_name: str, env: GcpEnvironment) -> list[Resource]:
 def _system_pool_fields(env: GcpEnvironment) -> dict:
     system = env.cluster.system_pool
     scaling = system.autoscaling
-    return {"cluster": env.cluster.name, "machine_type": system.machine_type, "disk_size_gb": system.disk_size_gb,
+    return {"name": system.name, "cluster": env.cluster.name, "machine_type": system.machine_type,
+            "disk_size_gb": system.disk_size_gb,
             "accelerator_type": None, "accelerator_count": 0, "gpu_driver_version": None, "reservation": None,
             "spot": False, "additional_networks": [], "node_locations": None,
             "initial_node_count": system.initial_nodes, "autoscaling": scaling is not None,

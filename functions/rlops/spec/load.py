@@ -15,6 +15,7 @@ from typing import Any
 import pydantic
 from pydantic import BaseModel, TypeAdapter
 
+from rlops.errors import Failure
 from rlops.spec import inline_secrets, rules
 from rlops.spec.model import PATTERN_HINTS, ROOT_MODELS, Environment, GcpEnvironment, LocalEnvironment
 from rlops.spec.source import Document, Problem, parse_text, read_document
@@ -34,7 +35,7 @@ class Loaded:
     problems: list[Problem]
 
 
-class SpecError(Exception):
+class SpecError(Failure):
     def __init__(self, problems: list[Problem]):
         self.problems = problems
         super().__init__("\n".join(map(str, problems)))

@@ -1,0 +1,167 @@
+"""What every cloud adapter shares: where it points, retries, and waiting on operations.
+
+An adapter reads, creates, updates and deletes the resources of one Google API. It speaks the
+API's types and hands back rlops's flat field vocabulary (see `rlops.provision.resources`).
+"""
+
+import os
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from google.api_core import exceptions as gexc
+from google.api_core.gapic_v1.client_info import ClientInfo
+
+from rlops.errors import Failure
+
+OWNER_MARK = "rlops-managed-by=rlops"
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where an environment's resources live."""
+
+    environment: str
+    project: str
+    project_number: int
+    region: str
+    zone: str
+    cluster: str
+
+    @property
+    def description(self) -> str:
+        # Compute networks, subnets, firewalls and addresses have no labels; ownership goes in the description.
+        return f"{OWNER_MARK} rlops-env={self.environment}"
+
+    def owns_description(self, description: str | None) -> bool:
+        return f"rlops-env={self.environment}" in (description or "") and OWNER_MARK in (description or "")
+
+    def owns_labels(self, labels) -> bool:
+        labels = dict(labels or {})
+        return labels.get("rlops-managed-by") == "rlops" and labels.get("rlops-env") == self.environment
+
+
+@dataclass(frozen=True)
+class Connection:
+    """How to reach the APIs: Google's endpoints with default credentials, or a local fake."""
+
+    credentials: Any = None
+    endpoints: dict[str, str] = field(default_factory=dict)  # api -> URL, e.g. {"compute": "http://127.0.0.1:8080"}
+    # Says which rlops process sent a request, in the API's audit log (and a fake's request log).
+    user_agent: str = field(default_factory=lambda: f"rlops pid/{os.getpid()}")
+
+    def client_options(self, api: str) -> dict | None:
+        return {"api_endpoint": self.endpoints[api]} if api in self.endpoints else None
+
+    def gapic(self, api: str) -> dict:
+        """The keyword arguments of a GAPIC client of `api` over REST."""
+        return dict(transport="rest", credentials=self.credentials, client_options=self.client_options(api),
+                    client_info=ClientInfo(user_agent=self.user_agent))
+
+
+class CloudError(Failure):
+    """A failed call, said so that the user knows which API, which resource and what to do."""
+
+
+@dataclass
+class RetryPolicy:
+    attempts: int = 8
+    base_seconds: float = 0.5
+    cap_seconds: float = 30.0
+
+    def delays(self):
+        for attempt in range(self.attempts - 1):
+            # Full jitter: concurrent appliers that failed together do not retry together.
+            yield random.uniform(0, min(self.cap_seconds, self.base_seconds * 2 ** attempt))
+
+
+RETRY = RetryPolicy()
+_TRANSIENT = (gexc.TooManyRequests, gexc.ServiceUnavailable, gexc.InternalServerError, gexc.BadGateway,
+              gexc.GatewayTimeout, gexc.DeadlineExceeded)
+
+
+def is_transient(error: Exception) -> bool:
+    if isinstance(error, _TRANSIENT):
+        return True
+    status = getattr(getattr(error, "resp", None), "status", None)  # googleapiclient's HttpError
+    if status is not None and (int(status) == 429 or int(status) >= 500):
+        return True
+    # GKE runs one operation per cluster at a time and refuses others until it is done.
+    return isinstance(error, gexc.FailedPrecondition) and "incompatible operation" in str(error).lower()
+
+
+def call(api: str, what: str, function: Callable, *args, **kwargs):
+    """Run one API call, retrying transient failures with exponential backoff and jitter."""
+    delays = RETRY.delays()
+    while True:
+        try:
+            return function(*args, **kwargs)
+        except Exception as error:  # noqa: BLE001 - sorted into transient and final below
+            if not is_transient(error):
+                raise CloudError(explain(api, what, error)) from error
+            delay = next(delays, None)
+            if delay is None:
+                raise CloudError(f"{explain(api, what, error)} (gave up after {RETRY.attempts} attempts)") from error
+            time.sleep(delay)
+
+
+def get_or_none(api: str, what: str, function: Callable, *args, **kwargs):
+    """`call` for a read: None when the resource does not exist."""
+    try:
+        return call(api, what, function, *args, **kwargs)
+    except CloudError as error:
+        cause = error.__cause__
+        if isinstance(cause, gexc.NotFound) or getattr(getattr(cause, "resp", None), "status", None) == 404:
+            return None
+        raise
+
+
+def is_conflict(error: CloudError) -> bool:
+    """The create was refused because the resource exists (an earlier, interrupted create got through)."""
+    cause = error.__cause__
+    return isinstance(cause, (gexc.Conflict, gexc.AlreadyExists)) or getattr(getattr(cause, "resp", None), "status", None) == 409
+
+
+def explain(api: str, what: str, error: Exception) -> str:
+    message = getattr(error, "message", None) or str(error)
+    if isinstance(error, gexc.PermissionDenied) or getattr(getattr(error, "resp", None), "status", None) == 403:
+        hint = "the caller lacks a permission (or a quota is exhausted): see the message for which"
+    elif isinstance(error, gexc.NotFound):
+        hint = "it does not exist (or the API is not enabled in the project)"
+    elif isinstance(error, (gexc.Conflict, gexc.AlreadyExists)):
+        hint = "it exists already"
+    elif isinstance(error, (gexc.FailedPrecondition, gexc.BadRequest)):
+        hint = "the API refused the request"
+    elif isinstance(error, gexc.ResourceExhausted):
+        hint = "a quota is exhausted"
+    else:
+        hint = type(error).__name__
+    return f"{api}: {what}: {hint}: {message}"
+
+
+class Pending:
+    """A long-running operation: `poll()` says (done, error message or None)."""
+
+    def __init__(self, description: str, poll: Callable[[], tuple[bool, str | None]]):
+        self.description = description
+        self._poll = poll
+
+    def poll(self) -> tuple[bool, str | None]:
+        return self._poll()
+
+
+def done_already(description: str) -> Pending:
+    return Pending(description, lambda: (True, None))
+
+
+def last_segment(url: str | None) -> str | None:
+    return url.rstrip("/").rsplit("/", 1)[-1] if url else None
+
+
+def from_projects(url: str | None) -> str | None:
+    """`https://.../compute/v1/projects/p/global/x/y` -> `projects/p/global/x/y`."""
+    if not url:
+        return None
+    return url[url.index("projects/"):] if "projects/" in url else url

@@ -1,0 +1,220 @@
+"""GKE: the cluster (with its system pool) and the GPU node pools (google-cloud-container, REST)."""
+
+from dataclasses import replace
+
+from google.cloud import container_v1 as gke
+
+from rlops.cloud.base import Connection, Pending, Target, call, get_or_none, last_segment
+from rlops.provision.plan import Live
+from rlops.provision.resources import Resource
+
+API = "container"
+RESERVATION_KEY = "compute.googleapis.com/reservation-name"
+_SETTLED = {gke.Cluster.Status.RUNNING, gke.Cluster.Status.ERROR, gke.Cluster.Status.DEGRADED}
+_POOL_SETTLED = {gke.NodePool.Status.RUNNING, gke.NodePool.Status.RUNNING_WITH_ERROR, gke.NodePool.Status.ERROR}
+
+
+class ContainerAdapter:
+    kinds = ("cluster", "node_pool")
+
+    def __init__(self, target: Target, connection: Connection):
+        self.target = target
+        self.client = gke.ClusterManagerClient(**connection.gapic(API))
+
+    @property
+    def _location(self) -> str:
+        return f"projects/{self.target.project}/locations/{self.target.region}"
+
+    def _cluster_path(self, name: str | None = None) -> str:
+        return f"{self._location}/clusters/{name or self.target.cluster}"
+
+    def _pool_path(self, pool: str, cluster: str | None = None) -> str:
+        return f"{self._cluster_path(cluster)}/nodePools/{pool}"
+
+    # -- read -------------------------------------------------------------------------------
+    def read(self, kind: str, name: str, fields: dict) -> Live | None:
+        if kind == "cluster":
+            path = self._cluster_path(name)
+            cluster = get_or_none(API, f"get cluster {name}", self.client.get_cluster, name=path)
+            if cluster is None:
+                return None
+            live = self._cluster_fields(cluster, fields)
+            if cluster.status not in _SETTLED:
+                live = replace(live, settling=Pending(f"cluster {name} is {cluster.status.name}", lambda: (
+                    call(API, f"get cluster {name}", self.client.get_cluster, name=path).status in _SETTLED, None)))
+            return live
+        path = self._pool_path(name, fields.get("cluster"))
+        pool = get_or_none(API, f"get node pool {name}", self.client.get_node_pool, name=path)
+        if pool is None:
+            return None
+        live = self._pool_fields(pool, fields)
+        if pool.status not in _POOL_SETTLED:
+            live = replace(live, settling=Pending(f"node pool {name} is {pool.status.name}", lambda: (
+                call(API, f"get node pool {name}", self.client.get_node_pool, name=path).status in _POOL_SETTLED, None)))
+        return live
+
+    def _cluster_fields(self, cluster: gke.Cluster, wanted: dict) -> Live:
+        addons = cluster.addons_config
+        version = cluster.current_master_version
+        minimum = wanted.get("min_master_version")
+        return Live({
+            "location": cluster.location, "network": last_segment(cluster.network),
+            "workload_pool": cluster.workload_identity_config.workload_pool or None,
+            "datapath_provider": cluster.network_config.datapath_provider.name,
+            "enable_multi_networking": cluster.network_config.enable_multi_networking,
+            "use_ip_aliases": cluster.ip_allocation_policy.use_ip_aliases,
+            "release_channel": cluster.release_channel.channel.name,
+            # A minimum version is met by any version it prefixes (1.33 by 1.33.2-gke.1475000).
+            "min_master_version": minimum if minimum and version.startswith(minimum) else version or None,
+            "ray_operator": addons.ray_operator_config.enabled,
+            "lustre_csi_driver": addons.lustre_csi_driver_config.enabled,
+            "lustre_legacy_port": addons.lustre_csi_driver_config.enable_legacy_lustre_port,
+            "dns_endpoint": cluster.control_plane_endpoints_config.dns_endpoint_config.allow_external_traffic,
+        }, self.target.owns_labels(cluster.resource_labels))
+
+    def _pool_fields(self, pool: gke.NodePool, wanted: dict) -> Live:
+        config = pool.config
+        accelerator = config.accelerators[0] if config.accelerators else None
+        affinity = config.reservation_affinity
+        specific = affinity.consume_reservation_type == gke.ReservationAffinity.Type.SPECIFIC_RESERVATION
+        return Live({
+            "cluster": wanted.get("cluster", self.target.cluster), "machine_type": config.machine_type,
+            "disk_size_gb": config.disk_size_gb,
+            "accelerator_type": accelerator.accelerator_type if accelerator else None,
+            "accelerator_count": accelerator.accelerator_count if accelerator else 0,
+            "gpu_driver_version": accelerator.gpu_driver_installation_config.gpu_driver_version.name if accelerator else None,
+            "reservation": affinity.values[0] if specific and affinity.values else None,
+            "spot": config.spot,
+            "additional_networks": [[last_segment(n.network), last_segment(n.subnetwork)]
+                                    for n in pool.network_config.additional_node_network_configs],
+            "node_locations": list(pool.locations),
+            "autoscaling": pool.autoscaling.enabled,
+            "min_nodes": pool.autoscaling.min_node_count if pool.autoscaling.enabled else None,
+            "max_nodes": pool.autoscaling.max_node_count if pool.autoscaling.enabled else None,
+        }, self.target.owns_labels(config.resource_labels))
+
+    # -- create / update / delete -----------------------------------------------------------
+    def create(self, resource: Resource) -> Pending:
+        d = resource.desired
+        if resource.kind == "node_pool":
+            operation = call(API, f"create node pool {resource.name}", self.client.create_node_pool,
+                             parent=self._cluster_path(d["cluster"]), node_pool=self._node_pool(resource.name, d, resource.labels))
+            return self._wait(operation)
+        cluster = gke.Cluster(
+            name=resource.name, network=d["network"], resource_labels=resource.labels,
+            workload_identity_config=gke.WorkloadIdentityConfig(workload_pool=d["workload_pool"] or ""),
+            network_config=gke.NetworkConfig(datapath_provider=gke.DatapathProvider[d["datapath_provider"]],
+                                             enable_multi_networking=d["enable_multi_networking"]),
+            ip_allocation_policy=gke.IPAllocationPolicy(use_ip_aliases=d["use_ip_aliases"]),
+            release_channel=gke.ReleaseChannel(channel=gke.ReleaseChannel.Channel[d["release_channel"]]),
+            initial_cluster_version=d["min_master_version"] or "",
+            addons_config=self._addons(d),
+            control_plane_endpoints_config=self._endpoints(d),
+            node_pools=[self._node_pool(d["system_pool"].get("name", "default-pool"), d["system_pool"], resource.labels)],
+        )
+        return self._wait(call(API, f"create cluster {resource.name}", self.client.create_cluster,
+                               parent=self._location, cluster=cluster))
+
+    def update(self, resource: Resource, changed: list[str]) -> Pending:
+        d, name = resource.desired, resource.name
+        if resource.kind == "node_pool":
+            request = gke.SetNodePoolAutoscalingRequest(name=self._pool_path(name, d["cluster"]), autoscaling=self._autoscaling(d))
+            return self._wait(call(API, f"set autoscaling of node pool {name}", self.client.set_node_pool_autoscaling,
+                                   request=request))
+        # GKE applies one desired_* field per update call, so each changed group is its own operation.
+        updates = []
+        if {"ray_operator", "lustre_csi_driver", "lustre_legacy_port"} & set(changed):
+            updates.append(("add-ons", gke.ClusterUpdate(desired_addons_config=self._addons(d))))
+        if "release_channel" in changed:
+            updates.append(("release channel", gke.ClusterUpdate(
+                desired_release_channel=gke.ReleaseChannel(channel=gke.ReleaseChannel.Channel[d["release_channel"]]))))
+        if "workload_pool" in changed:
+            updates.append(("workload identity", gke.ClusterUpdate(
+                desired_workload_identity_config=gke.WorkloadIdentityConfig(workload_pool=d["workload_pool"] or ""))))
+        if "dns_endpoint" in changed:
+            updates.append(("DNS endpoint", gke.ClusterUpdate(desired_control_plane_endpoints_config=self._endpoints(d))))
+        if "min_master_version" in changed:
+            updates.append(("version", gke.ClusterUpdate(desired_master_version=d["min_master_version"])))
+        return self._sequence(name, updates)
+
+    def _sequence(self, name: str, updates: list) -> Pending:
+        remaining = list(updates)
+        current: list[Pending] = []
+
+        def poll() -> tuple[bool, str | None]:
+            if current:
+                done, error = current[0].poll()
+                if not done or error:
+                    return done, error
+                current.clear()
+            if not remaining:
+                return True, None
+            what, update = remaining.pop(0)
+            current.append(self._wait(call(API, f"update {what} of cluster {name}", self.client.update_cluster,
+                                           name=self._cluster_path(name), update=update)))
+            return False, None
+
+        return Pending(f"cluster {name} updates", poll)
+
+    def delete(self, kind: str, name: str, fields: dict) -> Pending:
+        if kind == "cluster":
+            return self._wait(call(API, f"delete cluster {name}", self.client.delete_cluster, name=self._cluster_path(name)))
+        return self._wait(call(API, f"delete node pool {name}", self.client.delete_node_pool,
+                               name=self._pool_path(name, fields.get("cluster"))))
+
+    # -- request pieces ---------------------------------------------------------------------
+    def _node_pool(self, name: str, d: dict, labels: dict) -> gke.NodePool:
+        config = gke.NodeConfig(machine_type=d["machine_type"], disk_size_gb=d["disk_size_gb"], spot=d["spot"],
+                                resource_labels=labels)
+        if d["accelerator_type"]:
+            config.accelerators = [gke.AcceleratorConfig(
+                accelerator_type=d["accelerator_type"], accelerator_count=d["accelerator_count"],
+                gpu_driver_installation_config=gke.GPUDriverInstallationConfig(
+                    gpu_driver_version=gke.GPUDriverInstallationConfig.GPUDriverVersion[_driver(d["gpu_driver_version"])]))]
+            config.gvnic = gke.VirtualNIC(enabled=True)
+        if d["reservation"]:
+            config.reservation_affinity = gke.ReservationAffinity(
+                consume_reservation_type=gke.ReservationAffinity.Type.SPECIFIC_RESERVATION, key=RESERVATION_KEY,
+                values=[d["reservation"]])
+        pool = gke.NodePool(name=name, config=config, initial_node_count=d["initial_node_count"])
+        if d["autoscaling"]:
+            pool.autoscaling = self._autoscaling(d)
+        if d["node_locations"]:
+            pool.locations = d["node_locations"]
+        if d["additional_networks"]:
+            pool.network_config = gke.NodeNetworkConfig(additional_node_network_configs=[
+                gke.AdditionalNodeNetworkConfig(network=network, subnetwork=subnetwork)
+                for network, subnetwork in d["additional_networks"]])
+        return pool
+
+    @staticmethod
+    def _autoscaling(d: dict) -> gke.NodePoolAutoscaling:
+        return gke.NodePoolAutoscaling(enabled=True, min_node_count=d["min_nodes"], max_node_count=d["max_nodes"])
+
+    @staticmethod
+    def _addons(d: dict) -> gke.AddonsConfig:
+        return gke.AddonsConfig(
+            ray_operator_config=gke.RayOperatorConfig(enabled=d["ray_operator"]),
+            lustre_csi_driver_config=gke.LustreCsiDriverConfig(enabled=d["lustre_csi_driver"],
+                                                               enable_legacy_lustre_port=d["lustre_legacy_port"]))
+
+    @staticmethod
+    def _endpoints(d: dict) -> gke.ControlPlaneEndpointsConfig:
+        return gke.ControlPlaneEndpointsConfig(
+            dns_endpoint_config=gke.ControlPlaneEndpointsConfig.DNSEndpointConfig(allow_external_traffic=d["dns_endpoint"]))
+
+    def _wait(self, operation: gke.Operation) -> Pending:
+        path = f"{self._location}/operations/{operation.name}"
+
+        def poll() -> tuple[bool, str | None]:
+            current = call(API, f"get operation {operation.name}", self.client.get_operation, name=path)
+            if current.status != gke.Operation.Status.DONE:
+                return False, None
+            error = current.error.message if current.error and current.error.message else None
+            return True, error or None
+
+        return Pending(f"GKE operation {operation.name} ({operation.operation_type.name.lower()})", poll)
+
+
+def _driver(version: str) -> str:
+    return "INSTALLATION_DISABLED" if version == "DISABLED" else version

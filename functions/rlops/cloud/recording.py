@@ -1,0 +1,64 @@
+"""Adapters whose requests are written down instead of sent: what `apply --dry-run` prints."""
+
+import json
+from urllib.parse import parse_qsl, urlencode, urlsplit
+
+import httplib2
+import requests
+from google.auth.credentials import AnonymousCredentials
+
+from rlops.cloud import adapters
+from rlops.cloud.base import Connection, Target
+
+
+def _line(method: str, url: str, body) -> str:
+    parts = urlsplit(url)
+    # `$alt=json;enum-encoding=int` is how the client wants answers, not what it asks for.
+    query = [(k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True) if k not in ("$alt", "alt")]
+    if isinstance(body, bytes):
+        body = body.decode()
+    parsed = json.loads(body) if body else None
+    target = f"{parts.scheme}://{parts.netloc}{parts.path}" + (f"?{urlencode(query)}" if query else "")
+    return f"{method} {target}" + (f" {json.dumps(parsed, sort_keys=True)}" if parsed else "")
+
+
+class _RecordingTransport(requests.adapters.BaseAdapter):
+    def __init__(self, transcript: list[str]):
+        super().__init__()
+        self.transcript = transcript
+
+    def send(self, request, **kwargs):
+        self.transcript.append(_line(request.method, request.url, request.body))
+        response = requests.Response()
+        response.status_code = 200
+        response._content = b"{}"
+        response.headers["Content-Type"] = "application/json"
+        response.request = request
+        response.url = request.url
+        return response
+
+    def close(self):
+        pass
+
+
+class _RecordingHttp:
+    """Enough of httplib2.Http for google-api-python-client."""
+
+    def __init__(self, transcript: list[str]):
+        self.transcript = transcript
+
+    def request(self, uri, method="GET", body=None, headers=None, **kwargs):
+        self.transcript.append(_line(method, uri, body))
+        return httplib2.Response({"status": "200", "content-type": "application/json"}), b"{}"
+
+
+def recording_adapters(target: Target, transcript: list[str]) -> dict:
+    by_kind = adapters(target, Connection(credentials=AnonymousCredentials()), http_for_discovery=_RecordingHttp(transcript))
+    transport = _RecordingTransport(transcript)
+    for adapter in set(by_kind.values()):
+        for client in vars(adapter).values():
+            session = getattr(getattr(client, "_transport", None), "_session", None)
+            if session is not None:
+                session.mount("https://", transport)
+                session.mount("http://", transport)
+    return by_kind

@@ -1,0 +1,254 @@
+"""Reading live state and carrying out a plan: the only part of provisioning that does I/O.
+
+Reads all go out at once (one round trip however many resources and environments). A plan runs
+as steps on a dependency graph: a step starts when the steps it needs are done, so independent
+resources are created side by side; GKE takes one operation per cluster at a time, so the
+cluster's own steps are serialized. After every finished step the resource record in the state
+bucket is written, so an apply killed at any point is finished by running it again.
+"""
+
+import json
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+
+from rlops.cloud.base import CloudError, Pending, is_conflict
+from rlops.errors import Failure
+from rlops.provision.plan import Action, Change, Live, Plan
+from rlops.provision.resources import Resource
+from rlops.state.record import ResourceRecord
+
+
+@dataclass
+class Workspace:
+    """One environment's resources, adapters (by kind) and resource record."""
+
+    name: str
+    desired: list[Resource]
+    adapters: dict
+    record: ResourceRecord
+
+    def locator(self, key: str) -> dict:
+        """The fields an adapter needs to find `key` (its region, zone or cluster)."""
+        for resource in self.desired:
+            if resource.key == key:
+                return resource.desired
+        return self.record.resources.get(key, {}).get("fields", {})
+
+
+def read_live(workspaces: list[Workspace], pool: ThreadPoolExecutor) -> dict[str, dict[str, Live]]:
+    """Live state of every workspace, all reads in parallel: {workspace name: {key: Live}}."""
+    futures: dict[tuple[str, str], Future] = {}
+    for ws in workspaces:
+        keys = [r.key for r in ws.desired] + [k for k in ws.record.resources if k not in {r.key for r in ws.desired}]
+        for key in keys:
+            kind, name = key.split("/", 1)
+            futures[(ws.name, key)] = pool.submit(ws.adapters[kind].read, kind, name, ws.locator(key))
+    live: dict[str, dict[str, Live]] = {ws.name: {} for ws in workspaces}
+    by_name = {ws.name: ws for ws in workspaces}
+    for (ws_name, key), future in futures.items():
+        found = future.result()
+        if found is None:
+            continue
+        ws = by_name[ws_name]
+        recorded = ws.record.resources.get(key)
+        wanted = next((r for r in ws.desired if r.key == key), None)
+        depends_on = tuple(recorded["depends_on"]) if recorded else (wanted.depends_on if wanted else found.depends_on)
+        live[ws_name][key] = Live(found.fields, found.owned or recorded is not None, depends_on, found.settling)
+    return live
+
+
+@dataclass
+class Step:
+    verb: str                 # create, update, delete, record
+    change: Change
+    needs: set = field(default_factory=set)
+
+    @property
+    def id(self) -> tuple[str, str]:
+        return (self.verb, self.change.key)
+
+    def label(self) -> str:
+        return f"{self.verb} {self.change.key}"
+
+
+def steps_for(plan: Plan) -> list[Step]:
+    """The plan as steps with their dependencies (creates after what they need, deletes before it)."""
+    steps: dict[tuple[str, str], Step] = {}
+    changes = {c.key: c for c in plan.changes}
+    for change in plan.changes:
+        if change.action in (Action.DELETE, Action.REPLACE):
+            steps[("delete", change.key)] = Step("delete", change)
+        if change.action in (Action.CREATE, Action.REPLACE):
+            steps[("create", change.key)] = Step("create", change)
+        elif change.action == Action.UPDATE:
+            steps[("update", change.key)] = Step("update", change)
+        elif change.action == Action.ADOPT or (change.action == Action.NOOP and change.reason.startswith("created by")):
+            steps[("record", change.key)] = Step("record", change)
+    for step in steps.values():
+        key = step.change.key
+        if step.verb == "delete":
+            # Whatever is built on this goes first.
+            step.needs = {("delete", c.key) for c in plan.changes if key in c.depends_on and ("delete", c.key) in steps}
+        else:
+            step.needs = {(verb, d) for d in step.change.depends_on for verb in ("create", "update", "record")
+                          if (verb, d) in steps}
+            if ("delete", key) in steps:
+                step.needs.add(("delete", key))
+            parent = step.change.resource.created_with if step.change.resource else None
+            if step.verb == "record" and parent and ("create", parent) in steps:
+                step.needs.add(("create", parent))
+    return [step for step in steps.values() if step.change.key in changes]
+
+
+class ApplyFailed(Failure):
+    pass
+
+
+@dataclass
+class Runner:
+    workspace: Workspace
+    report: Callable[[str], None]
+    # Operations are polled often at first (most compute ones finish in seconds), then every max_poll_seconds.
+    first_poll_seconds: float = 0.2
+    max_poll_seconds: float = 5.0
+    progress_seconds: float = 30.0
+    max_parallel: int = 8
+    _started: float = field(default_factory=time.monotonic)
+    _serial: dict = field(default_factory=dict)
+    _running: dict = field(default_factory=dict)
+
+    def _say(self, text: str) -> None:
+        self.report(f"[{time.monotonic() - self._started:6.1f}s] {text}")
+
+    def _serial_lock(self, change: Change):
+        if change.kind in ("cluster", "node_pool"):
+            return self._serial.setdefault("container", threading.Lock())
+        return None
+
+    def settle(self, live: dict[str, Live]) -> None:
+        """Wait for resources an interrupted apply left half-created (a cluster still PROVISIONING)."""
+        for key, state in live.items():
+            if state.settling is not None:
+                self._say(f"waiting for {key}: {state.settling.description}")
+                self._wait(state.settling, key)
+
+    def run(self, plan: Plan) -> None:
+        steps = {s.id: s for s in steps_for(plan)}
+        done: set = set()
+        failures: list[str] = []
+        futures: dict[Future, Step] = {}
+        with ThreadPoolExecutor(max_workers=self.max_parallel, thread_name_prefix="apply") as pool:
+            while steps or futures:
+                if not failures:
+                    for step_id, step in list(steps.items()):
+                        if step.needs <= done:
+                            futures[pool.submit(self._run_step, step)] = step
+                            del steps[step_id]
+                if not futures:
+                    break
+                finished, _ = wait(futures, timeout=self.progress_seconds, return_when=FIRST_COMPLETED)
+                if not finished:
+                    waiting = ", ".join(f"{label} ({time.monotonic() - since:.0f}s)" for label, since in self._running.items())
+                    self._say(f"still working: {waiting}")
+                for future in finished:
+                    step = futures.pop(future)
+                    try:
+                        future.result()
+                        done.add(step.id)
+                    except (CloudError, ApplyFailed) as error:
+                        failures.append(f"{step.label()}: {error}")
+                        self._say(f"FAILED {step.label()}: {error}")
+        if failures or steps:
+            skipped = [s.label() for s in steps.values()]
+            raise ApplyFailed("; ".join(failures) + (f" (not started: {', '.join(skipped)})" if skipped else ""))
+
+    def _run_step(self, step: Step) -> None:
+        change, ws = step.change, self.workspace
+        kind, name = change.key.split("/", 1)
+        if step.verb == "record":
+            ws.record.put(change.key, change.resource.desired, change.resource.depends_on)
+            self._say(f"recorded {change.key} ({change.reason})")
+            return
+        adapter = ws.adapters[kind]
+        serial = self._serial_lock(change)
+        if serial:
+            serial.acquire()
+        try:
+            self._say(f"{step.verb} {change.key} ...")
+            self._running[step.label()] = time.monotonic()
+            if step.verb == "create":
+                pending = self._create(adapter, change)
+            elif step.verb == "update":
+                pending = adapter.update(change.resource, [f.field for f in change.fields])
+            else:
+                pending = adapter.delete(kind, name, ws.locator(change.key))
+            self._wait(pending, change.key)
+        finally:
+            self._running.pop(step.label(), None)
+            if serial:
+                serial.release()
+        if step.verb == "delete":
+            ws.record.remove(change.key)
+        else:
+            ws.record.put(change.key, change.resource.desired, change.resource.depends_on)
+        self._say(f"{step.verb}d {change.key}")
+
+    def _create(self, adapter, change: Change) -> Pending:
+        try:
+            return adapter.create(change.resource)
+        except CloudError as error:
+            if not is_conflict(error):
+                raise
+        # An earlier apply's create got through but was not yet visible when this plan read: wait for it.
+        kind, name = change.key.split("/", 1)
+        self._say(f"{change.key} exists already (an interrupted apply created it); waiting for it")
+
+        def visible() -> tuple[bool, str | None]:
+            live = adapter.read(kind, name, change.resource.desired)
+            if live is None or (live.settling is not None and not live.settling.poll()[0]):
+                return False, None
+            if not live.owned:
+                return True, "it exists but is not managed by rlops; remove it or adopt it by matching the spec"
+            return True, None
+
+        return Pending(f"{change.key} to appear", visible)
+
+    def _wait(self, pending: Pending, key: str) -> None:
+        delay = self.first_poll_seconds
+        while True:
+            is_done, error = pending.poll()
+            if is_done:
+                if error:
+                    raise ApplyFailed(f"{pending.description} failed: {error}")
+                return
+            time.sleep(delay)
+            delay = min(self.max_poll_seconds, delay * 1.5)
+
+
+def dry_run(plan: Plan, workspace: Workspace, transcript: list) -> None:
+    """Send every step's requests to a recorder instead of the API, in dependency order, one at a time."""
+    steps = {s.id: s for s in steps_for(plan)}
+    done: set = set()
+    while steps:
+        ready = [s for s in steps.values() if s.needs <= done]
+        if not ready:
+            raise ApplyFailed(f"dependency cycle among {sorted(steps)}")
+        for step in ready:
+            kind, name = step.change.key.split("/", 1)
+            transcript.append(f"# {step.label()}")
+            adapter = workspace.adapters[kind]
+            if step.verb == "create":
+                adapter.create(step.change.resource)
+            elif step.verb == "update":
+                adapter.update(step.change.resource, [f.field for f in step.change.fields])
+            elif step.verb == "delete":
+                adapter.delete(kind, name, workspace.locator(step.change.key))
+            done.add(step.id)
+            del steps[step.id]
+
+
+def format_request(method: str, url: str, body) -> str:
+    return f"{method} {url}" + (f" {json.dumps(body, sort_keys=True)}" if body else "")

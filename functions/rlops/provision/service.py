@@ -1,0 +1,183 @@
+"""plan, apply and destroy of whole environments: the spec, the state bucket and the adapters together."""
+
+import json
+import os
+import subprocess
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from rlops.cloud.base import Connection, Target
+from rlops.errors import Failure
+from rlops.provision import engine, resources
+from rlops.provision.plan import Live, Plan, build_plan, data_loss_refusals
+from rlops.spec.load import SpecError, load_text
+from rlops.spec.model import GcpEnvironment
+from rlops.state.lock import Lock
+from rlops.state.record import ResourceRecord
+
+
+class Refused(Failure):
+    """The plan may not run as it is (a data-losing change, a resource rlops does not own)."""
+
+
+def connection_from_environment() -> Connection:
+    """Google's endpoints with application default credentials, or RLOPS_API_ENDPOINTS (tests, fakes)."""
+    endpoints = json.loads(os.environ.get("RLOPS_API_ENDPOINTS") or "{}")
+    if endpoints:
+        from google.auth.credentials import AnonymousCredentials
+        return Connection(credentials=AnonymousCredentials(), endpoints=endpoints)
+    return Connection()
+
+
+def target_of(name: str, env: GcpEnvironment) -> Target:
+    return Target(name, env.project.id, env.project.number, env.region, env.zone, env.cluster.name)
+
+
+@dataclass
+class Environment:
+    name: str
+    spec: GcpEnvironment
+
+    @property
+    def desired(self) -> list[resources.Resource]:
+        return resources.topological(resources.build(self.name, self.spec))
+
+
+def workspace(env: Environment, connection: Connection, bucket, adapters: dict | None = None) -> engine.Workspace:
+    from rlops.cloud import adapters as build_adapters
+
+    record = ResourceRecord(bucket, env.spec.state.prefix, env.name).load()
+    return engine.Workspace(env.name, env.desired,
+                            adapters if adapters is not None else build_adapters(target_of(env.name, env.spec), connection),
+                            record)
+
+
+def read(spaces: list[engine.Workspace]) -> dict[str, dict[str, Live]]:
+    with ThreadPoolExecutor(max_workers=32, thread_name_prefix="read") as pool:
+        return engine.read_live(spaces, pool)
+
+
+def plan_offline(env: Environment, base: Environment | None) -> Plan:
+    """The plan a reviewer sees without credentials: the spec against the base revision's spec."""
+    live = {} if base is None else {r.key: Live(r.desired, True, r.depends_on) for r in base.desired}
+    return build_plan(env.name, env.desired, live)
+
+
+def spec_at_revision(path: Path, revision: str) -> str | None:
+    """The file's text at a git revision, or None when it did not exist there."""
+    top = subprocess.run(["git", "rev-parse", "--show-toplevel"], capture_output=True, text=True,
+                         cwd=path.resolve().parent)
+    if top.returncode:
+        raise RuntimeError(f"--base needs a git checkout: {top.stderr.strip()}")
+    root = top.stdout.strip()
+    exists = subprocess.run(["git", "rev-parse", "--verify", "--quiet", f"{revision}^{{commit}}"], capture_output=True,
+                            cwd=root)
+    if exists.returncode:
+        raise RuntimeError(f"no such git revision: {revision}")
+    relative = path.resolve().relative_to(Path(root).resolve())
+    shown = subprocess.run(["git", "show", f"{revision}:{relative.as_posix()}"], capture_output=True, text=True, cwd=root)
+    return shown.stdout if shown.returncode == 0 else None
+
+
+def base_environment(path: Path, revision: str) -> Environment | None:
+    text = spec_at_revision(path, revision)
+    if text is None:
+        return None
+    loaded = load_text(text, path.stem, f"{path}@{revision}")
+    if loaded.problems:
+        raise SpecError(loaded.problems)
+    if not isinstance(loaded.environment, GcpEnvironment):
+        return None
+    return Environment(path.stem, loaded.environment)
+
+
+def destroy_plan(env: Environment, live: dict[str, Live], delete_data: bool) -> tuple[Plan, list[str]]:
+    """Everything rlops owns, deleted; a Lustre instance (and what it stands on) kept unless both say delete."""
+    plan = build_plan(env.name, [], live)
+    notes = []
+    if env.spec.lustre.deletion_policy != "delete" or not delete_data:
+        keep = _with_dependencies([c.key for c in plan.changes if c.kind == "lustre_instance"], live)
+        if keep:
+            plan.changes = [c for c in plan.changes if c.key not in keep]
+            why = ("lustre.deletion_policy is retain" if env.spec.lustre.deletion_policy != "delete"
+                   else "--delete-data was not given")
+            notes.append(f"kept, with its data: {', '.join(sorted(keep))} ({why})")
+    return plan, notes
+
+
+def _with_dependencies(keys: list[str], live: dict[str, Live]) -> set[str]:
+    found, stack = set(), list(keys)
+    while stack:
+        key = stack.pop()
+        if key not in found:
+            found.add(key)
+            stack.extend(live[key].depends_on if key in live else ())
+    return found
+
+
+@dataclass
+class Session:
+    """One apply or destroy of one environment, under its lock."""
+
+    env: Environment
+    connection: Connection
+    bucket: object
+    report: Callable[[str], None]
+    lock_timeout: float = 600.0
+
+    def _lock(self, operation: str) -> Lock:
+        lock = Lock(self.bucket, self.env.spec.state.prefix, self.env.name, operation=operation)
+        said = []
+
+        def waiting(held: dict) -> None:
+            if not said:
+                self.report(f"waiting for the lock on {self.env.name}: held by {held['holder']} ({held['operation']} "
+                            f"since {held['since']}); giving up after {self.lock_timeout:.0f}s")
+                said.append(True)
+
+        lock.acquire(self.lock_timeout, on_wait=waiting)
+        return lock
+
+    def apply(self, delete_data: bool = False, confirm: Callable[[Plan], bool] = lambda plan: True) -> Plan:
+        return self._run("apply", delete_data, confirm)
+
+    def destroy(self, delete_data: bool, confirm: Callable[[Plan], bool]) -> Plan:
+        return self._run("destroy", delete_data, confirm)
+
+    def _run(self, operation: str, delete_data: bool, confirm: Callable[[Plan], bool]) -> Plan:
+        with self._lock(operation):
+            # Planned again under the lock: what another apply did while we waited is part of it.
+            space = workspace(self.env, self.connection, self.bucket)
+            live = read([space])[self.env.name]
+            runner = engine.Runner(space, self.report)
+            if operation == "destroy":
+                plan, notes = destroy_plan(self.env, live, delete_data)
+                for note in notes:
+                    self.report(note)
+            else:
+                plan = build_plan(self.env.name, space.desired, live)
+            refusals = plan.errors + data_loss_refusals(plan, self.env.spec.lustre.deletion_policy, delete_data)
+            if refusals:
+                raise Refused("; ".join(refusals))
+            if not plan.has_changes:
+                return plan
+            if not confirm(plan):
+                raise Refused(f"{operation} not confirmed; nothing was changed")
+            runner.settle(live)
+            runner.run(plan)
+            return plan
+
+
+def dry_run(env: Environment, live: dict[str, Live] | None) -> list[str]:
+    """The mutating requests an apply would send from `live` (None: from nothing), as transcript lines."""
+    from rlops.cloud.recording import recording_adapters
+
+    transcript: list[str] = []
+    space = workspace(env, Connection(), None, adapters=recording_adapters(target_of(env.name, env.spec), transcript))
+    plan = build_plan(env.name, space.desired, live or {})
+    if plan.errors:
+        raise Refused("; ".join(plan.errors))
+    engine.dry_run(plan, space, transcript)
+    return transcript

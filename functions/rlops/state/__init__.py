@@ -1,0 +1,1 @@
+"""What rlops keeps in the environment's state bucket: locks and the record of what it owns."""

@@ -1,0 +1,30 @@
+"""The state bucket (Cloud Storage). STORAGE_EMULATOR_HOST points the client at a local emulator."""
+
+import json
+import os
+
+from google.api_core import exceptions as gexc
+from google.cloud import storage
+
+
+def client(project: str | None = None) -> storage.Client:
+    if os.environ.get("STORAGE_EMULATOR_HOST"):
+        from google.auth.credentials import AnonymousCredentials
+        return storage.Client(project=project or "local", credentials=AnonymousCredentials())
+    return storage.Client(project=project)
+
+
+def read_json(blob: storage.Blob) -> tuple[dict | None, int]:
+    """(content, generation); (None, 0) when the object does not exist."""
+    try:
+        data = blob.download_as_bytes()
+    except gexc.NotFound:
+        return None, 0
+    return json.loads(data), blob.generation
+
+
+def write_json(blob: storage.Blob, content: dict, if_generation_match: int) -> int:
+    """Write only if the object is still at `if_generation_match` (0: does not exist yet); new generation."""
+    blob.upload_from_string(json.dumps(content, indent=1, sort_keys=True), content_type="application/json",
+                            if_generation_match=if_generation_match)
+    return blob.generation
