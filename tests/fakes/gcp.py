@@ -100,7 +100,11 @@ class FakeGcp:
 
             do_GET = do_POST = do_PATCH = do_PUT = do_DELETE = _serve
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        class Server(ThreadingHTTPServer):
+            def handle_error(self, request, client_address):
+                pass  # a client killed mid-request (the crash tests do that) is not the fake's error
+
+        self._server = Server(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
         threading.Thread(target=self._server.serve_forever, daemon=True, name="fake-gcp").start()
         return self
@@ -148,7 +152,9 @@ class FakeGcp:
         raw = http.rfile.read(length) if length else b""
         body = json.loads(raw) if raw.strip() else None
         query = {k: v[0] for k, v in parse_qs(parts.query).items()}
-        request = Request(http.command, parts.path, query, body, http.headers.get("User-Agent", ""), time.time())
+        # GAPIC clients put their ClientInfo user agent in x-goog-api-client; discovery clients in User-Agent.
+        agent = f"{http.headers.get('User-Agent', '')} {http.headers.get('x-goog-api-client', '')}".strip()
+        request = Request(http.command, parts.path, query, body, agent, time.time())
         self.requests.append(request)
         if self.latency:
             time.sleep(self.latency)

@@ -177,7 +177,6 @@ class Runner:
         if serial:
             serial.acquire()
         try:
-            self._say(f"{step.verb} {change.key} ...")
             self._running[step.label()] = time.monotonic()
             if step.verb == "create":
                 pending = self._create(adapter, change)
@@ -185,6 +184,7 @@ class Runner:
                 pending = adapter.update(change.resource, [f.field for f in change.fields])
             else:
                 pending = adapter.delete(kind, name, ws.locator(change.key))
+            self._say(f"{step.verb} {change.key}: {pending.description}")
             self._wait(pending, change.key)
         finally:
             self._running.pop(step.label(), None)

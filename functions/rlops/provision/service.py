@@ -96,6 +96,8 @@ def base_environment(path: Path, revision: str) -> Environment | None:
 def destroy_plan(env: Environment, live: dict[str, Live], delete_data: bool) -> tuple[Plan, list[str]]:
     """Everything rlops owns, deleted; a Lustre instance (and what it stands on) kept unless both say delete."""
     plan = build_plan(env.name, [], live)
+    for change in plan.changes:
+        change.reason = "destroy"
     notes = []
     if env.spec.lustre.deletion_policy != "delete" or not delete_data:
         keep = _with_dependencies([c.key for c in plan.changes if c.kind == "lustre_instance"], live)
