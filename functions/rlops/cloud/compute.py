@@ -14,14 +14,13 @@ class ComputeAdapter:
 
     def __init__(self, target: Target, connection: Connection):
         self.target = target
-        options = connection.gapic(API)
-        self.networks = compute_v1.NetworksClient(**options)
-        self.subnetworks = compute_v1.SubnetworksClient(**options)
-        self.firewalls = compute_v1.FirewallsClient(**options)
-        self.addresses = compute_v1.GlobalAddressesClient(**options)
+        self.networks = connection.gapic(API, compute_v1.NetworksClient)
+        self.subnetworks = connection.gapic(API, compute_v1.SubnetworksClient)
+        self.firewalls = connection.gapic(API, compute_v1.FirewallsClient)
+        self.addresses = connection.gapic(API, compute_v1.GlobalAddressesClient)
         # Our own operation clients: ExtendedOperation.result() ignores a custom endpoint (feasibility §2, gotcha 5).
-        self.global_operations = compute_v1.GlobalOperationsClient(**options)
-        self.region_operations = compute_v1.RegionOperationsClient(**options)
+        self.global_operations = connection.gapic(API, compute_v1.GlobalOperationsClient)
+        self.region_operations = connection.gapic(API, compute_v1.RegionOperationsClient)
 
     def _network_url(self, name: str) -> str:
         return f"projects/{self.target.project}/global/networks/{name}"

@@ -19,7 +19,7 @@ class ContainerAdapter:
 
     def __init__(self, target: Target, connection: Connection):
         self.target = target
-        self.client = gke.ClusterManagerClient(**connection.gapic(API))
+        self.client = connection.gapic(API, gke.ClusterManagerClient)
 
     @property
     def _location(self) -> str:

@@ -15,7 +15,7 @@ class LustreAdapter:
 
     def __init__(self, target: Target, connection: Connection):
         self.target = target
-        self.client = lustre_v1.LustreClient(**connection.gapic(API))
+        self.client = connection.gapic(API, lustre_v1.LustreClient)
 
     def _parent(self, zone: str) -> str:
         return f"projects/{self.target.project}/locations/{zone}"

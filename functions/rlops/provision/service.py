@@ -55,7 +55,9 @@ def workspace(env: Environment, connection: Connection, bucket, adapters: dict |
 
 
 def read(spaces: list[engine.Workspace]) -> dict[str, dict[str, Live]]:
-    with ThreadPoolExecutor(max_workers=32, thread_name_prefix="read") as pool:
+    # One thread per read: they spend their time waiting on the network, and a plan costs one round trip.
+    reads = sum(len(space.desired) + len(space.record.resources) for space in spaces)
+    with ThreadPoolExecutor(max_workers=max(1, min(256, reads)), thread_name_prefix="read") as pool:
         return engine.read_live(spaces, pool)
 
 
