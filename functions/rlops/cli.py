@@ -98,11 +98,7 @@ def _plan(args: argparse.Namespace) -> int:
         plans = [service.plan_offline(env, service.base_environment(path, args.base) if args.base else None)
                  for path, env in targets]
     elif targets:
-        connection = service.connection_from_environment()
-        spaces = [service.workspace(env, connection, _bucket(env)) for _, env in targets]
-        live = service.read(spaces)
-        from rlops.provision.plan import build_plan
-        plans = [build_plan(space.name, space.desired, live[space.name]) for space in spaces]
+        plans = service.plan_live([env for _, env in targets], service.connection_from_environment(), _bucket)
     if args.format == "json":
         sys.stdout.write(render.as_json(plans))
     elif args.format == "markdown":
@@ -125,8 +121,7 @@ def _apply(args: argparse.Namespace) -> int:
     if args.dry_run:
         live = None
         if not args.offline:
-            connection = service.connection_from_environment()
-            live = service.read([service.workspace(env, connection, _bucket(env))])[env.name]
+            live = service.read_one(env, service.connection_from_environment(), _bucket(env))
         print("\n".join(service.dry_run(env, live)))
         return EXIT_OK
     session = service.Session(env, service.connection_from_environment(), _bucket(env), _say, args.lock_timeout)

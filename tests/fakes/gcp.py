@@ -210,6 +210,8 @@ class FakeGcp:
             ("POST", cp + r"/global/firewalls", self._insert_firewall),
             ("PATCH", cp + r"/global/firewalls/(?P<name>[^/]+)", self._patch_firewall),
             ("POST", cp + r"/global/addresses", self._insert_address),
+            ("GET", cp + r"/global/(?P<collection>networks|firewalls|addresses)", self._compute_list),
+            ("GET", cp + r"/regions/(?P<region>[^/]+)/(?P<collection>subnetworks)", self._compute_list),
             ("GET", cp + r"/global/(?P<collection>networks|firewalls|addresses)/(?P<name>[^/]+)", self._compute_get),
             ("GET", cp + r"/regions/(?P<region>[^/]+)/(?P<collection>subnetworks)/(?P<name>[^/]+)", self._compute_get),
             ("DELETE", cp + r"/global/(?P<collection>networks|firewalls|addresses)/(?P<name>[^/]+)", self._compute_delete),
@@ -357,6 +359,11 @@ class FakeGcp:
         return self._compute_op(project, link, "insert", self._created("address", name, stored))
 
     _COLLECTIONS = {"networks": "network", "subnetworks": "subnetwork", "firewalls": "firewall", "addresses": "address"}
+
+    def _compute_list(self, request, project, collection, region=None):
+        items = [r for r in self._store[self._COLLECTIONS[collection]].values()
+                 if region is None or r.get("region", "").endswith(f"/regions/{region}")]
+        return {"kind": f"compute#{collection[:-1]}List", "items": items}
 
     def _compute_get(self, request, project, collection, name, region=None):
         return self._get(self._COLLECTIONS[collection], name)

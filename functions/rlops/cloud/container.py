@@ -34,23 +34,44 @@ class ContainerAdapter:
     # -- read -------------------------------------------------------------------------------
     def read(self, kind: str, name: str, fields: dict) -> Live | None:
         if kind == "cluster":
-            path = self._cluster_path(name)
-            cluster = get_or_none(API, f"get cluster {name}", self.client.get_cluster, name=path)
-            if cluster is None:
-                return None
-            live = self._cluster_fields(cluster, fields)
-            if cluster.status not in _SETTLED:
-                live = replace(live, settling=Pending(f"cluster {name} is {cluster.status.name}", lambda: (
-                    call(API, f"get cluster {name}", self.client.get_cluster, name=path).status in _SETTLED, None)))
-            return live
+            cluster = get_or_none(API, f"get cluster {name}", self.client.get_cluster, name=self._cluster_path(name))
+            return None if cluster is None else self._cluster_live(cluster, fields)
         path = self._pool_path(name, fields.get("cluster"))
         pool = get_or_none(API, f"get node pool {name}", self.client.get_node_pool, name=path)
-        if pool is None:
-            return None
+        return None if pool is None else self._pool_live(pool, fields, path)
+
+    def read_batches(self, items: list[tuple[str, str, dict]]) -> list:
+        """A cluster's get carries its node pools: one call reads the cluster and every pool of it."""
+        clusters = {name: fields for kind, name, fields in items if kind == "cluster"}
+        pools = [(name, fields) for kind, name, fields in items if kind == "node_pool"]
+        batches = [lambda name=name, fields=fields: self._cluster_and_pools(name, fields, pools)
+                   for name, fields in clusters.items()]
+        # Pools of a cluster the spec no longer names (recorded ones) are read one by one.
+        batches += [lambda name=name, fields=fields: {f"node_pool/{name}": self.read("node_pool", name, fields)}
+                    for name, fields in pools if fields.get("cluster", self.target.cluster) not in clusters]
+        return batches
+
+    def _cluster_and_pools(self, name: str, fields: dict, pools: list[tuple[str, dict]]) -> dict[str, Live | None]:
+        mine = [(pool, wanted) for pool, wanted in pools if wanted.get("cluster", self.target.cluster) == name]
+        cluster = get_or_none(API, f"get cluster {name}", self.client.get_cluster, name=self._cluster_path(name))
+        found = {pool.name: pool for pool in cluster.node_pools} if cluster else {}
+        read = {f"node_pool/{pool}": self._pool_live(found[pool], wanted, self._pool_path(pool, name)) if pool in found else None
+                for pool, wanted in mine}
+        read[f"cluster/{name}"] = None if cluster is None else self._cluster_live(cluster, fields)
+        return read
+
+    def _cluster_live(self, cluster: gke.Cluster, fields: dict) -> Live:
+        live, path = self._cluster_fields(cluster, fields), self._cluster_path(cluster.name)
+        if cluster.status not in _SETTLED:
+            live = replace(live, settling=Pending(f"cluster {cluster.name} is {cluster.status.name}", lambda: (
+                call(API, f"get cluster {cluster.name}", self.client.get_cluster, name=path).status in _SETTLED, None)))
+        return live
+
+    def _pool_live(self, pool: gke.NodePool, fields: dict, path: str) -> Live:
         live = self._pool_fields(pool, fields)
         if pool.status not in _POOL_SETTLED:
-            live = replace(live, settling=Pending(f"node pool {name} is {pool.status.name}", lambda: (
-                call(API, f"get node pool {name}", self.client.get_node_pool, name=path).status in _POOL_SETTLED, None)))
+            live = replace(live, settling=Pending(f"node pool {pool.name} is {pool.status.name}", lambda: (
+                call(API, f"get node pool {pool.name}", self.client.get_node_pool, name=path).status in _POOL_SETTLED, None)))
         return live
 
     def _cluster_fields(self, cluster: gke.Cluster, wanted: dict) -> Live:

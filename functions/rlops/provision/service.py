@@ -4,7 +4,6 @@ import json
 import os
 import subprocess
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -54,11 +53,15 @@ def workspace(env: Environment, connection: Connection, bucket, adapters: dict |
                             record)
 
 
-def read(spaces: list[engine.Workspace]) -> dict[str, dict[str, Live]]:
-    # One thread per read: they spend their time waiting on the network, and a plan costs one round trip.
-    reads = sum(len(space.desired) + len(space.record.resources) for space in spaces)
-    with ThreadPoolExecutor(max_workers=max(1, min(256, reads)), thread_name_prefix="read") as pool:
-        return engine.read_live(spaces, pool)
+def plan_live(envs: list[Environment], connection: Connection, bucket_of: Callable[[Environment], object]) -> list[Plan]:
+    """Plans of several environments from one round of parallel reads."""
+    spaces = [workspace(env, connection, bucket_of(env)) for env in envs]
+    live = engine.read_live(spaces)
+    return [build_plan(space.name, space.desired, live[space.name]) for space in spaces]
+
+
+def read_one(env: Environment, connection: Connection, bucket) -> dict[str, Live]:
+    return engine.read_live([workspace(env, connection, bucket)])[env.name]
 
 
 def plan_offline(env: Environment, base: Environment | None) -> Plan:
@@ -154,7 +157,7 @@ class Session:
         with self._lock(operation):
             # Planned again under the lock: what another apply did while we waited is part of it.
             space = workspace(self.env, self.connection, self.bucket)
-            live = read([space])[self.env.name]
+            live = engine.read_live([space])[self.env.name]
             runner = engine.Runner(space, self.report)
             if operation == "destroy":
                 plan, notes = destroy_plan(self.env, live, delete_data)
