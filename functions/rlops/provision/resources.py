@@ -49,6 +49,10 @@ KINDS = {k.name: k for k in [
 ]}
 
 
+# Deleted only after these are gone, though not built on them: a cluster's pods mount the Lustre instance.
+DELETED_AFTER = {"lustre_instance": ("cluster",)}
+
+
 @dataclass(frozen=True)
 class Resource:
     kind: str
