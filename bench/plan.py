@@ -5,7 +5,7 @@ calls: a list per compute kind, the cluster with its node pools, the peering, Lu
 after another that is ~0.4 s at 50 ms each. Reads go out in parallel, so a plan should cost about one
 call, and ten environments about what one does.
 
-Usage: python bench/plan.py [ROUNDS]. Runs the fake GCP control plane (tests/fakes/gcp.py) in a process
+Usage: python bench/plan.py [ROUNDS] (BENCH_LATENCY=S changes the 50 ms). Runs the fake GCP control plane (tests/fakes/gcp.py) in a process
 of its own, as the real API would be, with 50 ms of latency per request, and fake-gcs-server for the
 state bucket, both on 127.0.0.1.
 """
@@ -29,7 +29,7 @@ sys.path.insert(0, str(REPO / "tests"))
 
 from fakes.gcs import fake_gcs  # noqa: E402
 
-LATENCY = 0.05
+LATENCY = float(__import__("os").environ.get("BENCH_LATENCY", "0.05"))
 
 
 def environments(count: int) -> list[service.Environment]:
