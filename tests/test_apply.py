@@ -13,16 +13,8 @@ from google.cloud import lustre_v1
 
 from conftest import REPO
 from fakes.gcp import FakeGcp
-from fakes.gcs import fake_gcs
 from rlops import cli
 from rlops.cloud import base
-from rlops.state.bucket import client as storage_client
-
-
-@pytest.fixture(scope="module")
-def gcs():
-    with fake_gcs() as server:
-        yield server
 
 
 @pytest.fixture
@@ -35,15 +27,8 @@ def specs(monkeypatch, tmp_path):
 
 
 @pytest.fixture
-def fake(gcs, specs, monkeypatch):
+def fake(state_buckets, specs, monkeypatch):
     """A fresh fake cloud and empty state buckets."""
-    storage = storage_client("test")
-    for bucket in storage.list_buckets():
-        for blob in bucket.list_blobs():
-            blob.delete()
-    for name in ("rlops-h200-example-state", "rlops-b200-example-state"):
-        if storage.lookup_bucket(name) is None:
-            storage.create_bucket(name)
     server = FakeGcp(operation_seconds=0.1).start()
     monkeypatch.setenv("RLOPS_API_ENDPOINTS", json.dumps(server.endpoints))
     # Retry fast: the fake's faults are as frequent as a bad day, its waits are not as long.

@@ -13,16 +13,13 @@ import pytest
 
 from conftest import REPO
 from fakes.gcp import FakeGcp
-from fakes.gcs import fake_gcs
-from rlops.state.bucket import client as storage_client
 
 
 @pytest.fixture
-def cloud(tmp_path):
-    with fake_gcs() as gcs, FakeGcp(operation_seconds=0.2) as fake:
-        storage_client("test").create_bucket("rlops-b200-example-state")
+def cloud(tmp_path, state_buckets):
+    with FakeGcp(operation_seconds=0.2) as fake:
         shutil.copytree(REPO / "environments", tmp_path / "environments")
-        env = dict(os.environ, RLOPS_API_ENDPOINTS=json.dumps(fake.endpoints), STORAGE_EMULATOR_HOST=gcs.url,
+        env = dict(os.environ, RLOPS_API_ENDPOINTS=json.dumps(fake.endpoints), STORAGE_EMULATOR_HOST=state_buckets.url,
                    RLOPS_ENVIRONMENTS=str(tmp_path / "environments"))
         yield fake, env
 

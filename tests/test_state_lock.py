@@ -5,16 +5,9 @@ import time
 
 import pytest
 
-from fakes.gcs import fake_gcs
 from rlops.state import bucket as state_bucket
 from rlops.state.lock import Lock, LockHeld, force_unlock
 from rlops.state.record import ResourceRecord
-
-
-@pytest.fixture(scope="module")
-def gcs():
-    with fake_gcs() as server:
-        yield server
 
 
 @pytest.fixture

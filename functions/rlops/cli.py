@@ -75,6 +75,14 @@ def _load_gcp(name: str):
     return path, Environment(loaded.name, loaded.environment)
 
 
+def _cloud_environment(name: str, verb: str):
+    """The GCP environment NAME; a local one is a usage error: it has no cloud resources to `verb`."""
+    _, env = _load_gcp(name)
+    if env is None:
+        raise _Usage(f"{name} is a local environment; it has no cloud resources to {verb}")
+    return env
+
+
 def _bucket(env):
     from rlops.state.bucket import client
 
@@ -92,7 +100,7 @@ def _plan(args: argparse.Namespace) -> int:
     loaded = [_load_gcp(name) for name in args.environments]
     for (path, env), name in zip(loaded, args.environments):
         if env is None:
-            print(f"{name}: a local environment has no cloud resources to plan (rlops up local runs it)", file=sys.stderr)
+            print(f"{name}: a local environment; it has no cloud resources to plan", file=sys.stderr)
     targets = [(path, env) for path, env in loaded if env is not None]
     if args.offline:
         plans = [service.plan_offline(env, service.base_environment(path, args.base) if args.base else None)
@@ -115,9 +123,7 @@ def _plan(args: argparse.Namespace) -> int:
 def _apply(args: argparse.Namespace) -> int:
     from rlops.provision import render, service
 
-    path, env = _load_gcp(args.environment)
-    if env is None:
-        raise _Usage(f"{args.environment} is a local environment: rlops up {args.environment} starts it")
+    env = _cloud_environment(args.environment, "apply")
     if args.dry_run:
         live = None
         if not args.offline:
@@ -138,9 +144,7 @@ def _apply(args: argparse.Namespace) -> int:
 def _destroy(args: argparse.Namespace) -> int:
     from rlops.provision import render, service
 
-    path, env = _load_gcp(args.environment)
-    if env is None:
-        raise _Usage(f"{args.environment} is a local environment: rlops down {args.environment} stops it")
+    env = _cloud_environment(args.environment, "destroy")
     session = service.Session(env, service.connection_from_environment(), _bucket(env), _say, args.lock_timeout)
 
     def confirm(plan) -> bool:
@@ -159,9 +163,7 @@ def _destroy(args: argparse.Namespace) -> int:
 def _unlock(args: argparse.Namespace) -> int:
     from rlops.state.lock import force_unlock
 
-    path, env = _load_gcp(args.environment)
-    if env is None:
-        raise _Usage(f"{args.environment} is a local environment; it has no lock")
+    env = _cloud_environment(args.environment, "lock")
     if not args.force:
         raise _Usage("unlock removes another process's lock; make sure it is dead, then pass --force")
     held = force_unlock(_bucket(env), env.spec.state.prefix, env.name)
