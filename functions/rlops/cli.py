@@ -53,6 +53,8 @@ def _schema(args: argparse.Namespace) -> int:
 
 
 MARKDOWN_SPLIT = "<!-- rlops: next comment -->"
+# Where `render --offline` cannot know the Lustre address, it says so in the PV instead.
+OFFLINE_LUSTRE_IP = "LUSTRE-IP-KNOWN-AFTER-APPLY"
 
 
 class _Usage(Exception):
@@ -160,6 +162,24 @@ def _destroy(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _render(args: argparse.Namespace) -> int:
+    from rlops.kube import render
+    from rlops.provision import service
+
+    env = _cloud_environment(args.environment, "render")
+    if args.offline:
+        facts = render.LiveFacts(OFFLINE_LUSTRE_IP)
+    else:
+        live = service.read_one(env, service.connection_from_environment(), _bucket(env))
+        lustre = live.get(f"lustre_instance/{env.spec.lustre.name}")
+        if lustre is None or not lustre.fields.get("mount_point"):
+            raise _Usage(f"the Lustre instance {env.spec.lustre.name} does not exist (yet): rlops apply "
+                         f"{env.name} first, or render --offline")
+        facts = render.LiveFacts.from_mount_point(lustre.fields["mount_point"])
+    sys.stdout.write(render.as_yaml(render.objects(env.name, env.spec, facts)))
+    return EXIT_OK
+
+
 def _unlock(args: argparse.Namespace) -> int:
     from rlops.state.lock import force_unlock
 
@@ -210,6 +230,11 @@ def build_parser() -> argparse.ArgumentParser:
     destroy.add_argument("--yes", action="store_true", help="do not ask for confirmation")
     destroy.add_argument("--lock-timeout", **lock_timeout)
     destroy.set_defaults(run=_destroy)
+
+    render = commands.add_parser("render", help="print the in-cluster objects as one YAML stream (Secret values redacted)")
+    render.add_argument("environment", metavar="ENV")
+    render.add_argument("--offline", action="store_true", help="without reading the cloud (the Lustre IP is left out)")
+    render.set_defaults(run=_render)
 
     unlock = commands.add_parser("unlock", help="remove an environment's lock left by a dead apply")
     unlock.add_argument("environment", metavar="ENV")

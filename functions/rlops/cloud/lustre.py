@@ -36,7 +36,9 @@ class LustreAdapter:
         return Live({"zone": fields["zone"], "capacity_gib": instance.capacity_gib,
                      "per_unit_storage_throughput": instance.per_unit_storage_throughput,
                      "filesystem": instance.filesystem, "network": last_segment(instance.network),
-                     "gke_support_enabled": instance.gke_support_enabled},
+                     "gke_support_enabled": instance.gke_support_enabled,
+                     # Not a setting: where the in-cluster PersistentVolume points (ip@tcp:/filesystem).
+                     "mount_point": instance.mount_point or None},
                     self.target.owns_labels(instance.labels), settling=settling)
 
     def create(self, resource: Resource) -> Pending:

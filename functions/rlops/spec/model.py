@@ -34,6 +34,7 @@ ENV_VAR = r"^[A-Z_][A-Z0-9_]*$"
 SECRET_VERSION = r"^projects/[^/\s]+/secrets/[A-Za-z0-9_-]{1,255}/versions/([1-9][0-9]*|latest)$"
 OVERRIDE_KEY = r"^\+?[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$"
 ABSOLUTE_PATH = r"^/[^\x00]*$"
+GSA_EMAIL = r"^[a-z][-a-z0-9]{4,28}[a-z0-9]@[a-z][-a-z0-9]{4,28}[a-z0-9]\.iam\.gserviceaccount\.com$"
 
 PATTERN_HINTS = {
     GCP_NAME: "a GCP name: 1-63 lowercase letters, digits or hyphens, starting with a letter and not ending with a hyphen",
@@ -56,6 +57,7 @@ PATTERN_HINTS = {
     SECRET_VERSION: "a Secret Manager version: projects/PROJECT/secrets/NAME/versions/latest (or a number)",
     OVERRIDE_KEY: "a dotted config key such as grpo.max_num_steps (a leading + adds a new key)",
     ABSOLUTE_PATH: "an absolute path such as /lustre",
+    GSA_EMAIL: "a Google service account such as rlops-ray@PROJECT.iam.gserviceaccount.com",
 }
 
 
@@ -156,6 +158,9 @@ class ClusterAddons(Spec):
 class KubernetesServiceAccount(Spec):
     name: DnsLabel = "rlops-ray"
     namespace: DnsLabel = "default"
+    google_service_account: _text(GSA_EMAIL, 100) | None = Field(
+        None, description="Annotated on the Kubernetes service account (workload identity); unset: grant IAM to the "
+                          "Kubernetes principal directly.")
 
 
 class Cluster(Spec):

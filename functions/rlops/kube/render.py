@@ -1,0 +1,192 @@
+"""The in-cluster objects of an environment, rendered from the spec and the live cloud state. No I/O but
+reading the base objects in `manifests/`, which are filled as data (dicts), never as text.
+
+What the seeds got wrong and this fixes (seed-inventory §4): the multi-NIC annotations sit on the
+worker pod template (G1); no apt/uv start script and no `git pull` (G2, G8); the accelerator's own
+node selector and NCCL tuner file (G3); workers wait for the gIB installer (G9); the Lustre PV
+handle is PROJECT/ZONE/INSTANCE with an empty storage class (G11, G12); tokens come from a Secret
+by secretKeyRef and HF_HOME is on Lustre (G13).
+"""
+
+import copy
+import json
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+import yaml
+
+from rlops.provision.resources import labels_for
+from rlops.spec.model import GcpEnvironment, GpuPool
+
+MANIFESTS = Path(__file__).resolve().parents[3] / "manifests"
+REDACTED = "<redacted>"
+RDMA_INTERFACES = 8
+
+
+@dataclass(frozen=True)
+class LiveFacts:
+    """What only the cloud knows: the Lustre instance's address (`10.0.0.2@tcp:/lustrefs` -> 10.0.0.2)."""
+
+    lustre_ip: str
+
+    @classmethod
+    def from_mount_point(cls, mount_point: str) -> "LiveFacts":
+        return cls(mount_point.split("@", 1)[0])
+
+
+@cache
+def _base(name: str) -> tuple[dict, ...]:
+    return tuple(doc for doc in yaml.safe_load_all((MANIFESTS / name).read_text()) if doc)
+
+
+def base(name: str) -> list[dict]:
+    """Fresh copies of the objects in manifests/NAME."""
+    return copy.deepcopy(list(_base(name)))
+
+
+def secret_name(env: GcpEnvironment) -> str:
+    return f"{env.ray.cluster_name}-tokens"
+
+
+def pvc_name(env: GcpEnvironment) -> str:
+    return f"{env.lustre.name}-pvc"
+
+
+def objects(env_name: str, env: GcpEnvironment, facts: LiveFacts, secret_values: dict[str, str] | None = None) -> list[dict]:
+    """Every object rlops applies to the cluster, in apply order. `secret_values` None: the Secret shows <redacted>."""
+    rendered = [*network_mapping(env), nccl_installer(env), *lustre_volume(env, facts), service_account(env),
+                secret(env, secret_values), ray_cluster(env)]
+    for obj in rendered:
+        obj["metadata"].setdefault("labels", {}).update(labels_for(env_name))
+    return rendered
+
+
+def network_mapping(env: GcpEnvironment) -> list[dict]:
+    """A GKENetworkParamSet and a Network per extra NIC: gvnic-1, then rdma-0..7 (the names Cluster Toolkit uses too)."""
+    nets = env.networks
+    pairs = [("gvnic-1", f"{nets.gvnic.prefix}-net", f"{nets.gvnic.prefix}-sub", "NetDevice")]
+    pairs += [(f"rdma-{i}", f"{nets.rdma.prefix}-net", f"{nets.rdma.prefix}-sub-{i}", "RDMA")
+              for i in range(len(nets.rdma.subnet_cidrs))]
+    rendered = []
+    for name, vpc, subnet, mode in pairs:
+        params, network = base("network.yaml")
+        params["metadata"]["name"] = network["metadata"]["name"] = name
+        params["spec"].update(vpc=vpc, vpcSubnet=subnet, deviceMode=mode)
+        network["spec"]["parametersRef"]["name"] = name
+        rendered += [params, network]
+    return rendered
+
+
+def nccl_installer(env: GcpEnvironment) -> dict:
+    (daemonset,) = base("nccl-rdma-installer.yaml")
+    spec = daemonset["spec"]["template"]["spec"]
+    terms = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    terms[0]["matchExpressions"][0]["values"] = sorted({pool.accelerator.type for pool in env.gpu_pools})
+    spec["initContainers"][0]["image"] = env.ray.nccl_installer_image
+    return daemonset
+
+
+def lustre_volume(env: GcpEnvironment, facts: LiveFacts) -> list[dict]:
+    pv, pvc = base("lustre-volume.yaml")
+    capacity = f"{env.lustre.capacity_gib}Gi"
+    pv["metadata"]["name"] = f"{env.lustre.name}-pv"
+    pv["spec"]["capacity"]["storage"] = capacity
+    pv["spec"]["claimRef"] = {"namespace": env.ray.namespace, "name": pvc_name(env)}
+    pv["spec"]["csi"]["volumeHandle"] = f"{env.project.id}/{env.zone}/{env.lustre.name}"
+    pv["spec"]["csi"]["volumeAttributes"] = {"ip": facts.lustre_ip, "filesystem": env.lustre.filesystem}
+    pvc["metadata"].update(name=pvc_name(env), namespace=env.ray.namespace)
+    pvc["spec"]["volumeName"] = pv["metadata"]["name"]
+    pvc["spec"]["resources"]["requests"]["storage"] = capacity
+    return [pv, pvc]
+
+
+def service_account(env: GcpEnvironment) -> dict:
+    (account,) = base("service-account.yaml")
+    ksa = env.cluster.service_account
+    account["metadata"].update(name=ksa.name, namespace=ksa.namespace)
+    if ksa.google_service_account:
+        account["metadata"]["annotations"] = {"iam.gke.io/gcp-service-account": ksa.google_service_account}
+    return account
+
+
+def secret(env: GcpEnvironment, values: dict[str, str] | None) -> dict:
+    (obj,) = base("secret.yaml")
+    obj["metadata"].update(name=secret_name(env), namespace=env.ray.namespace)
+    obj["stringData"] = {name: (values[name] if values is not None else REDACTED) for name in sorted(env.secrets)}
+    return obj
+
+
+def ray_cluster(env: GcpEnvironment) -> dict:
+    (cluster,) = base("raycluster.yaml")
+    ray = env.ray
+    cluster["metadata"].update(name=ray.cluster_name, namespace=ray.namespace)
+    cluster["spec"]["rayVersion"] = ray.ray_version
+    head = cluster["spec"]["headGroupSpec"]["template"]["spec"]
+    head["serviceAccountName"] = env.cluster.service_account.name
+    head["nodeSelector"] = {"cloud.google.com/gke-nodepool": env.cluster.system_pool.name}
+    container = head["containers"][0]
+    container.update(image=ray.image, resources=_resources(ray.head.cpu, ray.head.memory))
+    container["env"] = _common_env(env)
+    container["volumeMounts"] = [_lustre_mount(env)]
+    head["volumes"] = [_lustre_volume(env)]
+    cluster["spec"]["workerGroupSpecs"] = [_worker_group(env, pool) for pool in env.gpu_pools]
+    return cluster
+
+
+def _worker_group(env: GcpEnvironment, pool: GpuPool) -> dict:
+    (group,) = base("ray-worker-group.yaml")
+    group.update(groupName=pool.name, replicas=pool.ray_worker_replicas, minReplicas=0,
+                 maxReplicas=pool.autoscaling.max_nodes)
+    group["rayStartParams"] = {"num-gpus": str(pool.accelerator.count)}
+    template = group["template"]
+    if env.ray.multi_nic:
+        template["metadata"]["annotations"] = multi_nic_annotations(len(env.networks.rdma.subnet_cidrs))
+    spec = template["spec"]
+    spec["serviceAccountName"] = env.cluster.service_account.name
+    spec["nodeSelector"] = {"cloud.google.com/gke-accelerator": pool.accelerator.type,
+                            "cloud.google.com/gke-nodepool": pool.name}
+    spec["initContainers"][0]["image"] = env.ray.image
+    container = spec["containers"][0]
+    container.update(image=env.ray.image,
+                     resources=_resources(env.ray.worker.cpu, env.ray.worker.memory, gpus=pool.accelerator.count))
+    container["env"] += [{"name": "NCCL_TUNER_CONFIG_PATH", "value": env.ray.nccl_tuner_config[pool.accelerator.type]}]
+    container["env"] += _common_env(env)
+    container["volumeMounts"].append(_lustre_mount(env))
+    shm = next(v for v in spec["volumes"] if v["name"] == "shared-memory")
+    shm["emptyDir"]["sizeLimit"] = str(env.ray.shm_size)
+    spec["volumes"].append(_lustre_volume(env))
+    return group
+
+
+def multi_nic_annotations(rdma_count: int) -> dict:
+    interfaces = [{"interfaceName": "eth0", "network": "default"}, {"interfaceName": "eth1", "network": "gvnic-1"}]
+    interfaces += [{"interfaceName": f"eth{i + 2}", "network": f"rdma-{i}"} for i in range(rdma_count)]
+    return {"networking.gke.io/default-interface": "eth0", "networking.gke.io/interfaces": json.dumps(interfaces)}
+
+
+def _resources(cpu, memory, gpus: int = 0) -> dict:
+    amounts = {"cpu": str(cpu), "memory": str(memory)}
+    if gpus:
+        amounts["nvidia.com/gpu"] = str(gpus)
+    return {"requests": dict(amounts), "limits": dict(amounts)}
+
+
+def _common_env(env: GcpEnvironment) -> list[dict]:
+    # HF_HOME on Lustre: one model download for every node (G13). Tokens only by reference.
+    tokens = [{"name": name, "valueFrom": {"secretKeyRef": {"name": secret_name(env), "key": name}}}
+              for name in sorted(env.secrets)]
+    return [{"name": "HF_HOME", "value": f"{env.ray.lustre_mount}/huggingface_cache"}, *tokens]
+
+
+def _lustre_mount(env: GcpEnvironment) -> dict:
+    return {"name": "lustre", "mountPath": env.ray.lustre_mount}
+
+
+def _lustre_volume(env: GcpEnvironment) -> dict:
+    return {"name": "lustre", "persistentVolumeClaim": {"claimName": pvc_name(env)}}
+
+
+def as_yaml(rendered: list[dict]) -> str:
+    """One multi-document stream, as `kubectl apply -f -` takes it."""
+    return yaml.safe_dump_all(rendered, sort_keys=False, default_flow_style=False)

@@ -1,0 +1,151 @@
+"""The in-cluster objects: valid against the real schemas, carrying the seeds' settings, and fixing their defects."""
+
+import json
+
+import jsonschema
+import kubernetes_validate
+import pytest
+import yaml
+
+from conftest import ENVIRONMENTS, REPO
+from rlops import cli
+from rlops.kube import render
+from rlops.spec.load import load
+
+# KubeRay's RayCluster CRD, verbatim (see tests/schemas/SOURCES.txt).
+CRD = REPO / "tests" / "schemas" / "ray.io_rayclusters.yaml"
+SEEDS = {"h200": ("nvidia-h200-141gb", "tuner_config_a3u.txtpb"), "b200-spot": ("nvidia-b200", "tuner_config_a4.txtpb")}
+PLANTED = "hf_PlantedTokenValue0123456789abcdefXYZ"
+
+
+def rendered(name: str, secret_values=None) -> tuple[object, dict[tuple[str, str], dict]]:
+    env = load(ENVIRONMENTS / f"{name}.yaml").environment
+    objs = render.objects(name, env, render.LiveFacts("10.90.0.5"), secret_values)
+    return env, {(o["kind"], o["metadata"]["name"]): o for o in objs}
+
+
+def raycluster_schema() -> dict:
+    crd = yaml.safe_load(CRD.read_text())
+    (version,) = [v for v in crd["spec"]["versions"] if v["name"] == "v1"]
+    return version["schema"]["openAPIV3Schema"]
+
+
+@pytest.mark.parametrize("name", SEEDS)
+def test_every_object_validates_against_its_schema(name):
+    _, objs = rendered(name)
+    schema = raycluster_schema()
+    for (kind, _), obj in objs.items():
+        if kind == "RayCluster":
+            jsonschema.validate(obj, schema)
+        elif obj["apiVersion"].startswith("networking.gke.io"):
+            continue  # GKE's own CRDs: no schema to hand (see the note); their fields are asserted below
+        else:
+            kubernetes_validate.validate(obj, "1.33", strict=True)
+
+
+def test_the_crd_schema_catches_what_kuberay_would_refuse():
+    _, objs = rendered("h200")
+    cluster = objs[("RayCluster", "ray-cluster")]
+    cluster["spec"]["workerGroupSpecs"][0]["rayStartParams"]["num-gpus"] = 8  # must be a string
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(cluster, raycluster_schema())
+
+
+@pytest.mark.parametrize("name", SEEDS)
+def test_worker_groups_carry_the_seed_settings_and_the_fixes(name):
+    env, objs = rendered(name)
+    accelerator, tuner = SEEDS[name]
+    cluster = objs[("RayCluster", env.ray.cluster_name)]
+    assert cluster["spec"]["rayVersion"] == env.ray.ray_version
+    (group,) = cluster["spec"]["workerGroupSpecs"]
+    pod = group["template"]
+    # G1: the NICs the RDMA networks give, on the pod template where GKE reads them.
+    interfaces = json.loads(pod["metadata"]["annotations"]["networking.gke.io/interfaces"])
+    assert [i["network"] for i in interfaces] == ["default", "gvnic-1"] + [f"rdma-{i}" for i in range(8)]
+    assert [i["interfaceName"] for i in interfaces] == [f"eth{i}" for i in range(10)]
+    assert pod["metadata"]["annotations"]["networking.gke.io/default-interface"] == "eth0"
+    spec = pod["spec"]
+    assert spec["nodeSelector"]["cloud.google.com/gke-accelerator"] == accelerator
+    (worker,) = spec["containers"]
+    env_vars = {e["name"]: e for e in worker["env"]}
+    assert env_vars["NCCL_TUNER_CONFIG_PATH"]["value"] == f"/usr/local/gib/configs/{tuner}"
+    for variable, value in {"NCCL_NET": "gIB", "NCCL_IB_GID_INDEX": "3", "NCCL_CROSS_NIC": "0", "NCCL_NET_GDR_LEVEL": "PIX",
+                            "GLOO_SOCKET_IFNAME": "eth0", "NCCL_SOCKET_IFNAME": "eth0", "TP_SOCKET_IFNAME": "eth0",
+                            "LD_LIBRARY_PATH": "/usr/local/nvidia/lib64", "HF_HOME": "/lustre/huggingface_cache"}.items():
+        assert env_vars[variable]["value"] == value, variable
+    for token in ("HF_TOKEN", "WANDB_API_KEY"):  # G13: by reference, never a value
+        assert env_vars[token] == {"name": token, "valueFrom": {"secretKeyRef": {"name": render.secret_name(env), "key": token}}}
+    assert worker["resources"]["requests"] == worker["resources"]["limits"]
+    assert worker["resources"]["limits"]["nvidia.com/gpu"] == "8"
+    assert worker["securityContext"]["privileged"] is True
+    assert {t["key"] for t in spec["tolerations"]} >= {"nvidia.com/gpu", "cloud.google.com/impending-node-termination"}
+    mounts = {m["mountPath"]: m["name"] for m in worker["volumeMounts"]}
+    assert mounts == {"/dev/shm": "shared-memory", "/usr/local/nvidia": "nvidia", "/usr/local/gib": "gib", "/lustre": "lustre"}
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    assert volumes["shared-memory"]["emptyDir"] == {"medium": "Memory", "sizeLimit": "240Gi"}
+    assert volumes["gib"]["hostPath"]["path"] == "/home/kubernetes/bin/gib"
+    assert volumes["lustre"]["persistentVolumeClaim"]["claimName"] == render.pvc_name(env)
+    # G9: the worker waits for the installer's files rather than crash-looping.
+    assert "set_nccl_env.sh" in spec["initContainers"][0]["command"][-1]
+    # G3: no more workers than the pool can hold.
+    assert group["replicas"] <= group["maxReplicas"] == env.gpu_pools[0].autoscaling.max_nodes
+    head = cluster["spec"]["headGroupSpec"]["template"]["spec"]
+    assert head["nodeSelector"] == {"cloud.google.com/gke-nodepool": env.cluster.system_pool.name}
+    assert "nvidia.com/gpu" not in head["containers"][0]["resources"]["limits"]
+    assert cluster["spec"]["headGroupSpec"]["rayStartParams"]["dashboard-host"] == "0.0.0.0"
+
+
+def test_h200_matches_the_first_seed_sizes():
+    env, objs = rendered("h200")
+    cluster = objs[("RayCluster", "ray-cluster")]
+    worker = cluster["spec"]["workerGroupSpecs"][0]["template"]["spec"]["containers"][0]
+    head = cluster["spec"]["headGroupSpec"]["template"]["spec"]["containers"][0]
+    assert worker["resources"]["limits"] == {"cpu": "206", "memory": "2400Gi", "nvidia.com/gpu": "8"}
+    assert head["resources"]["limits"] == {"cpu": "64", "memory": "500G"}
+    assert head["image"] == worker["image"] == "nvcr.io/nvidia/nemo-rl:v0.5.0"
+    account = objs[("ServiceAccount", "generic-ksa")]
+    assert account["metadata"]["annotations"] == {
+        "iam.gke.io/gcp-service-account": "rlops-ray@rlops-h200-example.iam.gserviceaccount.com"}
+
+
+@pytest.mark.parametrize("name", SEEDS)
+def test_lustre_volume_network_mapping_and_installer(name):
+    env, objs = rendered(name)
+    pv = objs[("PersistentVolume", f"{env.lustre.name}-pv")]
+    assert pv["spec"]["csi"] == {"driver": "lustre.csi.storage.gke.io",
+                                 "volumeHandle": f"{env.project.id}/{env.zone}/{env.lustre.name}",  # G12: 3 tokens
+                                 "volumeAttributes": {"ip": "10.90.0.5", "filesystem": env.lustre.filesystem}}
+    assert pv["spec"]["accessModes"] == ["ReadWriteMany"] and pv["spec"]["persistentVolumeReclaimPolicy"] == "Retain"
+    assert pv["spec"]["capacity"]["storage"] == f"{env.lustre.capacity_gib}Gi" and pv["spec"]["storageClassName"] == ""
+    pvc = objs[("PersistentVolumeClaim", render.pvc_name(env))]
+    assert pvc["spec"]["volumeName"] == pv["metadata"]["name"] and pvc["spec"]["storageClassName"] == ""
+    assert pv["spec"]["claimRef"] == {"namespace": pvc["metadata"]["namespace"], "name": pvc["metadata"]["name"]}
+
+    params = {n: o["spec"] for (k, n), o in objs.items() if k == "GKENetworkParamSet"}
+    prefix = env.networks
+    assert params["gvnic-1"] == {"vpc": f"{prefix.gvnic.prefix}-net", "vpcSubnet": f"{prefix.gvnic.prefix}-sub",
+                                 "deviceMode": "NetDevice"}
+    for i in range(8):
+        assert params[f"rdma-{i}"] == {"vpc": f"{prefix.rdma.prefix}-net", "vpcSubnet": f"{prefix.rdma.prefix}-sub-{i}",
+                                       "deviceMode": "RDMA"}
+        assert objs[("Network", f"rdma-{i}")]["spec"]["parametersRef"]["name"] == f"rdma-{i}"
+
+    installer = objs[("DaemonSet", "nccl-rdma-installer")]
+    spec = installer["spec"]["template"]["spec"]
+    values = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0]
+    assert values["matchExpressions"][0]["values"] == [SEEDS[name][0]]
+    assert spec["initContainers"][0]["image"].endswith("nccl-plugin-gib:v1.1.1")
+    assert spec["hostNetwork"] and spec["hostPID"] and spec["priorityClassName"] == "system-node-critical"
+    assert all(o["metadata"]["labels"]["rlops-managed-by"] == "rlops" for o in objs.values())
+
+
+def test_render_redacts_secrets_and_a_planted_token_stays_in_the_secret_alone(capsys, monkeypatch):
+    monkeypatch.setenv("RLOPS_ENVIRONMENTS", str(ENVIRONMENTS))
+    assert cli.main(["render", "h200", "--offline"]) == 0
+    stream = capsys.readouterr().out
+    docs = list(yaml.safe_load_all(stream))
+    (secret,) = [d for d in docs if d["kind"] == "Secret"]
+    assert secret["stringData"] == {"HF_TOKEN": "<redacted>", "WANDB_API_KEY": "<redacted>"}
+    env, objs = rendered("h200", {"HF_TOKEN": PLANTED, "WANDB_API_KEY": "0" * 40})
+    holding = [key for key, obj in objs.items() if PLANTED in json.dumps(obj)]
+    assert holding == [("Secret", render.secret_name(env))]
