@@ -31,3 +31,23 @@ def state_buckets(gcs):
         for blob in bucket.list_blobs():
             blob.delete()
     return gcs
+
+
+PLANTED_TOKENS = {"hf-token": "hf_PlantedTokenValue0123456789abcdefXYZ", "wandb-api-key": "5" * 40}
+
+
+@pytest.fixture
+def cloud_fakes(state_buckets, monkeypatch):
+    """The fake GCP control plane (with the seeds' secret versions) and the fake cluster API, both pointed at."""
+    import json
+
+    from fakes.gcp import FakeGcp
+    from fakes.kube import FakeKube
+
+    with FakeGcp(operation_seconds=0.1) as gcp, FakeKube(controller_delay=0.05) as kube:
+        for project in ("rlops-h200-example", "rlops-b200-example"):
+            for secret, value in PLANTED_TOKENS.items():
+                gcp.put_secret(f"projects/{project}/secrets/{secret}/versions/latest", value)
+        monkeypatch.setenv("RLOPS_API_ENDPOINTS", json.dumps(gcp.endpoints))
+        monkeypatch.setenv("RLOPS_KUBE_API", kube.url)
+        yield gcp, kube

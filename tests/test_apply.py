@@ -12,7 +12,6 @@ from google.cloud import container_v1 as gke
 from google.cloud import lustre_v1
 
 from conftest import REPO
-from fakes.gcp import FakeGcp
 from rlops import cli
 from rlops.cloud import base
 
@@ -27,16 +26,11 @@ def specs(monkeypatch, tmp_path):
 
 
 @pytest.fixture
-def fake(state_buckets, specs, monkeypatch):
-    """A fresh fake cloud and empty state buckets."""
-    server = FakeGcp(operation_seconds=0.1).start()
-    monkeypatch.setenv("RLOPS_API_ENDPOINTS", json.dumps(server.endpoints))
+def fake(cloud_fakes, specs, monkeypatch):
+    """A fresh fake cloud and cluster, and empty state buckets."""
     # Retry fast: the fake's faults are as frequent as a bad day, its waits are not as long.
     monkeypatch.setattr(base, "RETRY", base.RetryPolicy(attempts=10, base_seconds=0.02, cap_seconds=0.2))
-    try:
-        yield server
-    finally:
-        server.stop()
+    return cloud_fakes[0]
 
 
 def run(*argv) -> int:
@@ -198,3 +192,13 @@ def test_gke_busy_with_another_operation_is_waited_out_not_failed(fake):
     refused = [r for r in fake.requests if r.path.endswith(":setAutoscaling") and r.status == 400]
     assert len(refused) == 2
     assert run("plan", "h200", "--detailed-exitcode") == 0
+
+
+def test_render_takes_the_lustre_address_from_the_live_instance(fake, capsys):
+    assert run("render", "h200") == 1
+    assert "does not exist (yet)" in capsys.readouterr().err
+    assert run("apply", "h200") == 0
+    capsys.readouterr()
+    assert run("render", "h200") == 0
+    ip = fake.resources("lustre_instance")["rl-lustre"]["mountPoint"].split("@")[0]
+    assert f"ip: {ip}" in capsys.readouterr().out

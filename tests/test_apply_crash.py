@@ -1,6 +1,5 @@
 """apply as a separate process: killed after each step in turn it still converges, and two at once never interleave."""
 
-import json
 import os
 import re
 import shutil
@@ -12,16 +11,12 @@ import time
 import pytest
 
 from conftest import REPO
-from fakes.gcp import FakeGcp
 
 
 @pytest.fixture
-def cloud(tmp_path, state_buckets):
-    with FakeGcp(operation_seconds=0.2) as fake:
-        shutil.copytree(REPO / "environments", tmp_path / "environments")
-        env = dict(os.environ, RLOPS_API_ENDPOINTS=json.dumps(fake.endpoints), STORAGE_EMULATOR_HOST=state_buckets.url,
-                   RLOPS_ENVIRONMENTS=str(tmp_path / "environments"))
-        yield fake, env
+def cloud(tmp_path, cloud_fakes):
+    shutil.copytree(REPO / "environments", tmp_path / "environments")
+    return cloud_fakes[0], dict(os.environ, RLOPS_ENVIRONMENTS=str(tmp_path / "environments"))
 
 
 def rlops(env: dict, *argv: str) -> subprocess.Popen:

@@ -1,107 +1,315 @@
-"""The fake GCP control plane refuses what the real APIs refuse, through the real client libraries."""
+"""The fake GCP control plane answers the real Google client libraries as the real APIs do."""
 
+import ipaddress
 import time
 
 import pytest
+import requests
 from google.api_core import exceptions as gexc
 from google.auth.credentials import AnonymousCredentials
-from google.cloud import compute_v1, lustre_v1
+from google.cloud import compute_v1, container_v1, lustre_v1
+from google.protobuf import field_mask_pb2
 from googleapiclient import discovery
 from googleapiclient.errors import HttpError
 
 from fakes.gcp import FakeGcp
-from rlops.cloud.base import Connection
+
+P, PN, REGION, ZONE = "proj", 123456789012, "us-central1", "us-central1-b"
+SERVICE = "services/servicenetworking.googleapis.com"
+DONE = compute_v1.Operation.Status.DONE
 
 
 @pytest.fixture
 def fake():
-    with FakeGcp(operation_seconds=0.05) as server:
-        yield server
+    server = FakeGcp(operation_seconds=0.05).start()
+    yield server
+    server.stop()
 
 
-@pytest.fixture
-def connection(fake):
-    return Connection(credentials=AnonymousCredentials(), endpoints=fake.endpoints)
+def gapic(fake: FakeGcp, api: str, client_class):
+    return client_class(transport="rest", credentials=AnonymousCredentials(),
+                        client_options={"api_endpoint": fake.endpoints[api]})
 
 
-def wait_global(connection, operation) -> compute_v1.Operation:
-    operations = connection.gapic("compute", compute_v1.GlobalOperationsClient)
-    for _ in range(100):
-        current = operations.get(project="p", operation=operation.name)
-        if current.status == compute_v1.Operation.Status.DONE:
-            return current
-        time.sleep(0.02)
-    raise AssertionError("operation never finished")
+def servicenetworking(fake: FakeGcp):
+    return discovery.build("servicenetworking", "v1", static_discovery=True, credentials=AnonymousCredentials(),
+                           client_options={"api_endpoint": fake.endpoints["servicenetworking"]})
 
 
-def make_network(connection, name="net"):
-    networks = connection.gapic("compute", compute_v1.NetworksClient)
-    wait_global(connection, networks.insert(project="p", network_resource=compute_v1.Network(name=name, mtu=8896)))
-    return networks
+def wait_global(fake: FakeGcp, operation) -> compute_v1.Operation:
+    done = gapic(fake, "compute", compute_v1.GlobalOperationsClient).wait(project=P, operation=operation.name)
+    assert done.status == DONE
+    return done
 
 
-def test_a_network_appears_when_its_operation_is_done_and_a_second_insert_conflicts(connection):
-    networks = connection.gapic("compute", compute_v1.NetworksClient)
-    operation = networks.insert(project="p", network_resource=compute_v1.Network(name="net", mtu=8896))
+def make_network(fake: FakeGcp, name: str = "net", **fields) -> None:
+    networks = gapic(fake, "compute", compute_v1.NetworksClient)
+    wait_global(fake, networks.insert(project=P, network_resource=compute_v1.Network(name=name, **fields)))
+
+
+def make_subnet(fake: FakeGcp, name: str, cidr: str, network: str = "net"):
+    subnets = gapic(fake, "compute", compute_v1.SubnetworksClient)
+    operation = subnets.insert(project=P, region=REGION, subnetwork_resource=compute_v1.Subnetwork(
+        name=name, network=f"projects/{P}/global/networks/{network}", ip_cidr_range=cidr))
+    regional = gapic(fake, "compute", compute_v1.RegionOperationsClient)
+    assert regional.wait(project=P, region=REGION, operation=operation.name).status == DONE
+
+
+def sn_wait(sn, operation: dict) -> dict:
+    for _ in range(200):
+        if operation.get("done"):
+            return operation
+        time.sleep(0.01)
+        operation = sn.operations().get(name=operation["name"]).execute()
+    raise AssertionError("the service networking operation never finished")
+
+
+def make_peering(fake: FakeGcp) -> None:
+    addresses = gapic(fake, "compute", compute_v1.GlobalAddressesClient)
+    wait_global(fake, addresses.insert(project=P, address_resource=compute_v1.Address(
+        name="psa", network=f"projects/{P}/global/networks/net", purpose="VPC_PEERING", address_type="INTERNAL",
+        prefix_length=20)))
+    sn = servicenetworking(fake)
+    body = {"network": f"projects/{PN}/global/networks/net", "reservedPeeringRanges": ["psa"]}
+    assert "error" not in sn_wait(sn, sn.services().connections().create(parent=SERVICE, body=body).execute())
+
+
+# -- Compute ------------------------------------------------------------------------------------
+def test_a_network_appears_when_its_operation_is_done_and_a_second_insert_conflicts(fake):
+    fake.operation_seconds = 0.3  # long enough to look while it runs
+    networks = gapic(fake, "compute", compute_v1.NetworksClient)
+    operations = gapic(fake, "compute", compute_v1.GlobalOperationsClient)
+    profile = f"projects/{P}/global/networkProfiles/{ZONE}-vpc-roce"
+    operation = networks.insert(project=P, network_resource=compute_v1.Network(
+        name="net", mtu=8896, auto_create_subnetworks=False, network_profile=profile))
+    first = operations.get(project=P, operation=operation.name)
+    assert first.status in (compute_v1.Operation.Status.PENDING, compute_v1.Operation.Status.RUNNING)
     with pytest.raises(gexc.NotFound):
-        networks.get(project="p", network="net")
+        networks.get(project=P, network="net")
     with pytest.raises(gexc.Conflict):
-        networks.insert(project="p", network_resource=compute_v1.Network(name="net"))
-    wait_global(connection, operation)
-    assert networks.get(project="p", network="net").mtu == 8896
+        networks.insert(project=P, network_resource=compute_v1.Network(name="net"))
+    done = wait_global(fake, operation)
+    assert done.target_link.endswith("/global/networks/net") and done.operation_type == "insert"
+    network = networks.get(project=P, network="net")
+    assert (network.mtu, network.auto_create_subnetworks) == (8896, False)
+    assert network.routing_config.routing_mode == "REGIONAL"
+    assert network.network_profile.endswith(profile)
+    with pytest.raises(gexc.Conflict):
+        networks.insert(project=P, network_resource=compute_v1.Network(name="net"))
+    assert [r.path.rsplit("/", 1)[-1] for r in fake.mutations()] == ["networks"]  # polls and waits are not mutations
 
 
-def test_bad_names_missing_networks_and_networks_in_use_are_refused(connection):
-    networks = connection.gapic("compute", compute_v1.NetworksClient)
-    with pytest.raises(gexc.BadRequest):
-        networks.insert(project="p", network_resource=compute_v1.Network(name="Bad_Name"))
-    subnets = connection.gapic("compute", compute_v1.SubnetworksClient)
-    subnet = compute_v1.Subnetwork(name="sub", network="projects/p/global/networks/net", ip_cidr_range="10.0.0.0/24")
-    with pytest.raises(gexc.BadRequest):
-        subnets.insert(project="p", region="r", subnetwork_resource=subnet)
-    make_network(connection)
-    subnets.insert(project="p", region="r", subnetwork_resource=subnet)
-    time.sleep(0.1)  # the subnet's operation is done by now
-    with pytest.raises(gexc.BadRequest, match="in use|being used"):
-        networks.delete(project="p", network="net")
-
-
-def test_peering_wants_the_project_number_and_an_allocated_range(connection, fake):
-    make_network(connection)
-    sn = discovery.build("servicenetworking", "v1", static_discovery=True, credentials=AnonymousCredentials(),
-                         client_options={"api_endpoint": fake.endpoints["servicenetworking"]})
-    connections = sn.services().connections()
-    parent = "services/servicenetworking.googleapis.com"
-    with pytest.raises(HttpError) as by_id:
-        connections.create(parent=parent, body={"network": "projects/p/global/networks/net",
-                                                "reservedPeeringRanges": []}).execute()
-    assert by_id.value.resp.status == 400 and "PROJECT_NUMBER" in str(by_id.value)
-    with pytest.raises(HttpError):
-        connections.create(parent=parent, body={"network": "projects/123/global/networks/net",
-                                                "reservedPeeringRanges": ["missing-range"]}).execute()
-
-
-def test_lustre_checks_the_capacity_step_of_its_tier_and_polls_as_an_lro(connection, fake):
-    networks = make_network(connection)
-    lustre = connection.gapic("lustre", lustre_v1.LustreClient)
-    instance = lustre_v1.Instance(capacity_gib=4500, per_unit_storage_throughput=1000, filesystem="fs",
-                                  network="projects/p/global/networks/net")
-    with pytest.raises(gexc.BadRequest, match="multiple of 9000"):
-        lustre.create_instance(parent="projects/p/locations/z", instance=instance, instance_id="l")
-    instance.capacity_gib = 9000
-    with pytest.raises(gexc.BadRequest, match="private services access"):
-        lustre.create_instance(parent="projects/p/locations/z", instance=instance, instance_id="l")
-    assert networks  # the network exists; only the peering is missing
-
-
-def test_injected_faults_are_the_errors_clients_see(connection, fake):
-    lustre = connection.gapic("lustre", lustre_v1.LustreClient)
-    fake.fail_next(1, status=429)
-    with pytest.raises(gexc.TooManyRequests):
-        lustre.get_instance(name="projects/p/locations/z/instances/x")
-    fake.fail_next(1, status=503)
-    with pytest.raises(gexc.ServiceUnavailable):
-        lustre.get_instance(name="projects/p/locations/z/instances/x")
+def test_names_missing_networks_and_overlapping_ranges_are_refused(fake):
+    networks = gapic(fake, "compute", compute_v1.NetworksClient)
+    for bad in ("Bad_Name", "1net", "n" * 64, "net-"):
+        with pytest.raises(gexc.BadRequest, match="resource.name"):
+            networks.insert(project=P, network_resource=compute_v1.Network(name=bad))
+    with pytest.raises(gexc.BadRequest, match="mtu"):
+        networks.insert(project=P, network_resource=compute_v1.Network(name="net", mtu=9000))
+    with pytest.raises(gexc.BadRequest, match="cannot be found"):
+        make_subnet(fake, "sub", "10.0.0.0/24")
+    make_network(fake)
+    make_subnet(fake, "sub", "10.0.0.0/24")
+    with pytest.raises(gexc.BadRequest, match="conflicts with existing subnetwork 'sub'"):
+        make_subnet(fake, "sub2", "10.0.0.128/25")
+    make_subnet(fake, "sub2", "10.0.1.0/24")
+    addresses = gapic(fake, "compute", compute_v1.GlobalAddressesClient)
+    with pytest.raises(gexc.BadRequest, match="prefixLength"):
+        addresses.insert(project=P, address_resource=compute_v1.Address(
+            name="psa", network=f"projects/{P}/global/networks/net", purpose="VPC_PEERING", address_type="INTERNAL"))
     with pytest.raises(gexc.NotFound):
-        lustre.get_instance(name="projects/p/locations/z/instances/x")
-    assert [r.status for r in fake.requests] == [429, 503, 404]
+        gapic(fake, "compute", compute_v1.FirewallsClient).delete(project=P, firewall="nothing")
+
+
+def test_a_network_in_use_cannot_be_deleted_until_what_uses_it_is_gone(fake):
+    make_network(fake)
+    make_subnet(fake, "sub", "10.0.0.0/24")
+    networks = gapic(fake, "compute", compute_v1.NetworksClient)
+    with pytest.raises(gexc.BadRequest, match="already being used by .*/subnetworks/sub") as refused:
+        networks.delete(project=P, network="net")
+    assert refused.value.errors[0]["reason"] == "resourceInUseByAnotherResource"
+    subnets = gapic(fake, "compute", compute_v1.SubnetworksClient)
+    operation = subnets.delete(project=P, region=REGION, subnetwork="sub")
+    gapic(fake, "compute", compute_v1.RegionOperationsClient).wait(project=P, region=REGION, operation=operation.name)
+    wait_global(fake, networks.delete(project=P, network="net"))
+    assert not fake.resources("network") and not fake.resources("subnetwork")
+
+
+# -- Service Networking --------------------------------------------------------------------------
+def test_peering_wants_the_project_number_an_existing_network_and_allocated_ranges(fake):
+    make_network(fake)
+    connections = servicenetworking(fake).services().connections()
+    with pytest.raises(HttpError) as by_id:
+        connections.create(parent=SERVICE, body={"network": f"projects/{P}/global/networks/net",
+                                                 "reservedPeeringRanges": ["psa"]}).execute()
+    assert by_id.value.resp.status == 400 and "PROJECT_NUMBER" in str(by_id.value)
+    with pytest.raises(HttpError, match="psa"):
+        connections.create(parent=SERVICE, body={"network": f"projects/{PN}/global/networks/net",
+                                                 "reservedPeeringRanges": ["psa"]}).execute()
+    with pytest.raises(HttpError, match="cannot be found"):
+        connections.create(parent=SERVICE, body={"network": f"projects/{PN}/global/networks/other",
+                                                 "reservedPeeringRanges": ["psa"]}).execute()
+    make_peering(fake)
+    (found,) = connections.list(parent=SERVICE, network=f"projects/{PN}/global/networks/net").execute()["connections"]
+    assert found["reservedPeeringRanges"] == ["psa"] and found["peering"] == "servicenetworking-googleapis-com"
+    with pytest.raises(gexc.BadRequest, match="already being used by 'peering"):
+        gapic(fake, "compute", compute_v1.GlobalAddressesClient).delete(project=P, address="psa")
+
+
+# -- Managed Lustre ------------------------------------------------------------------------------
+def test_lustre_checks_tiers_polls_as_an_lro_grows_only_and_holds_its_peering(fake):
+    lustre = gapic(fake, "lustre", lustre_v1.LustreClient)
+    parent = f"projects/{P}/locations/{ZONE}"
+
+    def instance(capacity, throughput=500, filesystem="lustrefs"):
+        return lustre_v1.Instance(capacity_gib=capacity, per_unit_storage_throughput=throughput, filesystem=filesystem,
+                                  network=f"projects/{P}/global/networks/net", gke_support_enabled=True)
+    with pytest.raises(gexc.BadRequest, match="cannot be found"):
+        lustre.create_instance(parent=parent, instance=instance(18000), instance_id="fs")
+    make_network(fake)
+    with pytest.raises(gexc.BadRequest, match="private services access"):
+        lustre.create_instance(parent=parent, instance=instance(18000), instance_id="fs")
+    make_peering(fake)
+    for capacity, throughput in ((9000, 500), (27000, 500), (36000, 125), (4500, 1000), (18000, 300)):
+        with pytest.raises(gexc.BadRequest):
+            lustre.create_instance(parent=parent, instance=instance(capacity, throughput), instance_id="fs")
+    with pytest.raises(gexc.BadRequest, match="filesystem"):
+        lustre.create_instance(parent=parent, instance=instance(18000, filesystem="toolongname"), instance_id="fs")
+
+    fake.operation_seconds = 0.3
+    operation = lustre.create_instance(parent=parent, instance=instance(18000), instance_id="fs")
+    fake.operation_seconds = 0.05
+    assert lustre.get_instance(name=f"{parent}/instances/fs").state == lustre_v1.Instance.State.CREATING
+    while not operation.done():
+        time.sleep(0.01)
+    created = operation.result()
+    assert operation.metadata.verb == "create"
+    assert created.state == lustre_v1.Instance.State.ACTIVE and created.capacity_gib == 18000
+    ip, filesystem = created.mount_point.split("@tcp:/")
+    psa = fake.resources("address")["psa"]
+    assert filesystem == "lustrefs"
+    assert ipaddress.ip_address(ip) in ipaddress.ip_network(f"{psa['address']}/{psa['prefixLength']}")
+
+    mask = field_mask_pb2.FieldMask(paths=["capacity_gib"])
+    path = f"{parent}/instances/fs"
+    with pytest.raises(gexc.BadRequest, match="only grow"):
+        lustre.update_instance(instance=lustre_v1.Instance(name=path, capacity_gib=9000), update_mask=mask)
+    with pytest.raises(gexc.BadRequest, match="immutable"):
+        lustre.update_instance(instance=lustre_v1.Instance(name=path, per_unit_storage_throughput=1000),
+                               update_mask=field_mask_pb2.FieldMask(paths=["per_unit_storage_throughput"]))
+    assert lustre.update_instance(instance=lustre_v1.Instance(name=path, capacity_gib=36000),
+                                  update_mask=mask).result().capacity_gib == 36000
+
+    # Service networking accepts the disconnect, and its operation fails while Lustre still uses the peering.
+    sn = servicenetworking(fake)
+    disconnect = sn.services().connections().deleteConnection(
+        name=f"{SERVICE}/connections/servicenetworking-googleapis-com",
+        body={"consumerNetwork": f"projects/{PN}/global/networks/net"}).execute()
+    assert "still using this connection" in sn_wait(sn, disconnect)["error"]["message"]
+    assert set(fake.resources("connection")) == {"net"}
+
+
+# -- GKE -----------------------------------------------------------------------------------------
+def test_gke_runs_one_operation_per_cluster_and_checks_what_a_cluster_refers_to(fake):
+    make_network(fake)
+    make_network(fake, "extra")
+    make_subnet(fake, "extra-sub", "192.168.0.0/24", network="extra")
+    gke = gapic(fake, "container", container_v1.ClusterManagerClient)
+    location = f"projects/{P}/locations/{REGION}"
+    system = container_v1.NodePool(name="system", initial_node_count=1,
+                                   config=container_v1.NodeConfig(machine_type="n2-standard-8"))
+    cluster = container_v1.Cluster(
+        name="c", network="missing", initial_cluster_version="1.33", node_pools=[system],
+        network_config=container_v1.NetworkConfig(datapath_provider=container_v1.DatapathProvider.ADVANCED_DATAPATH,
+                                                  enable_multi_networking=True),
+        ip_allocation_policy=container_v1.IPAllocationPolicy(use_ip_aliases=True))
+    with pytest.raises(gexc.BadRequest, match="network"):
+        gke.create_cluster(parent=location, cluster=cluster)
+    cluster.network = "net"
+    fake.operation_seconds = 0.3
+    create = gke.create_cluster(parent=location, cluster=cluster)
+    fake.operation_seconds = 0.05
+    assert gke.get_cluster(name=f"{location}/clusters/c").status == container_v1.Cluster.Status.PROVISIONING
+    extra = container_v1.AdditionalNodeNetworkConfig(network="extra", subnetwork="extra-sub")
+    gpu = container_v1.NodePool(name="gpu", config=container_v1.NodeConfig(machine_type="a3-ultragpu-8g"),
+                                network_config=container_v1.NodeNetworkConfig(additional_node_network_configs=[extra]))
+    with pytest.raises(gexc.BadRequest, match="incompatible operation") as busy:
+        gke.create_node_pool(parent=f"{location}/clusters/c", node_pool=gpu)
+    assert create.name in str(busy.value)
+    wait_gke(gke, location, create)
+
+    found = gke.get_cluster(name=f"{location}/clusters/c")
+    assert found.status == container_v1.Cluster.Status.RUNNING and found.current_master_version == "1.33.2-gke.1475000"
+    assert [pool.name for pool in found.node_pools] == ["system"]
+    two = container_v1.ClusterUpdate(desired_master_version="1.34",
+                                     desired_release_channel=container_v1.ReleaseChannel(channel=1))
+    with pytest.raises(gexc.BadRequest, match="one update"):
+        gke.update_cluster(name=f"{location}/clusters/c", update=two)
+    gpu.network_config.additional_node_network_configs[0].subnetwork = "missing-sub"
+    with pytest.raises(gexc.BadRequest, match="missing-sub"):
+        gke.create_node_pool(parent=f"{location}/clusters/c", node_pool=gpu)
+    gpu.network_config.additional_node_network_configs[0].subnetwork = "extra-sub"
+    wait_gke(gke, location, gke.create_node_pool(parent=f"{location}/clusters/c", node_pool=gpu))
+    assert gke.get_node_pool(name=f"{location}/clusters/c/nodePools/gpu").status == container_v1.NodePool.Status.RUNNING
+    with pytest.raises(gexc.BadRequest, match="already being used by 'node pool gpu'"):
+        gapic(fake, "compute", compute_v1.SubnetworksClient).delete(project=P, region=REGION, subnetwork="extra-sub")
+
+    wait_gke(gke, location, gke.delete_cluster(name=f"{location}/clusters/c"))
+    with pytest.raises(gexc.NotFound):
+        gke.get_cluster(name=f"{location}/clusters/c")
+    assert not fake.resources("node_pool")
+
+
+def wait_gke(gke, location: str, operation) -> None:
+    for _ in range(200):
+        current = gke.get_operation(name=f"{location}/operations/{operation.name}")
+        if current.status == container_v1.Operation.Status.DONE:
+            return
+        time.sleep(0.01)
+    raise AssertionError("the GKE operation never finished")
+
+
+# -- faults and the request log -------------------------------------------------------------------
+def test_injected_faults_are_the_errors_clients_see_and_the_log_records_them(fake):
+    networks = gapic(fake, "compute", compute_v1.NetworksClient)
+    fake.fail_rate = 0.5
+    outcomes = {}
+    for i in range(20):
+        try:
+            networks.insert(project=P, network_resource=compute_v1.Network(name=f"n{i}"))
+            outcomes[f"n{i}"] = 200
+        except (gexc.TooManyRequests, gexc.ServiceUnavailable) as error:
+            outcomes[f"n{i}"] = error.code
+    fake.fail_rate = 0.0
+    accepted = [name for name, status in outcomes.items() if status == 200]
+    assert set(outcomes.values()) == {200, 429, 503}
+    assert [r.status for r in fake.requests] == list(outcomes.values())
+    assert [r.body["name"] for r in fake.mutations()] == accepted
+    time.sleep(0.1)  # every accepted insert is done; a refused one did nothing
+    assert set(fake.resources("network")) == set(accepted)
+
+    # Compute and GKE reads retry a 503 themselves (their default retry); Lustre's do not.
+    start = len(fake.requests)
+    fake.fail_next(1, status=503)
+    assert networks.get(project=P, network=accepted[0]).name == accepted[0]
+    assert [r.status for r in fake.requests[start:]] == [503, 200]
+
+    lustre = gapic(fake, "lustre", lustre_v1.LustreClient)
+    fake.fail_next(1, status=503, match="GET /lustre/")
+    networks_before = len(fake.requests)
+    with pytest.raises(gexc.NotFound):
+        networks.get(project=P, network="net")  # not matched: answered as usual
+    with pytest.raises(gexc.ServiceUnavailable):
+        lustre.get_instance(name=f"projects/{P}/locations/{ZONE}/instances/x")
+    with pytest.raises(gexc.NotFound):
+        lustre.get_instance(name=f"projects/{P}/locations/{ZONE}/instances/x")
+    log = fake.requests[networks_before:]
+    assert [(r.method, r.status) for r in log] == [("GET", 404), ("GET", 503), ("GET", 404)]
+    assert log[1].path == f"/lustre/v1/projects/{P}/locations/{ZONE}/instances/x" and "gapic/" in log[1].user_agent
+    assert log[1].query.get("$alt") == "json;enum-encoding=int"
+
+
+def test_an_unknown_path_is_a_google_json_404(fake):
+    answer = requests.get(f"{fake.endpoints['compute']}/compute/v1/projects/{P}/global/routers", timeout=5)
+    assert answer.status_code == 404 and answer.json()["error"]["status"] == "NOT_FOUND"
+    assert answer.json()["error"]["errors"][0]["reason"] == "notFound"

@@ -1,47 +1,89 @@
-"""What a one-line edit of a spec does to the plan: the pure core (graph, diff, classification), no I/O.
+"""What one edit of a spec does to the plan: the pure core (graph, diff, classification), no I/O.
 
-Each case applies an edit to a seed spec, plans it against the cloud as the unedited spec left it,
-and expects exactly the listed actions (everything else unchanged) and which of them are destructive.
+Each case edits a seed spec's text, plans the edited spec against the cloud as an apply of the
+unedited spec left it, and expects exactly the listed actions (everything else a no-op) and
+exactly the listed destructive changes.
 """
 
 from dataclasses import replace
+from functools import lru_cache
 
 import pytest
+import yaml
 
 from conftest import ENVIRONMENTS
-from rlops.provision import render
-from rlops.provision.plan import Action, Change, Live, Plan, build_plan, data_loss_refusals
+from rlops.provision.plan import Action, Live, Plan, build_plan, data_loss_refusals
 from rlops.provision.resources import KINDS, build
 from rlops.spec.load import load_text
+from rlops.spec.model import GcpEnvironment
 
-C, U, R, D = Action.CREATE, Action.UPDATE, Action.REPLACE, Action.DELETE
-RDMA = [f"subnetwork/rl-rdma-sub-{i}" for i in range(8)]
+C, U, R, D, A = Action.CREATE, Action.UPDATE, Action.REPLACE, Action.DELETE, Action.ADOPT
+H200_RDMA = [f"subnetwork/rl-rdma-sub-{i}" for i in range(8)]
+H200_POOLS = {"node_pool/default-pool": R, "node_pool/gpu-pool": R}
+
+SECOND_POOL = ("\nlustre:\n", "\n  - name: gpu-pool-2\n    machine_type: a3-ultragpu-8g\n"
+                              "    accelerator: {type: nvidia-h200-141gb, count: 8}\n"
+                              "    spot: true\n    autoscaling: {min_nodes: 0, max_nodes: 1}\n\nlustre:\n")
+RECIPE_POOL = ("    runner: nemo-rl\n", "    runner: nemo-rl\n    gpu_pool: gpu-pool\n")
 
 
-def environment(text: str, name: str):
+# -- the edit-and-plan dance -----------------------------------------------------------------
+
+def seed(name: str) -> str:
+    return (ENVIRONMENTS / f"{name}.yaml").read_text()
+
+
+def edit(text: str, *edits: tuple[str, str]) -> str:
+    for old, new in edits:
+        assert text.count(old) == 1, f"{old!r} is not in the spec exactly once"
+        text = text.replace(old, new)
+    return text
+
+
+@lru_cache(maxsize=None)
+def environment(text: str, name: str) -> GcpEnvironment:
     loaded = load_text(text, name, f"{name}.yaml")
     assert not loaded.problems, "\n".join(map(str, loaded.problems))
     return loaded.environment
 
 
-def live_of(name: str, text: str) -> dict[str, Live]:
-    """The cloud as an apply of this spec left it."""
-    return {r.key: Live({f: v for f, v in r.desired.items() if f in KINDS[r.kind].fields}, True, r.depends_on)
-            for r in build(name, environment(text, name))}
+def live_of(name: str, env: GcpEnvironment) -> dict[str, Live]:
+    """The cloud as an apply of `env` left it: every resource, owned, with the fields the plan compares."""
+    return {r.key: Live({f: v for f, v in r.desired.items() if f in KINDS[r.kind].fields and v is not None},
+                        True, r.depends_on)
+            for r in build(name, env)}
 
 
-def plan_edit(name: str, *edits: tuple[str, str], live: dict[str, Live] | None = None) -> Plan:
-    original = (ENVIRONMENTS / f"{name}.yaml").read_text()
-    edited = original
-    for old, new in edits:
-        assert old in edited, old
-        edited = edited.replace(old, new)
-    return build_plan(name, build(name, environment(edited, name)), live if live is not None else live_of(name, original))
+def plan_edit(name: str, *edits: tuple[str, str], base: str | None = None, live: dict[str, Live] | None = None) -> Plan:
+    """Plan `base` (the seed by default) with `edits` applied against the cloud `base` left (or `live`)."""
+    base = seed(name) if base is None else base
+    if live is None:
+        live = live_of(name, environment(base, name))
+    return build_plan(name, build(name, environment(edit(base, *edits), name)), live)
+
+
+def plan_unchecked(name: str, change) -> Plan:
+    """For edits the spec's cross-field rules refuse: `change(data)` edits the parsed YAML, which is
+    then only type-checked, so the plan's own rules can be seen on their own."""
+    data = yaml.safe_load(seed(name))
+    change(data)
+    return build_plan(name, build(name, GcpEnvironment.model_validate(data)), live_of(name, environment(seed(name), name)))
 
 
 def actions(plan: Plan) -> dict[str, Action]:
     return {c.key: c.action for c in plan.changes if c.action != Action.NOOP}
 
+
+def change_of(plan: Plan, key: str):
+    (change,) = [c for c in plan.changes if c.key == key]
+    return change
+
+
+def fields_of(plan: Plan, key: str) -> list[tuple]:
+    return [(f.field, f.before, f.after) for f in change_of(plan, key).fields]
+
+
+# -- one edit, one class of change -----------------------------------------------------------
 
 CASES = [
     # (id, environment, edits, expected actions, destructive keys)
@@ -49,45 +91,87 @@ CASES = [
      {"node_pool/gpu-pool": U}, set()),
     ("gpu-min-nodes", "h200", [("{min_nodes: 0, max_nodes: 2}", "{min_nodes: 1, max_nodes: 2}")],
      {"node_pool/gpu-pool": U}, set()),
+    ("b200-gpu-max-nodes", "b200-spot", [("{min_nodes: 0, max_nodes: 8}", "{min_nodes: 0, max_nodes: 10}")],
+     {"node_pool/a4-pool": U}, set()),
     ("system-pool-max", "h200", [("{min_nodes: 1, max_nodes: 5}", "{min_nodes: 1, max_nodes: 6}")],
      {"node_pool/default-pool": U}, set()),
-    ("firewall-source", "h200", [("firewall_source_ranges: [192.168.0.0/16]", "firewall_source_ranges: [192.168.0.0/16, 10.8.0.0/16]")],
+    ("system-pool-autoscaling-off", "h200", [("    autoscaling: {min_nodes: 1, max_nodes: 5}\n", "")],
+     {"node_pool/default-pool": U}, set()),
+    ("system-pool-autoscaling-on", "b200-spot",
+     [("    initial_nodes: 1\n", "    initial_nodes: 1\n    autoscaling: {min_nodes: 1, max_nodes: 3}\n")],
+     {"node_pool/default-pool": U}, set()),
+    ("system-pool-machine-type", "h200", [("machine_type: n2-highmem-80", "machine_type: n2-highmem-96")],
+     {"node_pool/default-pool": R}, {"node_pool/default-pool"}),
+    ("gpu-machine-type", "h200", [("machine_type: a3-ultragpu-8g", "machine_type: a4-highgpu-8g"),
+                                  ("type: nvidia-h200-141gb", "type: nvidia-b200")],
+     {"node_pool/gpu-pool": R}, {"node_pool/gpu-pool"}),
+    ("gpu-driver-version", "h200", [("driver_version: default", "driver_version: latest")],
+     {"node_pool/gpu-pool": R}, {"node_pool/gpu-pool"}),
+    ("reservation-to-spot", "h200", [("reservation: h200-reservation", "spot: true")],
+     {"node_pool/gpu-pool": R}, {"node_pool/gpu-pool"}),
+    ("spot-to-reservation", "b200-spot", [("spot: true", "reservation: b200-reservation")],
+     {"node_pool/a4-pool": R}, {"node_pool/a4-pool"}),
+    ("firewall-source-ranges", "h200",
+     [("firewall_source_ranges: [192.168.0.0/16]", "firewall_source_ranges: [192.168.0.0/16, 10.8.0.0/16]")],
      {"firewall/rl-gvnic-internal": U}, set()),
-    ("network-mtu", "h200", [("    prefix: rl-rdma            # profile: ZONE-vpc-roce\n", "    prefix: rl-rdma\n    mtu: 8244\n")],
+    ("cluster-network-mtu", "h200", [("    name: rl-net\n", "    name: rl-net\n    mtu: 1460\n")],
+     {"network/rl-net": U}, set()),
+    ("rdma-network-mtu", "h200", [("    prefix: rl-rdma            # profile: ZONE-vpc-roce\n",
+                                   "    prefix: rl-rdma\n    mtu: 8244\n")],
      {"network/rl-rdma-net": U}, set()),
     ("release-channel", "h200", [("release_channel: REGULAR", "release_channel: RAPID")], {"cluster/rl-h200": U}, set()),
     ("cluster-version", "h200", [("release_channel: REGULAR", "release_channel: REGULAR\n  version: \"1.33\"")],
      {"cluster/rl-h200": U}, set()),
-    ("lustre-legacy-port-and-gke-support", "h200",
-     [("lustre_legacy_port: true", "lustre_legacy_port: false"), ("gke_support: true", "gke_support: false"),
-      ("prefix_length: 20", "prefix_length: 20\n    address: 10.112.0.0")],
-     # The add-on flag is mutable, GKE support on the instance is not; no legacy port means an LNet firewall.
-     {"cluster/rl-h200": U, "lustre_instance/rl-lustre": R, "firewall/rl-lustre-lnet": C}, {"lustre_instance/rl-lustre"}),
+    ("dns-endpoint", "h200", [("release_channel: REGULAR", "release_channel: REGULAR\n  dns_endpoint: false")],
+     {"cluster/rl-h200": U}, set()),
+    # IP aliases cannot be switched on a running cluster: it goes, and its node pools with it.
+    ("ip-alias", "h200", [("release_channel: REGULAR", "release_channel: REGULAR\n  ip_alias: false")],
+     {"cluster/rl-h200": R, **H200_POOLS}, {"cluster/rl-h200", *H200_POOLS}),
     ("lustre-grow", "h200", [("capacity_gib: 18000", "capacity_gib: 36000")], {"lustre_instance/rl-lustre": U}, set()),
     ("lustre-throughput-tier", "h200", [("throughput_mb_per_tib: 500", "throughput_mb_per_tib: 1000")],
      {"lustre_instance/rl-lustre": R}, {"lustre_instance/rl-lustre"}),
+    # The add-on flag is mutable, GKE support on the instance is not; no legacy port means an LNet firewall.
+    ("gke-support-off", "h200",
+     [("lustre_legacy_port: true", "lustre_legacy_port: false"), ("gke_support: true", "gke_support: false"),
+      ("prefix_length: 20", "prefix_length: 20\n    address: 10.112.0.0")],
+     {"cluster/rl-h200": U, "lustre_instance/rl-lustre": R, "firewall/rl-lustre-lnet": C}, {"lustre_instance/rl-lustre"}),
+    ("gke-support-on", "b200-spot",
+     [("lustre_legacy_port: false", "lustre_legacy_port: true"), ("gke_support: false", "gke_support: true")],
+     {"cluster/ray-a4-gpu-spot": U, "lustre_instance/ray-a4-gpu-spot-lustre": R,
+      "firewall/ray-a4-gpu-spot-lustre-lnet": D}, {"lustre_instance/ray-a4-gpu-spot-lustre"}),
+    # Additional networks are immutable on a node pool: a subnet replaced replaces the pool with it.
     ("gvnic-subnet-cidr", "h200", [("subnet_cidr: 192.168.0.0/24", "subnet_cidr: 192.168.9.0/24")],
      {"subnetwork/rl-gvnic-sub": R, "node_pool/gpu-pool": R}, {"subnetwork/rl-gvnic-sub", "node_pool/gpu-pool"}),
     ("rdma-subnet-cidr", "h200", [("- 192.168.8.0/24", "- 192.168.18.0/24")],
      {"subnetwork/rl-rdma-sub-7": R, "node_pool/gpu-pool": R}, {"subnetwork/rl-rdma-sub-7", "node_pool/gpu-pool"}),
-    ("reservation-to-spot", "h200", [("reservation: h200-reservation", "spot: true")],
-     {"node_pool/gpu-pool": R}, {"node_pool/gpu-pool"}),
-    ("machine-type", "h200", [("machine_type: a3-ultragpu-8g", "machine_type: a4-highgpu-8g"),
-                              ("type: nvidia-h200-141gb", "type: nvidia-b200")],
-     {"node_pool/gpu-pool": R}, {"node_pool/gpu-pool"}),
+    ("gvnic-prefix", "h200", [("prefix: rl-gvnic", "prefix: rl-gvnic2")],
+     {"network/rl-gvnic2-net": C, "subnetwork/rl-gvnic2-sub": C, "firewall/rl-gvnic2-internal": C,
+      "node_pool/gpu-pool": R, "network/rl-gvnic-net": D, "subnetwork/rl-gvnic-sub": D, "firewall/rl-gvnic-internal": D},
+     {"node_pool/gpu-pool", "network/rl-gvnic-net", "subnetwork/rl-gvnic-sub"}),
+    # The peering is re-made on the new range, and the Lustre instance peered into it with it.
     ("psa-prefix", "h200", [("prefix_length: 20", "prefix_length: 22")],
-     # The peering is re-made on the new range, and the Lustre instance peered into it with it.
      {"address/rl-lustre-range": R, "connection/rl-net": R, "lustre_instance/rl-lustre": R},
      {"address/rl-lustre-range", "connection/rl-net", "lustre_instance/rl-lustre"}),
-    ("rename-gpu-pool", "h200", [("gpu-pool", "gpu-pool-b")],
+    ("psa-prefix-with-lnet-firewall", "b200-spot", [("prefix_length: 22 ", "prefix_length: 20 ")],
+     {"address/ray-a4-gpu-spot-psa": R, "connection/ray-a4-gpu-spot-net-0": R,
+      "lustre_instance/ray-a4-gpu-spot-lustre": R, "firewall/ray-a4-gpu-spot-lustre-lnet": U},
+     {"address/ray-a4-gpu-spot-psa", "connection/ray-a4-gpu-spot-net-0", "lustre_instance/ray-a4-gpu-spot-lustre"}),
+    # Everything is built on the cluster network: an auto-mode switch takes the environment down to Lustre.
+    ("auto-subnets", "h200", [("auto_subnets: true", "auto_subnets: false")],
+     {"network/rl-net": R, "address/rl-lustre-range": R, "connection/rl-net": R, "cluster/rl-h200": R, **H200_POOLS,
+      "lustre_instance/rl-lustre": R},
+     {"network/rl-net", "address/rl-lustre-range", "connection/rl-net", "cluster/rl-h200", *H200_POOLS,
+      "lustre_instance/rl-lustre"}),
+    ("rename-cluster", "h200", [("name: rl-h200\n", "name: rl-h200b\n")],
+     {"cluster/rl-h200b": C, "cluster/rl-h200": D, **H200_POOLS}, {"cluster/rl-h200", *H200_POOLS}),
+    ("rename-gpu-pool", "h200", [("name: gpu-pool", "name: gpu-pool-b")],
      {"node_pool/gpu-pool": D, "node_pool/gpu-pool-b": C}, {"node_pool/gpu-pool"}),
-    ("add-gpu-pool", "h200", [("\nlustre:\n", "\n  - name: gpu-pool-2\n    machine_type: a3-ultragpu-8g\n"
-                                             "    accelerator: {type: nvidia-h200-141gb, count: 8}\n"
-                                             "    spot: true\n    autoscaling: {min_nodes: 0, max_nodes: 1}\n\nlustre:\n"),
-                             ("    runner: nemo-rl\n", "    runner: nemo-rl\n    gpu_pool: gpu-pool\n")],
-     {"node_pool/gpu-pool-2": C}, set()),
-    ("b200-gpu-max-nodes", "b200-spot", [("{min_nodes: 0, max_nodes: 8}", "{min_nodes: 0, max_nodes: 10}")],
-     {"node_pool/a4-pool": U}, set()),
+    ("rename-lustre", "h200", [("lustre:\n  name: rl-lustre\n", "lustre:\n  name: rl-lustre-b\n")],
+     {"lustre_instance/rl-lustre": D, "lustre_instance/rl-lustre-b": C}, {"lustre_instance/rl-lustre"}),
+    ("add-gpu-pool", "h200", [SECOND_POOL, RECIPE_POOL], {"node_pool/gpu-pool-2": C}, set()),
+    # Edits outside the cloud resources: nothing in the cloud changes.
+    ("deletion-policy", "h200", [("deletion_policy: retain", "deletion_policy: delete")], {}, set()),
+    ("ray-image", "b200-spot", [("head: {cpu: 8, memory: 64Gi}", "head: {cpu: 16, memory: 64Gi}")], {}, set()),
 ]
 
 
@@ -95,81 +179,234 @@ CASES = [
 def test_an_edit_plans_exactly_its_change(case):
     _, name, edits, expected, destructive = case
     plan = plan_edit(name, *edits)
-    assert not plan.errors
+    assert plan.errors == []
     assert actions(plan) == expected
     assert {c.key for c in plan.destructive} == destructive
+    assert plan.has_changes == bool(expected)
 
+
+def test_an_in_place_change_names_exactly_its_fields():
+    plan = plan_edit("h200", ("{min_nodes: 0, max_nodes: 2}", "{min_nodes: 1, max_nodes: 4}"))
+    assert fields_of(plan, "node_pool/gpu-pool") == [("min_nodes", 0, 1), ("max_nodes", 2, 4)]
+    plan = plan_edit("h200", ("firewall_source_ranges: [192.168.0.0/16]", "firewall_source_ranges: [192.168.0.0/20]"))
+    assert fields_of(plan, "firewall/rl-gvnic-internal") == [("source_ranges", ["192.168.0.0/16"], ["192.168.0.0/20"])]
+    plan = plan_edit("h200", ("capacity_gib: 18000", "capacity_gib: 36000"))
+    assert fields_of(plan, "lustre_instance/rl-lustre") == [("capacity_gib", 18000, 36000)]
+
+
+def test_a_replacement_says_which_field_forces_it_and_a_cascade_says_what_it_goes_with():
+    plan = plan_edit("h200", ("subnet_cidr: 192.168.0.0/24", "subnet_cidr: 192.168.9.0/24"))
+    subnet = change_of(plan, "subnetwork/rl-gvnic-sub")
+    assert subnet.reason == "ip_cidr_range cannot change in place"
+    assert [(f.field, f.mutability.value) for f in subnet.fields] == [("ip_cidr_range", "immutable")]
+    pool = change_of(plan, "node_pool/gpu-pool")
+    assert pool.reason == "replaced with subnetwork/rl-gvnic-sub" and pool.fields == []
+
+
+def test_removing_a_gpu_pool_deletes_it():
+    base = edit(seed("h200"), SECOND_POOL, RECIPE_POOL)
+    plan = plan_edit("h200", (SECOND_POOL[1], SECOND_POOL[0]), base=base)
+    assert plan.errors == []
+    assert actions(plan) == {"node_pool/gpu-pool-2": D}
+    (deleted,) = plan.destructive
+    assert (deleted.key, deleted.reason, deleted.resource) == ("node_pool/gpu-pool-2", "no longer in the spec", None)
+    assert deleted.depends_on == ("cluster/rl-h200", "subnetwork/rl-gvnic-sub", *H200_RDMA)
+
+
+def test_renaming_the_cluster_creates_the_new_one_and_deletes_the_old_one_only_if_rlops_owns_it():
+    renamed = ("name: rl-h200\n", "name: rl-h200b\n")
+    plan = plan_edit("h200", renamed)
+    assert change_of(plan, "cluster/rl-h200").reason == "no longer in the spec"
+    live = live_of("h200", environment(seed("h200"), "h200"))
+    live["cluster/rl-h200"] = replace(live["cluster/rl-h200"], owned=False)
+    plan = plan_edit("h200", renamed, live=live)
+    assert actions(plan) == {"cluster/rl-h200b": C, **H200_POOLS}
+    del live["cluster/rl-h200"]
+    assert actions(plan_edit("h200", renamed, live=live)) == {"cluster/rl-h200b": C, **H200_POOLS}
+
+
+# -- edits the spec's rules refuse, planned anyway -------------------------------------------
+# The rules insist on Dataplane V2 with multi-networking, the RayOperator add-on and one RDMA subnet
+# per GPU of an 8-GPU machine; the plan must still classify such a change correctly should a spec
+# ever reach it (a rule relaxed, another machine type).
+
+def _refused_by_the_rules(name: str, *edits: tuple[str, str]) -> None:
+    assert load_text(edit(seed(name), *edits), name, f"{name}.yaml").problems
+
+
+def test_dataplane_and_multi_networking_replace_the_cluster_and_its_pools():
+    _refused_by_the_rules("h200", ("release_channel: REGULAR", "release_channel: REGULAR\n  dataplane_v2: false"))
+    plan = plan_unchecked("h200", lambda d: d["cluster"].update(dataplane_v2=False, multi_networking=False))
+    assert actions(plan) == {"cluster/rl-h200": R, **H200_POOLS}
+    assert {c.key for c in plan.destructive} == {"cluster/rl-h200", *H200_POOLS}
+    assert fields_of(plan, "cluster/rl-h200") == [("datapath_provider", "ADVANCED_DATAPATH", "LEGACY_DATAPATH"),
+                                                  ("enable_multi_networking", True, False)]
+
+
+def test_the_ray_operator_add_on_is_an_update():
+    _refused_by_the_rules("h200", ("ray_operator: true", "ray_operator: false"))
+    plan = plan_unchecked("h200", lambda d: d["cluster"]["addons"].update(ray_operator=False))
+    assert actions(plan) == {"cluster/rl-h200": U} and not plan.destructive
+    assert fields_of(plan, "cluster/rl-h200") == [("ray_operator", True, False)]
+
+
+@pytest.mark.parametrize("subnets, expected", [
+    (lambda cidrs: cidrs + ["192.168.9.0/24"], {"subnetwork/rl-rdma-sub-8": C}),
+    (lambda cidrs: cidrs[:-1], {"subnetwork/rl-rdma-sub-7": D}),
+], ids=["add", "remove"])
+def test_an_rdma_subnet_added_or_removed_replaces_the_gpu_pool(subnets, expected):
+    _refused_by_the_rules("h200", ("      - 192.168.8.0/24\n", ""))
+
+    def change(data):
+        data["networks"]["rdma"]["subnet_cidrs"] = subnets(data["networks"]["rdma"]["subnet_cidrs"])
+        data["gpu_pools"][0]["accelerator"]["count"] = len(data["networks"]["rdma"]["subnet_cidrs"])
+
+    plan = plan_unchecked("h200", change)
+    assert plan.errors == []
+    assert actions(plan) == {**expected, "node_pool/gpu-pool": R}
+    assert {c.key for c in plan.destructive} == {k for k, a in expected.items() if a == D} | {"node_pool/gpu-pool"}
+    assert {f.field for f in change_of(plan, "node_pool/gpu-pool").fields} == {"accelerator_count", "additional_networks"}
+
+
+# -- the plan's refusals ---------------------------------------------------------------------
 
 def test_no_edit_means_no_change():
     plan = plan_edit("h200")
-    assert not plan.has_changes and not plan.errors and plan.summary().startswith("0 to create, 0 to update")
+    assert not plan.has_changes and plan.errors == [] and not plan.destructive
+    assert plan.summary() == "0 to create, 0 to update, 0 to replace, 0 to delete"
+    assert not plan_edit("b200-spot").has_changes
 
 
 def test_shrinking_lustre_is_refused_and_left_alone():
     plan = plan_edit("b200-spot", ("capacity_gib: 36000", "capacity_gib: 18000"))
-    assert any("capacity_gib can only grow" in e for e in plan.errors)
-    assert actions(plan) == {}
+    (error,) = plan.errors
+    assert "lustre_instance/ray-a4-gpu-spot-lustre: capacity_gib can only grow (36000 -> 18000 refused)" in error
+    assert actions(plan) == {} and not plan.has_changes
 
 
-def test_replacing_lustre_needs_the_delete_policy_and_delete_data():
-    plan = plan_edit("h200", ("throughput_mb_per_tib: 500", "throughput_mb_per_tib: 1000"))
+@pytest.mark.parametrize("edits", [
+    [("throughput_mb_per_tib: 500", "throughput_mb_per_tib: 1000")],
+    [("lustre:\n  name: rl-lustre\n", "lustre:\n  name: rl-lustre-b\n")],
+], ids=["replaced", "deleted"])
+def test_losing_lustre_needs_the_delete_policy_and_delete_data(edits):
+    plan = plan_edit("h200", *edits)
+    (refusal,) = data_loss_refusals(plan, "retain", delete_data=False)
+    assert refusal.startswith("lustre_instance/rl-lustre would be ")
     assert data_loss_refusals(plan, "retain", delete_data=True)
     assert data_loss_refusals(plan, "delete", delete_data=False)
     assert data_loss_refusals(plan, "delete", delete_data=True) == []
 
 
-def test_drift_is_an_update_back_to_the_spec():
-    text = (ENVIRONMENTS / "h200.yaml").read_text()
-    live = live_of("h200", text)
-    network = live["network/rl-gvnic-net"]
-    live["network/rl-gvnic-net"] = replace(network, fields=dict(network.fields, mtu=1460))
-    plan = plan_edit("h200", live=live)
-    (change,) = [c for c in plan.changes if c.action != Action.NOOP]
-    assert (change.key, change.action) == ("network/rl-gvnic-net", U)
-    assert [(f.field, f.before, f.after) for f in change.fields] == [("mtu", 1460, 8896)]
+def test_changes_that_keep_lustre_need_no_permission():
+    plan = plan_edit("h200", ("capacity_gib: 18000", "capacity_gib: 36000"))
+    assert data_loss_refusals(plan, "retain", delete_data=False) == []
+
+
+# -- drift, ownership, leftovers -------------------------------------------------------------
+
+def drifted(name: str, key: str, **fields) -> dict[str, Live]:
+    live = live_of(name, environment(seed(name), name))
+    live[key] = replace(live[key], fields=dict(live[key].fields, **fields))
+    return live
+
+
+@pytest.mark.parametrize("key, drift, action, expected_fields", [
+    ("network/rl-gvnic-net", {"mtu": 1460}, U, [("mtu", 1460, 8896)]),
+    ("node_pool/gpu-pool", {"max_nodes": 5}, U, [("max_nodes", 5, 2)]),
+    ("cluster/rl-h200", {"ray_operator": False}, U, [("ray_operator", False, True)]),
+    ("firewall/rl-gvnic-internal", {"source_ranges": ["0.0.0.0/0"]}, U, [("source_ranges", ["0.0.0.0/0"], ["192.168.0.0/16"])]),
+    ("lustre_instance/rl-lustre", {"capacity_gib": 9000}, U, [("capacity_gib", 9000, 18000)]),
+])
+def test_drift_in_the_console_is_planned_back_to_the_spec(key, drift, action, expected_fields):
+    plan = plan_edit("h200", live=drifted("h200", key, **drift))
+    assert plan.errors == []
+    assert actions(plan) == {key: action} and not plan.destructive
+    assert fields_of(plan, key) == expected_fields
+
+
+def test_drift_of_an_immutable_field_replaces():
+    plan = plan_edit("h200", live=drifted("h200", "subnetwork/rl-rdma-sub-3", ip_cidr_range="10.9.0.0/24"))
+    assert actions(plan) == {"subnetwork/rl-rdma-sub-3": R, "node_pool/gpu-pool": R}
+
+
+def test_lustre_grown_in_the_console_is_not_shrunk_back():
+    plan = plan_edit("h200", live=drifted("h200", "lustre_instance/rl-lustre", capacity_gib=36000))
+    assert actions(plan) == {} and len(plan.errors) == 1 and "capacity_gib can only grow" in plan.errors[0]
 
 
 def test_unowned_resources_are_adopted_when_identical_and_refused_when_not():
-    text = (ENVIRONMENTS / "h200.yaml").read_text()
-    live = live_of("h200", text)
+    live = live_of("h200", environment(seed("h200"), "h200"))
     live["network/rl-net"] = replace(live["network/rl-net"], owned=False)
-    assert actions(plan_edit("h200", live=live)) == {"network/rl-net": Action.ADOPT}
+    plan = plan_edit("h200", live=live)
+    assert actions(plan) == {"network/rl-net": A} and plan.errors == [] and not plan.destructive
+    assert plan.summary().endswith(", 1 to adopt")
+
     live["network/rl-net"] = replace(live["network/rl-net"], fields=dict(live["network/rl-net"].fields, mtu=1460))
     plan = plan_edit("h200", live=live)
     assert actions(plan) == {}
-    assert any("network/rl-net exists but is not managed by rlops" in e for e in plan.errors)
+    (error,) = plan.errors
+    assert error.startswith("network/rl-net exists but is not managed by rlops, and differs from the spec: mtu is 1460")
+    assert change_of(plan, "network/rl-net").reason == "refused: not managed by rlops"
 
 
-def test_what_rlops_owns_and_the_spec_dropped_is_deleted():
-    text = (ENVIRONMENTS / "h200.yaml").read_text()
-    live = live_of("h200", text)
+def test_an_unowned_resource_that_differs_is_not_replaced_by_a_cascade_either():
+    live = live_of("h200", environment(seed("h200"), "h200"))
+    pool = live["node_pool/gpu-pool"]
+    live["node_pool/gpu-pool"] = replace(pool, owned=False, fields=dict(pool.fields, max_nodes=9))
+    plan = plan_edit("h200", ("subnet_cidr: 192.168.0.0/24", "subnet_cidr: 192.168.9.0/24"), live=live)
+    assert actions(plan) == {"subnetwork/rl-gvnic-sub": R}
+    assert len(plan.errors) == 1 and plan.errors[0].startswith("node_pool/gpu-pool exists but is not managed by rlops")
+
+
+def test_what_rlops_owns_and_the_spec_dropped_is_deleted_and_what_it_does_not_own_is_left():
+    live = live_of("h200", environment(seed("h200"), "h200"))
     live["firewall/old-rule"] = Live({"network": "rl-net"}, True, ("network/rl-net",))
+    live["subnetwork/old-sub"] = Live({"network": "rl-net"}, True, ("network/rl-net",))
     live["firewall/someone-elses"] = Live({"network": "rl-net"}, False)
     plan = plan_edit("h200", live=live)
-    assert actions(plan) == {"firewall/old-rule": D}
-    assert not plan.destructive  # a firewall rule is recreated as it was
+    assert actions(plan) == {"firewall/old-rule": D, "subnetwork/old-sub": D}
+    assert {c.key for c in plan.destructive} == {"subnetwork/old-sub"}  # a firewall rule is recreated as it was
+    assert change_of(plan, "firewall/old-rule").depends_on == ("network/rl-net",)
 
 
 def test_from_nothing_everything_is_created_and_the_system_pool_comes_with_the_cluster():
     plan = plan_edit("h200", live={})
     created = actions(plan)
-    assert set(created.values()) == {C} and len(created) == 18
-    assert "node_pool/default-pool" not in created
-    assert set(RDMA) <= set(created)
+    assert set(created.values()) == {C} and len(created) == 18 and not plan.destructive
+    assert set(H200_RDMA) <= set(created) and "node_pool/gpu-pool" in created
+    assert change_of(plan, "node_pool/default-pool").reason == "created by the cluster/rl-h200 create"
 
 
-def test_markdown_puts_destructive_changes_first_and_splits_below_githubs_limit():
-    plan = plan_edit("h200", ("reservation: h200-reservation", "spot: true"),
-                     ("firewall_source_ranges: [192.168.0.0/16]", "firewall_source_ranges: [192.168.0.0/16, 10.8.0.0/16]"))
-    (comment,) = render.markdown([plan])
-    assert comment.startswith("### Environment `h200`")
-    assert "**Plan: 0 to create, 1 to update, 1 to replace, 0 to delete.**" in comment
-    assert comment.index("Destructive") < comment.index("<details>")
-    assert "`node_pool/gpu-pool`" in comment[:comment.index("<details>")]
-    # A plan far over one comment is split into several, each complete and under the limit.
-    many = Plan("big", [Change(f"firewall/rule-{i:05d}", Action.DELETE, None, reason="x" * 200) for i in range(2000)])
-    comments = render.markdown([plan, many])
-    assert len(comments) > 1
-    assert all(len(c) < render.GITHUB_COMMENT_LIMIT for c in comments)
-    assert all(c.count("<details>") == c.count("</details>") and c.count("```") % 2 == 0 for c in comments)
-    assert sum(c.count("- firewall/rule-") for c in comments) == 2000
+# -- known bugs ------------------------------------------------------------------------------
+
+@pytest.mark.xfail(strict=True, reason=(
+    "plan._replace_dependents cascades a replacement only into NOOP/UPDATE dependents: an ADOPTed "
+    "(unowned, identical) resource built on a replaced one stays ADOPT, and the cascade stops there, "
+    "so the network is planned for deletion under an address, a peering and a Lustre instance that stay"))
+def test_a_resource_to_adopt_on_a_replaced_network_is_not_left_standing():
+    live = live_of("h200", environment(seed("h200"), "h200"))
+    live["address/rl-lustre-range"] = replace(live["address/rl-lustre-range"], owned=False)
+    plan = plan_edit("h200", ("auto_subnets: true", "auto_subnets: false"), live=live)
+    assert actions(plan)["network/rl-net"] == R
+    # Either it goes with the network (and what is built on it too), or the plan refuses.
+    refused = any("address/rl-lustre-range" in e for e in plan.errors)
+    assert refused or {k: actions(plan).get(k) for k in ("address/rl-lustre-range", "connection/rl-net",
+                                                         "lustre_instance/rl-lustre")} == dict.fromkeys(
+        ("address/rl-lustre-range", "connection/rl-net", "lustre_instance/rl-lustre"), R)
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "node pools are keyed node_pool/NAME, not by cluster: renaming the cluster plans its pools as "
+    "REPLACE with the new cluster's dependencies, so the old cluster's delete is not ordered after "
+    "(or instead of) the deletes of the pools that live in it"))
+def test_renaming_the_cluster_deletes_its_pools_before_it_or_with_it():
+    from rlops.provision.engine import steps_for  # the apply's step order; imported here, it is slow to import
+
+    original = live_of("h200", environment(seed("h200"), "h200"))
+    plan = plan_edit("h200", ("name: rl-h200\n", "name: rl-h200b\n"))
+    steps = {s.id: s for s in steps_for(plan)}
+    in_old_cluster = [key for key, state in original.items() if "cluster/rl-h200" in state.depends_on]
+    assert in_old_cluster == ["node_pool/default-pool", "node_pool/gpu-pool"]
+    for key in in_old_cluster:
+        if ("delete", key) in steps:
+            assert ("delete", key) in steps[("delete", "cluster/rl-h200")].needs, key

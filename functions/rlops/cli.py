@@ -53,8 +53,6 @@ def _schema(args: argparse.Namespace) -> int:
 
 
 MARKDOWN_SPLIT = "<!-- rlops: next comment -->"
-# Where `render --offline` cannot know the Lustre address, it says so in the PV instead.
-OFFLINE_LUSTRE_IP = "LUSTRE-IP-KNOWN-AFTER-APPLY"
 
 
 class _Usage(Exception):
@@ -168,15 +166,15 @@ def _render(args: argparse.Namespace) -> int:
 
     env = _cloud_environment(args.environment, "render")
     if args.offline:
-        facts = render.LiveFacts(OFFLINE_LUSTRE_IP)
+        rendered = render.objects(env.name, env.spec, render.LiveFacts(render.UNKNOWN_LUSTRE_IP))
     else:
-        live = service.read_one(env, service.connection_from_environment(), _bucket(env))
-        lustre = live.get(f"lustre_instance/{env.spec.lustre.name}")
-        if lustre is None or not lustre.fields.get("mount_point"):
+        connection = service.connection_from_environment()
+        live = service.read_one(env, connection, _bucket(env))
+        if f"lustre_instance/{env.spec.lustre.name}" not in live:
             raise _Usage(f"the Lustre instance {env.spec.lustre.name} does not exist (yet): rlops apply "
                          f"{env.name} first, or render --offline")
-        facts = render.LiveFacts.from_mount_point(lustre.fields["mount_point"])
-    sys.stdout.write(render.as_yaml(render.objects(env.name, env.spec, facts)))
+        rendered = service.rendered_objects(env, live, connection, with_secrets=False)
+    sys.stdout.write(render.as_yaml(rendered))
     return EXIT_OK
 
 

@@ -1,34 +1,59 @@
 """A fake of the GCP control plane for the real Google client libraries, over HTTP on 127.0.0.1.
 
-It serves the REST paths that google-cloud-compute, google-cloud-container, google-cloud-lustre and
-google-api-python-client's servicenetworking send, with the behaviour the provisioning engine has
-to cope with: long-running operations that finish after `operation_seconds`, resources that appear
-only when their create is done (GKE and Lustre show PROVISIONING/CREATING meanwhile), 404 and 409,
-GKE's one-operation-per-cluster rule, the server-side checks the real APIs make on the fields rlops
-sends, injected latency and transient faults, and a log of every request.
+It serves the REST paths that google-cloud-compute, google-cloud-container, google-cloud-lustre,
+google-cloud-secret-manager and google-api-python-client's servicenetworking send, with the
+behaviour a provisioning engine has to cope with:
+
+* long-running operations that finish `operation_seconds` after they start (PENDING, RUNNING, DONE);
+  a Compute resource appears only when its insert is done, GKE clusters and node pools show
+  PROVISIONING and Lustre instances CREATING until then;
+* 404 for what does not exist, 409 for what does, the checks the real APIs make on the fields sent
+  (names, CIDR overlaps, references to other resources, resources in use, Lustre tiers, project
+  numbers in peerings) and GKE's one operation per cluster at a time;
+* injected latency and transient faults, and a log of every request.
 
 One project's worth of resources: names are unique per kind, whatever project a path names.
+Stored resources are the JSON the API returns (camelCase, int64 as strings as the client sent them);
+node pools carry one extra key, "cluster", naming their cluster.
 """
 
+import base64
+import ipaddress
 import itertools
 import json
 import random
 import re
+import sys
 import threading
 import time
-from dataclasses import dataclass, field
+import traceback
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
-KINDS = ("network", "subnetwork", "firewall", "address", "connection", "cluster", "node_pool", "lustre_instance")
-_NAME = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
-_LUSTRE_STEP = {1000: 9000, 500: 18000, 250: 36000, 125: 72000}
+import google_crc32c
+
+KINDS = ("network", "subnetwork", "firewall", "address", "connection", "cluster", "node_pool", "lustre_instance",
+         "secret_version")
+COMPUTE = "https://www.googleapis.com/compute/v1"
+GKE = "https://container.googleapis.com/v1"
+_RFC1035 = re.compile(r"[a-z]([-a-z0-9]{0,61}[a-z0-9])?")
+_GKE_NAME = re.compile(r"[a-z]([-a-z0-9]{0,38}[a-z0-9])?")
+_LUSTRE_STEP = {1000: 9000, 500: 18000, 250: 36000, 125: 72000}  # MB/s/TiB -> minimum and step in GiB
+_SPECIFIC_RESERVATION = (3, "SPECIFIC_RESERVATION")
+_ADVANCED_DATAPATH = (2, "ADVANCED_DATAPATH")
 
 
+# -- errors -------------------------------------------------------------------------------------
 class ApiError(Exception):
-    def __init__(self, code: int, status: str, message: str, reason: str = ""):
+    """An error answer, in Google's JSON error shape."""
+
+    def __init__(self, code: int, status: str, message: str, reason: str = "invalid"):
         super().__init__(message)
-        self.code, self.status, self.message, self.reason = code, status, message, reason or status.lower()
+        self.code, self.status, self.message, self.reason = code, status, message, reason
 
     def body(self) -> dict:
         return {"error": {"code": self.code, "message": self.message, "status": self.status,
@@ -39,644 +64,974 @@ def not_found(what: str) -> ApiError:
     return ApiError(404, "NOT_FOUND", f"The resource '{what}' was not found", "notFound")
 
 
-def bad_request(message: str, status: str = "INVALID_ARGUMENT") -> ApiError:
-    return ApiError(400, status, message, "invalid")
+def conflict(what: str) -> ApiError:
+    return ApiError(409, "ALREADY_EXISTS", f"The resource '{what}' already exists", "alreadyExists")
 
 
+def invalid(message: str, reason: str = "invalid") -> ApiError:
+    return ApiError(400, "INVALID_ARGUMENT", message, reason)
+
+
+def precondition(message: str, reason: str = "failedPrecondition") -> ApiError:
+    return ApiError(400, "FAILED_PRECONDITION", message, reason)
+
+
+class OperationFailed(Exception):
+    """Raised when an operation finishes: it ends DONE with this error (google.rpc code and message)."""
+
+    def __init__(self, code: int, message: str):
+        super().__init__(message)
+        self.code, self.message = code, message
+
+
+# -- the request log and operations -----------------------------------------------------------
 @dataclass
 class Request:
     method: str
-    path: str
-    query: dict
-    body: dict | None
-    user_agent: str
-    time: float
-    status: int = 0
+    path: str                 # without the query
+    query: dict               # one value per parameter
+    body: dict | None         # the parsed JSON body
+    status: int               # what the fake answered (0 while it is being answered)
+    user_agent: str           # User-Agent and x-goog-api-client, joined
+    time: float               # time.time() at arrival
 
 
 @dataclass
 class Operation:
     name: str
-    api: str
-    kind: str
-    target: str
-    finish_at: float
-    on_done: object = None          # called once, under the fake's lock, when the operation finishes
-    cluster: str | None = None      # GKE: the cluster this operation keeps busy
-    response: dict | None = None
+    api: str                  # compute, container, lustre, servicenetworking
+    kind: str                 # operationType or verb
+    target: str               # the selfLink or resource name it acts on
+    started: float            # time.time()
+    seconds: float
+    on_done: Callable[[], dict | None] | None = None  # runs once, under the lock; returns the response
+    scope: str = ""           # compute: "global" or "regions/R"; GKE: the cluster it keeps busy
     done: bool = False
+    response: dict | None = None
+    error: OperationFailed | None = None
+
+    def phase(self) -> str:
+        if self.done:
+            return "DONE"
+        return "PENDING" if time.time() - self.started < self.seconds / 3 else "RUNNING"
 
 
-@dataclass
 class FakeGcp:
-    operation_seconds: float = 0.3
-    latency: float = 0.0
-    seed: int = 0
-    fail_rate: float = 0.0
-    requests: list[Request] = field(default_factory=list)
-
-    def __post_init__(self):
-        self._store: dict[str, dict[str, dict]] = {kind: {} for kind in KINDS}
-        self._pending_creates: dict[str, set[str]] = {kind: set() for kind in KINDS}
-        self._operations: dict[str, Operation] = {}
+    def __init__(self, *, operation_seconds: float = 0.3, latency: float = 0.0, seed: int = 0):
+        self.operation_seconds = operation_seconds
+        self.latency = latency        # seconds slept per request
+        self.fail_rate = 0.0          # probability of a transient error (429 and 503 in turn) before anything is done
+        self.requests: list[Request] = []
         self._lock = threading.RLock()
-        self._random = random.Random(self.seed)
+        self._random = random.Random(seed)
+        self._store: dict[str, dict[str, dict]] = {kind: {} for kind in KINDS}
+        self._creating: dict[str, dict[str, dict]] = {kind: {} for kind in KINDS}  # Compute inserts not done yet
+        self._operations: dict[str, Operation] = {}
         self._fail_next: list[tuple[int, str | None]] = []
+        self._faults = itertools.count()
         self._ids = itertools.count(1)
+        self._routes = [(method, re.compile(pattern), handler) for method, pattern, handler in
+                        self._compute_routes() + self._servicenetworking_routes() + self._gke_routes()
+                        + self._lustre_routes() + self._secret_routes()]
         self._server: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
 
-    # -- lifecycle and test hooks -----------------------------------------------------------
+    # -- lifecycle ------------------------------------------------------------------------------
     def start(self) -> "FakeGcp":
         fake = self
 
         class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-            disable_nagle_algorithm = True  # headers and body go out in two writes; no 40 ms delayed-ACK stall
+            protocol_version = "HTTP/1.1"   # keep-alive, as the clients expect
+            disable_nagle_algorithm = True  # headers and body go out in two writes: no delayed-ACK stall
 
             def log_message(self, *args):
                 pass
 
-            def _serve(self):
+            def serve(self):
                 fake._handle(self)
 
-            do_GET = do_POST = do_PATCH = do_PUT = do_DELETE = _serve
+            do_GET = do_POST = do_PATCH = do_PUT = do_DELETE = serve
 
         class Server(ThreadingHTTPServer):
-            request_queue_size = 256  # the default backlog of 5 drops a parallel plan's connects for a second
+            daemon_threads = True
+            request_queue_size = 256  # the default backlog of 5 drops a parallel plan's connects
+
             def handle_error(self, request, client_address):
-                pass  # a client killed mid-request (the crash tests do that) is not the fake's error
+                pass  # a client killed mid-request is not the fake's error
 
         self._server = Server(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
-        threading.Thread(target=self._server.serve_forever, daemon=True, name="fake-gcp").start()
+        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,), daemon=True, name="fake-gcp")
+        self._thread.start()
         return self
 
     def stop(self) -> None:
         if self._server:
             self._server.shutdown()
             self._server.server_close()
-            self._server = None
+            self._thread.join()
+            self._server = self._thread = None
 
-    def __enter__(self):
+    def __enter__(self) -> "FakeGcp":
         return self.start()
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc) -> None:
         self.stop()
 
     @property
     def endpoints(self) -> dict[str, str]:
         base = f"http://127.0.0.1:{self._server.server_address[1]}"
-        return {"compute": base, "container": f"{base}/gke", "lustre": f"{base}/lustre", "servicenetworking": f"{base}/sn/"}
+        return {"compute": base, "container": f"{base}/gke", "lustre": f"{base}/lustre",
+                "servicenetworking": f"{base}/sn", "secretmanager": f"{base}/sm"}
 
+    # -- test hooks -----------------------------------------------------------------------------
     def fail_next(self, count: int, status: int = 503, match: str | None = None) -> None:
+        """The next `count` requests whose "METHOD path" contains `match` fail with `status`."""
         with self._lock:
             self._fail_next += [(status, match)] * count
 
+    def mutations(self) -> list[Request]:
+        """Accepted requests that create, change or delete something (not operation polls or waits)."""
+        return [r for r in list(self.requests) if r.method in ("POST", "PATCH", "PUT", "DELETE")
+                and 200 <= r.status < 300 and not r.path.endswith("/wait")]
+
     def resources(self, kind: str) -> dict[str, dict]:
+        """name -> a copy of the stored JSON (a peering connection is keyed by its network's name)."""
         with self._lock:
             self._advance()
             return json.loads(json.dumps(self._store[kind]))
 
     def put(self, kind: str, name: str, body: dict) -> None:
-        """Set a resource as if someone changed it in the console."""
+        """Set a resource as if someone had created or changed it in the console."""
         with self._lock:
-            self._store[kind][name] = json.loads(json.dumps(body))
+            self._store[kind][name] = dict(json.loads(json.dumps(body)))
 
-    def mutations(self) -> list[Request]:
-        """Accepted requests that create, change or delete something."""
-        return [r for r in list(self.requests)
-                if r.method in ("POST", "PATCH", "PUT", "DELETE") and 200 <= r.status < 300 and not r.path.endswith("/wait")]
+    def put_secret(self, version: str, value: str) -> None:
+        """A secret version's value, as `gcloud secrets versions add` would have left it."""
+        self.put("secret_version", version, {"name": version, "value": value})
 
-    # -- HTTP -------------------------------------------------------------------------------
+    # -- HTTP -----------------------------------------------------------------------------------
     def _handle(self, http: BaseHTTPRequestHandler) -> None:
         parts = urlsplit(http.path)
-        length = int(http.headers.get("Content-Length") or 0)
-        raw = http.rfile.read(length) if length else b""
-        body = json.loads(raw) if raw.strip() else None
-        query = {k: v[0] for k, v in parse_qs(parts.query).items()}
+        raw = http.rfile.read(int(http.headers.get("Content-Length") or 0))
+        query = {key: values[-1] for key, values in parse_qs(parts.query, keep_blank_values=True).items()}
         # GAPIC clients put their ClientInfo user agent in x-goog-api-client; discovery clients in User-Agent.
-        agent = f"{http.headers.get('User-Agent', '')} {http.headers.get('x-goog-api-client', '')}".strip()
-        request = Request(http.command, parts.path, query, body, agent, time.time())
-        self.requests.append(request)
-        if self.latency:
-            time.sleep(self.latency)
+        agent = " ".join(filter(None, (http.headers.get("User-Agent"), http.headers.get("x-goog-api-client"))))
         try:
-            self._maybe_fail(request)
-            with self._lock:
-                self._advance()
-                status, answer = 200, self._route(request)
+            body, unreadable = (json.loads(raw) if raw.strip() else None), None
+        except ValueError:
+            body, unreadable = None, invalid("Invalid JSON payload received.")
+        request = Request(http.command, parts.path, query, body, 0, agent, time.time())
+        with self._lock:
+            self.requests.append(request)
+        try:
+            if unreadable:
+                raise unreadable
+            status, answer = 200, self._serve(request)
         except ApiError as error:
             status, answer = error.code, error.body()
+        except Exception:  # noqa: BLE001 - a bug of the fake: say so on stderr, answer 500
+            traceback.print_exc(file=sys.stderr)
+            status, answer = 500, ApiError(500, "INTERNAL", "Internal error in the fake", "backendError").body()
         request.status = status
         payload = json.dumps(answer).encode()
         http.send_response(status)
-        http.send_header("Content-Type", "application/json")
+        http.send_header("Content-Type", "application/json; charset=UTF-8")
         http.send_header("Content-Length", str(len(payload)))
         http.end_headers()
         http.wfile.write(payload)
+
+    def _serve(self, request: Request) -> dict:
+        if self.latency:
+            time.sleep(self.latency)
+        self._maybe_fail(request)
+        for method, pattern, handler in self._routes:
+            match = pattern.fullmatch(request.path) if method == request.method else None
+            if match:
+                if request.path.endswith("/wait"):
+                    self._hold_until_done(match["op"])
+                with self._lock:
+                    self._advance()
+                    return handler(request, **match.groupdict())
+        raise ApiError(404, "NOT_FOUND", f"The requested URL {request.method} {request.path} was not found on this "
+                       "server (the fake has no such method).", "notFound")
 
     def _maybe_fail(self, request: Request) -> None:
         with self._lock:
             for i, (status, match) in enumerate(self._fail_next):
                 if match is None or match in f"{request.method} {request.path}":
                     del self._fail_next[i]
-                    raise self._transient(status)
+                    raise self._injected(status)
             if self.fail_rate and self._random.random() < self.fail_rate:
-                raise self._transient(self._random.choice((429, 503)))
+                raise self._injected((429, 503)[next(self._faults) % 2])
 
     @staticmethod
-    def _transient(status: int) -> ApiError:
-        """The error the real APIs answer with this status (the permission and quota ones are not transient)."""
+    def _injected(status: int) -> ApiError:
+        """The error a real API answers with this status."""
         if status == 429:
             return ApiError(429, "RESOURCE_EXHAUSTED", "Rate limit exceeded (injected)", "rateLimitExceeded")
         if status == 403:
             return ApiError(403, "PERMISSION_DENIED", "Required 'compute.networks.create' permission for "
                             "'projects/rlops-h200-example/global/networks/rl-net' (injected)", "forbidden")
         if status == 400:
-            return ApiError(400, "FAILED_PRECONDITION", "Cluster is running incompatible operation "
-                            "operation-injected.", "failedPrecondition")
+            return precondition("Cluster is running incompatible operation operation-injected.")
         if status == 412:
             return ApiError(412, "FAILED_PRECONDITION", "Quota 'NVIDIA_H200_GPUS' exceeded. Limit: 0.0 in region "
                             "us-central1 (injected)", "quotaExceeded")
         return ApiError(status, "UNAVAILABLE", "The service is currently unavailable (injected)", "backendError")
 
-    def _route(self, request: Request) -> dict:
-        for method, pattern, handler in self._routes():
-            if method == request.method:
-                match = re.fullmatch(pattern, request.path)
-                if match:
-                    return handler(request, **match.groupdict())
-        raise not_found(f"{request.method} {request.path}")
-
-    def _routes(self):
-        cp = r"/compute/v1/projects/(?P<project>[^/]+)"
-        gke = r"/gke/v1/projects/(?P<project>[^/]+)/locations/(?P<location>[^/]+)"
-        lus = r"/lustre/v1/projects/(?P<project>[^/]+)/locations/(?P<location>[^/]+)"
-        sn = r"/sn/v1/services/servicenetworking.googleapis.com/connections"
-        return [
-            ("POST", cp + r"/global/networks", self._insert_network),
-            ("PATCH", cp + r"/global/networks/(?P<name>[^/]+)", self._patch_network),
-            ("POST", cp + r"/regions/(?P<region>[^/]+)/subnetworks", self._insert_subnetwork),
-            ("POST", cp + r"/global/firewalls", self._insert_firewall),
-            ("PATCH", cp + r"/global/firewalls/(?P<name>[^/]+)", self._patch_firewall),
-            ("POST", cp + r"/global/addresses", self._insert_address),
-            ("GET", cp + r"/global/(?P<collection>networks|firewalls|addresses)", self._compute_list),
-            ("GET", cp + r"/regions/(?P<region>[^/]+)/(?P<collection>subnetworks)", self._compute_list),
-            ("GET", cp + r"/global/(?P<collection>networks|firewalls|addresses)/(?P<name>[^/]+)", self._compute_get),
-            ("GET", cp + r"/regions/(?P<region>[^/]+)/(?P<collection>subnetworks)/(?P<name>[^/]+)", self._compute_get),
-            ("DELETE", cp + r"/global/(?P<collection>networks|firewalls|addresses)/(?P<name>[^/]+)", self._compute_delete),
-            ("DELETE", cp + r"/regions/(?P<region>[^/]+)/(?P<collection>subnetworks)/(?P<name>[^/]+)", self._compute_delete),
-            ("GET", cp + r"/(global|regions/[^/]+)/operations/(?P<op>[^/]+)", self._compute_operation),
-            ("POST", sn, self._connect),
-            ("GET", sn, self._list_connections),
-            ("PATCH", sn + r"/-", self._update_connection),
-            ("POST", sn + r"/(?P<peering>[^/:]+)", self._disconnect),  # deleteConnection is a POST on the name
-            ("GET", r"/sn/v1/operations/(?P<op>.+)", self._lro),
-            ("POST", gke + r"/clusters", self._create_cluster),
-            ("GET", gke + r"/clusters/(?P<cluster>[^/]+)", self._get_cluster),
-            ("PUT", gke + r"/clusters/(?P<cluster>[^/]+)", self._update_cluster),
-            ("DELETE", gke + r"/clusters/(?P<cluster>[^/]+)", self._delete_cluster),
-            ("POST", gke + r"/clusters/(?P<cluster>[^/]+)/nodePools", self._create_node_pool),
-            ("GET", gke + r"/clusters/(?P<cluster>[^/]+)/nodePools/(?P<pool>[^/:]+)", self._get_node_pool),
-            ("DELETE", gke + r"/clusters/(?P<cluster>[^/]+)/nodePools/(?P<pool>[^/:]+)", self._delete_node_pool),
-            ("POST", gke + r"/clusters/(?P<cluster>[^/]+)/nodePools/(?P<pool>[^/:]+):(?P<verb>setAutoscaling|setSize)",
-             self._resize_node_pool),
-            ("GET", gke + r"/operations/(?P<op>[^/]+)", self._gke_operation),
-            ("POST", lus + r"/instances", self._create_instance),
-            ("GET", lus + r"/instances/(?P<name>[^/]+)", self._get_instance),
-            ("PATCH", lus + r"/instances/(?P<name>[^/]+)", self._update_instance),
-            ("DELETE", lus + r"/instances/(?P<name>[^/]+)", self._delete_instance),
-            ("GET", lus + r"/operations/(?P<op>[^/]+)", self._lro),
-        ]
-
-    # -- operations -------------------------------------------------------------------------
-    def _operation(self, api: str, kind: str, target: str, on_done=None, cluster: str | None = None,
-                   name: str | None = None) -> Operation:
-        operation = Operation(name or f"operation-{next(self._ids)}", api, kind, target,
-                              time.monotonic() + self.operation_seconds, on_done, cluster)
-        self._operations[operation.name] = operation
+    # -- operations -----------------------------------------------------------------------------
+    def _start(self, api: str, kind: str, target: str, on_done=None, *, scope: str = "", name: str = "") -> Operation:
+        name = name or f"operation-{int(time.time() * 1000)}-{next(self._ids)}-{self._random.getrandbits(32):08x}"
+        operation = Operation(name, api, kind, target, time.time(), self.operation_seconds, on_done, scope)
+        self._operations[name] = operation
         return operation
 
     def _advance(self) -> None:
-        now = time.monotonic()
-        for operation in list(self._operations.values()):
-            if not operation.done and operation.finish_at <= now:
+        """Finish, in the order they started, the operations whose time has come."""
+        now = time.time()
+        for operation in self._operations.values():
+            if not operation.done and operation.started + operation.seconds <= now:
                 operation.done = True
-                if operation.on_done:
-                    operation.response = operation.on_done()
+                try:
+                    operation.response = operation.on_done() if operation.on_done else None
+                except OperationFailed as failed:
+                    operation.error = failed
 
-    def _find_operation(self, name: str) -> Operation:
+    def _operation(self, api: str, name: str) -> Operation:
         operation = self._operations.get(name)
-        if operation is None:
+        if operation is None or operation.api != api:
             raise not_found(f"operations/{name}")
         return operation
 
-    # -- compute ----------------------------------------------------------------------------
-    def _compute_op(self, project: str, target: str, kind: str, on_done, region: str | None = None) -> dict:
-        operation = self._operation("compute", kind, target, on_done)
-        return self._compute_op_json(project, operation, region)
+    def _hold_until_done(self, name: str) -> None:
+        """Compute's operations.wait: answer when the operation is done (or after two minutes)."""
+        operation = self._operations.get(name)
+        if operation:
+            time.sleep(max(0.0, min(120.0, operation.started + operation.seconds - time.time())))
 
-    @staticmethod
-    def _compute_op_json(project: str, operation: Operation, region: str | None = None) -> dict:
-        scope = f"regions/{region}" if region else "global"
-        answer = {"kind": "compute#operation", "name": operation.name, "operationType": operation.kind,
-                  "status": "DONE" if operation.done else "RUNNING", "targetLink": operation.target,
-                  "selfLink": f"https://compute.googleapis.com/compute/v1/projects/{project}/{scope}/operations/{operation.name}"}
-        if region:
-            answer["region"] = region
+    def _lro_json(self, operation: Operation, metadata: dict | None = None) -> dict:
+        """google.longrunning.Operation: name, metadata, done, error, response and nothing else (clients parse it
+        strictly); like any proto3 JSON, done is left out while it is false."""
+        answer: dict = {"name": operation.name}
+        if metadata:
+            answer["metadata"] = metadata
+        if operation.done:
+            answer["done"] = True
+            if operation.error:
+                answer["error"] = {"code": operation.error.code, "message": operation.error.message}
+            else:
+                answer["response"] = operation.response or {"@type": "type.googleapis.com/google.protobuf.Empty"}
         return answer
 
-    def _compute_operation(self, request, project, op, **_):
-        return self._compute_op_json(project, self._find_operation(op))
-
-    def _new_compute(self, kind: str, body: dict) -> str:
-        name = (body or {}).get("name", "")
-        if not _NAME.match(name):
-            raise bad_request(f"Invalid value for field 'resource.name': '{name}'. Must be a match of regex "
-                              "'(?:[a-z](?:[-a-z0-9]{0,61}[a-z0-9])?)'")
-        if name in self._store[kind] or name in self._pending_creates[kind]:
-            raise ApiError(409, "ALREADY_EXISTS", f"The resource '{kind} {name}' already exists", "alreadyExists")
-        return name
-
-    def _created(self, kind: str, name: str, stored: dict):
-        self._pending_creates[kind].add(name)
-
-        def finish():
-            self._pending_creates[kind].discard(name)
-            self._store[kind][name] = stored
-        return finish
-
-    def _network_named(self, reference: str | None) -> str:
-        name = (reference or "").rstrip("/").rsplit("/", 1)[-1]
-        if name not in self._store["network"]:
-            raise bad_request(f"The resource 'projects/.../global/networks/{name}' is not ready or does not exist",
-                              "FAILED_PRECONDITION")
-        return name
-
-    def _insert_network(self, request, project):
-        body = request.body or {}
-        name = self._new_compute("network", body)
-        link = f"https://compute.googleapis.com/compute/v1/projects/{project}/global/networks/{name}"
-        stored = dict(body, selfLink=link, mtu=body.get("mtu", 1460),
-                      autoCreateSubnetworks=body.get("autoCreateSubnetworks", False))
-        return self._compute_op(project, link, "insert", self._created("network", name, stored))
-
-    def _patch_network(self, request, project, name):
-        network = self._get("network", name)
-        changes = {k: v for k, v in (request.body or {}).items() if k in ("mtu", "routingConfig")}
-        return self._compute_op(project, network["selfLink"], "patch", lambda: network.update(changes))
-
-    def _insert_subnetwork(self, request, project, region):
-        body = request.body or {}
-        name = self._new_compute("subnetwork", body)
-        network = self._network_named(body.get("network"))
-        cidr = body.get("ipCidrRange", "")
-        for other in self._store["subnetwork"].values():
-            if other["network"].endswith(f"/{network}") and _overlaps(other["ipCidrRange"], cidr):
-                raise bad_request(f"Invalid IPCidrRange: {cidr} conflicts with existing subnetwork "
-                                  f"'{other['name']}' in region '{region}'.")
-        link = f"https://compute.googleapis.com/compute/v1/projects/{project}/regions/{region}/subnetworks/{name}"
-        stored = dict(body, selfLink=link, region=f"https://compute.googleapis.com/compute/v1/projects/{project}/regions/{region}",
-                      network=f"https://compute.googleapis.com/compute/v1/projects/{project}/global/networks/{network}")
-        operation = self._operation("compute", "insert", link, self._created("subnetwork", name, stored))
-        return self._compute_op_json(project, operation, region)
-
-    def _insert_firewall(self, request, project):
-        body = request.body or {}
-        name = self._new_compute("firewall", body)
-        network = self._network_named(body.get("network"))
-        if not body.get("allowed") and not body.get("denied"):
-            raise bad_request("Invalid value for field 'resource.allowed': a firewall needs allowed or denied rules")
-        link = f"https://compute.googleapis.com/compute/v1/projects/{project}/global/firewalls/{name}"
-        stored = dict(body, selfLink=link, direction=body.get("direction", "INGRESS"),
-                      network=f"https://compute.googleapis.com/compute/v1/projects/{project}/global/networks/{network}")
-        return self._compute_op(project, link, "insert", self._created("firewall", name, stored))
-
-    def _patch_firewall(self, request, project, name):
-        firewall = self._get("firewall", name)
-        changes = {k: v for k, v in (request.body or {}).items() if k in ("allowed", "sourceRanges", "denied")}
-        return self._compute_op(project, firewall["selfLink"], "patch", lambda: firewall.update(changes))
-
-    def _insert_address(self, request, project):
-        body = request.body or {}
-        name = self._new_compute("address", body)
-        network = self._network_named(body.get("network"))
-        if body.get("purpose") == "VPC_PEERING" and not body.get("prefixLength"):
-            raise bad_request("Invalid value for field 'resource.prefixLength': a VPC_PEERING range needs a prefix length")
-        link = f"https://compute.googleapis.com/compute/v1/projects/{project}/global/addresses/{name}"
-        stored = dict(body, selfLink=link, address=body.get("address", "10.112.0.0"),
-                      network=f"https://compute.googleapis.com/compute/v1/projects/{project}/global/networks/{network}")
-        return self._compute_op(project, link, "insert", self._created("address", name, stored))
-
+    # -- Compute Engine -------------------------------------------------------------------------
     _COLLECTIONS = {"networks": "network", "subnetworks": "subnetwork", "firewalls": "firewall", "addresses": "address"}
 
+    def _compute_routes(self) -> list:
+        project = r"/compute/v1/projects/(?P<project>[^/]+)"
+        global_ = project + r"/global/(?P<collection>networks|firewalls|addresses)"
+        regional = project + r"/regions/(?P<region>[^/]+)/(?P<collection>subnetworks)"
+        operation = project + r"/(?P<scope>global|regions/[^/]+)/operations/(?P<op>[^/]+)"
+        one = r"/(?P<name>[^/]+)"
+        return [
+            ("POST", global_, self._compute_insert), ("POST", regional, self._compute_insert),
+            ("GET", global_, self._compute_list), ("GET", regional, self._compute_list),
+            ("GET", global_ + one, self._compute_get), ("GET", regional + one, self._compute_get),
+            ("PATCH", global_.replace("|addresses", "") + one, self._compute_patch),
+            ("DELETE", global_ + one, self._compute_delete), ("DELETE", regional + one, self._compute_delete),
+            ("GET", operation, self._compute_operation), ("POST", operation + "/wait", self._compute_operation),
+        ]
+
+    @staticmethod
+    def _link(project: str, collection: str, name: str, region: str | None = None) -> str:
+        scope = f"regions/{region}" if region else "global"
+        return f"{COMPUTE}/projects/{project}/{scope}/{collection}/{name}"
+
+    def _compute_op(self, project: str, region: str | None, kind: str, target: str, on_done) -> dict:
+        operation = self._start("compute", kind, target, on_done, scope=f"regions/{region}" if region else "global")
+        return self._compute_op_json(project, operation)
+
+    def _compute_op_json(self, project: str, operation: Operation) -> dict:
+        phase = operation.phase()
+        answer = {"kind": "compute#operation", "id": str(zlib.crc32(operation.name.encode())),
+                  "name": operation.name, "operationType": operation.kind, "status": phase,
+                  "progress": 100 if operation.done else 0, "targetLink": operation.target, "user": "fake@example.com",
+                  "insertTime": _timestamp(operation.started),
+                  "selfLink": f"{COMPUTE}/projects/{project}/{operation.scope}/operations/{operation.name}"}
+        if phase != "PENDING":
+            answer["startTime"] = _timestamp(operation.started)
+        if operation.done:
+            answer["endTime"] = _timestamp(operation.started + operation.seconds)
+        if operation.scope.startswith("regions/"):
+            answer["region"] = f"{COMPUTE}/projects/{project}/{operation.scope}"
+        return answer
+
+    def _compute_operation(self, request, project, scope, op):
+        operation = self._operation("compute", op)
+        if operation.scope != scope:
+            raise not_found(f"projects/{project}/{scope}/operations/{op}")
+        return self._compute_op_json(project, operation)
+
+    def _compute_insert(self, request, project, collection, region=None):
+        kind, body = self._COLLECTIONS[collection], dict(request.body or {})
+        name = body.get("name", "")
+        if not _RFC1035.fullmatch(name):
+            raise invalid(f"Invalid value for field 'resource.name': '{name}'. Must be a match of regex "
+                          "'(?:[a-z](?:[-a-z0-9]{0,61}[a-z0-9])?)'")
+        if name in self._store[kind] or name in self._creating[kind]:
+            raise conflict(f"projects/{project}/{f'regions/{region}' if region else 'global'}/{collection}/{name}")
+        build = {"network": self._new_network, "subnetwork": self._new_subnetwork,
+                 "firewall": self._new_firewall, "address": self._new_address}[kind]
+        stored = build(project, region, body)
+        stored.update(kind=f"compute#{kind}", id=str(self._random.getrandbits(63)),
+                      creationTimestamp=_timestamp(), selfLink=self._link(project, collection, name, region))
+        self._creating[kind][name] = stored
+
+        def finish():
+            self._store[kind][name] = self._creating[kind].pop(name)
+        return self._compute_op(project, region, "insert", stored["selfLink"], finish)
+
+    def _new_network(self, project, region, body: dict) -> dict:
+        stored = dict(body, mtu=_mtu(body.get("mtu", 1460)),
+                      autoCreateSubnetworks=bool(body.get("autoCreateSubnetworks")),
+                      routingConfig=_routing(body.get("routingConfig") or {"routingMode": "REGIONAL"}))
+        if body.get("networkProfile"):
+            match = re.fullmatch(r"(?:.*/)?projects/([^/]+)/global/networkProfiles/([^/]+)", body["networkProfile"])
+            if not match:
+                raise invalid(f"Invalid value for field 'resource.networkProfile': '{body['networkProfile']}'.")
+            stored["networkProfile"] = f"{COMPUTE}/projects/{match[1]}/global/networkProfiles/{match[2]}"
+        return stored
+
+    def _new_subnetwork(self, project, region, body: dict) -> dict:
+        network = self._network_of(body.get("network"), "resource.network")
+        cidr = _cidr(body.get("ipCidrRange"), "resource.ipCidrRange")
+        if cidr.prefixlen > 29:
+            raise invalid(f"Invalid IPCidrRange: {cidr} is too small: the smallest subnet is a /29.")
+        for kind in ("subnetwork", "address"):
+            for other in [*self._store[kind].values(), *self._creating[kind].values()]:
+                if other.get("network", "").endswith(f"/networks/{network}") and _overlaps(cidr, _range_of(other)):
+                    raise invalid(f"Invalid IPCidrRange: {cidr} conflicts with existing {kind} '{other['name']}' "
+                                  f"({_range_of(other)}).", "invalid")
+        return dict(body, network=self._link(project, "networks", network), region=f"{COMPUTE}/projects/{project}/"
+                    f"regions/{region}", gatewayAddress=str(cidr[1]), purpose="PRIVATE", stackType="IPV4_ONLY",
+                    fingerprint=f"{self._random.getrandbits(64):016x}")
+
+    def _new_firewall(self, project, region, body: dict) -> dict:
+        network = self._network_of(body.get("network") or "global/networks/default", "resource.network")
+        direction = body.get("direction", "INGRESS")
+        if direction not in ("INGRESS", "EGRESS"):
+            raise invalid(f"Invalid value for field 'resource.direction': '{direction}'.")
+        _check_rules(body)
+        return dict(body, network=self._link(project, "networks", network), direction=direction,
+                    priority=body.get("priority", 1000), disabled=bool(body.get("disabled")))
+
+    def _new_address(self, project, region, body: dict) -> dict:
+        address_type, purpose = body.get("addressType", "EXTERNAL"), body.get("purpose", "")
+        if address_type == "EXTERNAL":
+            return dict(body, addressType="EXTERNAL", status="RESERVED", address=f"34.120.{next(self._ids) % 250}.1")
+        if purpose not in ("VPC_PEERING", "PRIVATE_SERVICE_CONNECT"):
+            raise invalid(f"Invalid value for field 'resource.purpose': '{purpose}'. A global internal address needs "
+                          "purpose VPC_PEERING or PRIVATE_SERVICE_CONNECT.")
+        network = self._network_of(body.get("network"), "resource.network")
+        prefix = int(body.get("prefixLength") or 0)
+        if purpose == "VPC_PEERING" and not 8 <= prefix <= 29:
+            raise invalid(f"Invalid value for field 'resource.prefixLength': '{prefix}'. A VPC_PEERING range needs a "
+                          "prefix length between 8 and 29.")
+        return dict(body, network=self._link(project, "networks", network), status="RESERVED",
+                    address=body.get("address") or self._free_range(network, prefix))
+
+    def _free_range(self, network: str, prefix: int) -> str:
+        """The first /prefix of 10.0.0.0/8 that no subnet or range of the network (or its auto subnets) uses."""
+        taken = [ipaddress.ip_network(_range_of(r)) for kind in ("subnetwork", "address")
+                 for r in [*self._store[kind].values(), *self._creating[kind].values()]
+                 if r.get("network", "").endswith(f"/networks/{network}") and _range_of(r)]
+        if self._store["network"][network].get("autoCreateSubnetworks"):
+            taken.append(ipaddress.ip_network("10.128.0.0/9"))
+        for candidate in ipaddress.ip_network("10.0.0.0/8").subnets(new_prefix=prefix):
+            if not any(candidate.overlaps(used) for used in taken):
+                return str(candidate.network_address)
+        raise precondition(f"No free /{prefix} range is left in network {network}.", "ipSpaceExhausted")
+
     def _compute_list(self, request, project, collection, region=None):
-        items = [r for r in self._store[self._COLLECTIONS[collection]].values()
+        kind = self._COLLECTIONS[collection]
+        items = [r for r in self._store[kind].values()
                  if region is None or r.get("region", "").endswith(f"/regions/{region}")]
-        return {"kind": f"compute#{collection[:-1]}List", "items": items}
+        answer = {"kind": f"compute#{kind}List", "selfLink": self._link(project, collection, "", region).rstrip("/")}
+        return dict(answer, items=items) if items else answer
 
     def _compute_get(self, request, project, collection, name, region=None):
-        return self._get(self._COLLECTIONS[collection], name)
+        found = self._store[self._COLLECTIONS[collection]].get(name)
+        if found is None:
+            raise not_found(f"projects/{project}/{f'regions/{region}' if region else 'global'}/{collection}/{name}")
+        return found
+
+    def _compute_patch(self, request, project, collection, name):
+        found = self._compute_get(request, project, collection, name)
+        changes = {k: v for k, v in (request.body or {}).items() if found.get(k) != v and k != "name"}
+        mutable = {"networks": {"mtu", "routingConfig", "description"},
+                   "firewalls": {"allowed", "denied", "sourceRanges", "destinationRanges", "description", "priority",
+                                 "disabled", "sourceTags", "targetTags", "targetServiceAccounts", "logConfig"},
+                   }[collection]
+        for key in changes.keys() - mutable:
+            raise invalid(f"Invalid value for field 'resource.{key}': '{changes[key]}'. The field cannot be changed.")
+        if "mtu" in changes:
+            _mtu(changes["mtu"])
+        if "routingConfig" in changes:
+            _routing(changes["routingConfig"])
+        if collection == "firewalls":
+            _check_rules({**found, **changes})
+        return self._compute_op(project, None, "patch", self._link(project, collection, name),
+                                lambda: found.update(changes))
 
     def _compute_delete(self, request, project, collection, name, region=None):
         kind = self._COLLECTIONS[collection]
-        resource = self._get(kind, name)
-        if kind == "network":
-            users = [f"{k} {n}" for k in ("subnetwork", "firewall", "address") for n, r in self._store[k].items()
-                     if r.get("network", "").endswith(f"/networks/{name}")]
-            users += [f"cluster {n}" for n, c in self._store["cluster"].items() if c["network"].endswith(name)]
-            users += [f"peering {c['peering']}" for n, c in self._store["connection"].items() if n == name]
-            if users:
-                raise bad_request(f"The network resource '{name}' is already being used by '{users[0]}'",
-                                  "FAILED_PRECONDITION")
-        if kind == "subnetwork":
-            for pool in self._store["node_pool"].values():
-                for extra in pool.get("networkConfig", {}).get("additionalNodeNetworkConfigs", []):
-                    if extra.get("subnetwork", "").endswith(name):
-                        raise bad_request(f"The subnetwork resource '{name}' is already being used by node pool "
-                                          f"'{pool['name']}'", "FAILED_PRECONDITION")
-        return self._compute_op(project, resource["selfLink"], "delete", lambda: self._store[kind].pop(name, None),
-                                region)
+        self._compute_get(request, project, collection, name, region)
+        users = self._users(kind, name)
+        if users:
+            raise invalid(f"The {kind} resource '{self._link(project, collection, name, region)}' is already being "
+                          f"used by '{users[0]}'", "resourceInUseByAnotherResource")
+        return self._compute_op(project, region, "delete", self._link(project, collection, name, region),
+                                lambda: self._store[kind].pop(name, None))
 
-    # -- service networking -----------------------------------------------------------------
+    def _users(self, kind: str, name: str) -> list[str]:
+        """What refers to this Compute resource, and so stops its deletion."""
+        users = []
+        pool_networks = [(pool["name"], extra) for pool in self._store["node_pool"].values()
+                         for extra in pool.get("networkConfig", {}).get("additionalNodeNetworkConfigs", [])]
+        if kind == "network":
+            users += [r.get("selfLink", r.get("name")) for k in ("subnetwork", "firewall", "address")
+                      for r in self._store[k].values() if r.get("network", "").endswith(f"/networks/{name}")]
+            users += [f"peering {c['peering']}" for n, c in self._store["connection"].items() if n == name]
+            users += [f"cluster {n}" for n, c in self._store["cluster"].items() if _last(c.get("network")) == name]
+            users += [f"node pool {p}" for p, extra in pool_networks if _last(extra.get("network")) == name]
+            users += [f"Lustre instance {n}" for n, i in self._store["lustre_instance"].items()
+                      if _last(i.get("network")) == name]
+        if kind == "subnetwork":
+            users += [f"node pool {p}" for p, extra in pool_networks if _last(extra.get("subnetwork")) == name]
+        if kind == "address":
+            users += [f"peering {c['peering']}" for c in self._store["connection"].values()
+                      if name in c.get("reservedPeeringRanges", [])]
+        return users
+
+    def _network_of(self, reference: str | None, field: str) -> str:
+        """The name of the existing network `reference` (a URL or a partial path) points to."""
+        name = _last(reference)
+        if name in self._creating["network"]:
+            raise invalid(f"The resource '{reference}' is not ready", "resourceNotReady")
+        if name not in self._store["network"]:
+            raise invalid(f"Invalid value for field '{field}': '{reference}'. The referenced network resource cannot "
+                          "be found.")
+        return name
+
+    # -- Service Networking (private services access) -----------------------------------------
+    def _servicenetworking_routes(self) -> list:
+        connections = r"/sn/v1/services/servicenetworking.googleapis.com/connections"
+        return [
+            ("POST", connections, self._connect),
+            ("GET", connections, self._list_connections),
+            ("PATCH", connections + r"/-", self._update_connection),
+            # The discovery document posts deleteConnection to the connection's name, with no ":verb".
+            ("POST", connections + r"/(?P<peering>[^/:]+)(:deleteConnection)?", self._disconnect),
+            ("GET", r"/sn/v1/(?P<op>operations/[^/]+)", self._sn_operation),
+        ]
+
+    def _sn_op(self, kind: str, network: str, on_done) -> dict:
+        name = f"operations/pssn.p24-{next(self._ids)}-{self._random.getrandbits(32):08x}"
+        return self._lro_json(self._start("servicenetworking", kind, network, on_done, name=name))
+
+    def _sn_operation(self, request, op):
+        return self._lro_json(self._operation("servicenetworking", op))
+
     def _connect(self, request):
         body = request.body or {}
         network = self._peering_network(body.get("network", ""))
-        ranges = body.get("reservedPeeringRanges", [])
-        self._check_ranges(network, ranges)
+        ranges = self._peering_ranges(network, body.get("reservedPeeringRanges"))
         if network in self._store["connection"]:
-            raise bad_request(f"Cannot modify allocated ranges in CreateConnection. Please use UpdateConnection.",
-                              "FAILED_PRECONDITION")
+            raise precondition("Cannot modify allocated ranges in CreateConnection. Please use UpdateConnection.")
         stored = {"network": body["network"], "reservedPeeringRanges": ranges,
                   "peering": "servicenetworking-googleapis-com", "service": "services/servicenetworking.googleapis.com"}
-        return self._lro_json(self._operation("servicenetworking", "connect", network, self._created("connection", network, stored),
-                                              name=f"operations/pssn.{next(self._ids)}"))
+
+        def finish():
+            self._store["connection"][network] = stored
+            return dict(stored, **{"@type": "type.googleapis.com/google.cloud.servicenetworking.v1.Connection"})
+        return self._sn_op("connect", network, finish)
 
     def _list_connections(self, request):
-        network = request.query.get("network", "").rsplit("/", 1)[-1]
+        network = self._peering_network(request.query.get("network", ""), must_exist=False)
         found = self._store["connection"].get(network)
         return {"connections": [found]} if found else {}
 
     def _update_connection(self, request):
+        if request.query.get("updateMask") != "reservedPeeringRanges":
+            raise invalid(f"updateMask '{request.query.get('updateMask')}': only reservedPeeringRanges can change")
         body = request.body or {}
         network = self._peering_network(body.get("network", ""))
-        connection = self._get("connection", network)
-        ranges = body.get("reservedPeeringRanges", [])
-        self._check_ranges(network, ranges)
-        operation = self._operation("servicenetworking", "update", network,
-                                    lambda: connection.update(reservedPeeringRanges=ranges), name=f"operations/pssn.{next(self._ids)}")
-        return self._lro_json(operation)
+        connection = self._store["connection"].get(network)
+        if connection is None:
+            raise not_found(f"connection of network {network}")
+        ranges = self._peering_ranges(network, body.get("reservedPeeringRanges"))
+
+        def finish():
+            connection["reservedPeeringRanges"] = ranges
+            return dict(connection, **{"@type": "type.googleapis.com/google.cloud.servicenetworking.v1.Connection"})
+        return self._sn_op("update", network, finish)
 
     def _disconnect(self, request, peering):
         network = self._peering_network((request.body or {}).get("consumerNetwork", ""))
-        self._get("connection", network)
-        operation = self._operation("servicenetworking", "delete", network,
-                                    lambda: self._store["connection"].pop(network, None), name=f"operations/pssn.{next(self._ids)}")
-        return self._lro_json(operation)
+        if network not in self._store["connection"]:
+            raise not_found(f"connection {peering} of network {network}")
 
-    def _peering_network(self, reference: str) -> str:
+        def finish():
+            # Accepted, but the operation fails while a producer's resource still uses the peering.
+            users = [n for n, i in self._store["lustre_instance"].items() if _last(i.get("network")) == network]
+            if users:
+                raise OperationFailed(9, "Failed to delete connection; Producer services (e.g. CloudSQL, Cloud "
+                                         "Memstore, etc.) are still using this connection (Lustre instance "
+                                         f"{users[0]}).")
+            self._store["connection"].pop(network, None)
+        return self._sn_op("disconnect", network, finish)
+
+    def _peering_network(self, reference: str, must_exist: bool = True) -> str:
         match = re.fullmatch(r"projects/([^/]+)/global/networks/([^/]+)", reference)
-        if not match or not match.group(1).isdigit():
-            raise bad_request(f"Network '{reference}' must be of the form projects/PROJECT_NUMBER/global/networks/NAME "
-                              "(the project number, not its ID)")
-        return self._network_named(match.group(2))
+        if not match or not match[1].isdigit():
+            raise invalid(f"Network '{reference}' must be of the form projects/PROJECT_NUMBER/global/networks/NAME "
+                          "(the project number, not its ID)")
+        return self._network_of(match[2], "network") if must_exist else match[2]
 
-    def _check_ranges(self, network: str, ranges: list[str]) -> None:
+    def _peering_ranges(self, network: str, ranges: list[str] | None) -> list[str]:
+        if not ranges:
+            raise invalid("reservedPeeringRanges must name at least one allocated range")
         for name in ranges:
             address = self._store["address"].get(name)
-            if address is None or address.get("purpose") != "VPC_PEERING" or not address["network"].endswith(f"/{network}"):
-                raise bad_request(f"Allocated IP range '{name}' not found in network '{network}'", "FAILED_PRECONDITION")
+            if (address is None or address.get("purpose") != "VPC_PEERING"
+                    or not address.get("network", "").endswith(f"/networks/{network}")):
+                raise precondition(f"Allocated IP range '{name}' not found in network '{network}'")
+        return list(ranges)
 
-    # -- long-running operations (service networking, Lustre) ------------------------------
-    def _lro(self, request, op, project=None, location=None):
-        name = f"projects/{project}/locations/{location}/operations/{op}" if project else f"operations/{op}"
-        return self._lro_json(self._find_operation(name))
+    # -- GKE ------------------------------------------------------------------------------------
+    def _gke_routes(self) -> list:
+        location = r"/gke/v1/projects/(?P<project>[^/]+)/locations/(?P<location>[^/]+)"
+        cluster = location + r"/clusters/(?P<cluster>[^/:]+)"
+        pool = cluster + r"/nodePools/(?P<pool>[^/:]+)"
+        return [
+            ("POST", location + r"/clusters", self._create_cluster),
+            ("GET", cluster, self._get_cluster), ("PUT", cluster, self._update_cluster),
+            ("DELETE", cluster, self._delete_cluster),
+            ("POST", cluster + r"/nodePools", self._create_node_pool),
+            ("GET", pool, self._get_node_pool), ("DELETE", pool, self._delete_node_pool),
+            ("POST", pool + r":setAutoscaling", self._set_autoscaling), ("POST", pool + r":setSize", self._set_size),
+            ("GET", location + r"/operations/(?P<op>[^/]+)", self._gke_operation),
+        ]
 
-    @staticmethod
-    def _lro_json(operation: Operation) -> dict:
-        # google.longrunning.Operation only: the client parses it strictly.
-        answer = {"name": operation.name, "done": operation.done}
-        if operation.done and operation.response is not None:
-            answer["response"] = operation.response
-        return answer
-
-    # -- GKE --------------------------------------------------------------------------------
     def _gke_op(self, project: str, location: str, cluster: str, kind: str, target: str, on_done) -> dict:
-        busy = [o for o in self._operations.values() if o.cluster == cluster and not o.done]
+        self._idle(cluster)
+        return self._gke_op_json(project, location, self._start("container", kind, target, on_done, scope=cluster))
+
+    def _idle(self, cluster: str) -> None:
+        """GKE runs one operation per cluster at a time and refuses others."""
+        busy = [o for o in self._operations.values() if o.api == "container" and o.scope == cluster and not o.done]
         if busy:
-            raise bad_request(f"Cluster is running incompatible operation {busy[0].name}.", "FAILED_PRECONDITION")
-        operation = self._operation("container", kind, target, on_done, cluster=cluster)
-        return self._gke_op_json(project, location, operation)
+            raise precondition(f"Cluster is running incompatible operation {busy[0].name}.")
 
     @staticmethod
     def _gke_op_json(project: str, location: str, operation: Operation) -> dict:
-        return {"name": operation.name, "operationType": operation.kind, "status": "DONE" if operation.done else "RUNNING",
-                "zone": location, "targetLink": operation.target,
-                "selfLink": f"https://container.googleapis.com/v1/projects/{project}/locations/{location}/operations/{operation.name}"}
+        answer = {"name": operation.name, "zone": location, "location": location, "operationType": operation.kind,
+                  "status": operation.phase(), "targetLink": operation.target,
+                  "startTime": _timestamp(operation.started),
+                  "selfLink": f"{GKE}/projects/{project}/locations/{location}/operations/{operation.name}"}
+        if operation.done:
+            answer["endTime"] = _timestamp(operation.started + operation.seconds)
+        return answer
 
     def _gke_operation(self, request, project, location, op):
-        return self._gke_op_json(project, location, self._find_operation(op))
+        return self._gke_op_json(project, location, self._operation("container", op))
 
     def _create_cluster(self, request, project, location):
         cluster = dict((request.body or {}).get("cluster") or {})
         name = cluster.get("name", "")
-        if not re.fullmatch(r"[a-z]([-a-z0-9]{0,38}[a-z0-9])?", name):
-            raise bad_request(f"Invalid cluster name '{name}': 1-40 lowercase letters, digits or hyphens")
+        if not _GKE_NAME.fullmatch(name):
+            raise invalid(f"Invalid cluster name '{name}': 1-40 lowercase letters, digits or hyphens, starting with a "
+                          "letter and not ending with a hyphen.")
         if name in self._store["cluster"]:
-            raise ApiError(409, "ALREADY_EXISTS", f"Already exists: projects/{project}/locations/{location}/clusters/{name}.")
-        self._network_named(cluster.get("network"))
-        network_config = cluster.get("networkConfig", {})
-        if network_config.get("enableMultiNetworking") and network_config.get("datapathProvider") not in (2, "ADVANCED_DATAPATH"):
-            raise bad_request("Multi-networking requires GKE Dataplane V2 (datapathProvider ADVANCED_DATAPATH)")
-        pools = cluster.pop("nodePools", []) or []
+            raise ApiError(409, "ALREADY_EXISTS",
+                           f"Already exists: projects/{project}/locations/{location}/clusters/{name}.", "alreadyExists")
+        network = self._network_of(cluster.get("network") or "default", "cluster.network")
+        self._check_cluster(project, cluster)
+        pools = cluster.pop("nodePools", None) or []
+        if pools and cluster.get("initialNodeCount"):
+            raise invalid("Cluster.initial_node_count and Cluster.node_pools cannot both be set.")
+        if not pools and not int(cluster.get("initialNodeCount", 0)):
+            raise invalid("Cluster.initial_node_count must be greater than zero, or node pools must be given.")
         if not pools:
-            raise bad_request("Cluster.initial_node_count must be greater than zero, or node pools must be given")
-        version = cluster.get("initialClusterVersion") or "1.33"
-        cluster.update(status="PROVISIONING", location=location, currentMasterVersion=f"{version}.2-gke.1475000",
-                       selfLink=f"https://container.googleapis.com/v1/projects/{project}/locations/{location}/clusters/{name}")
+            pools = [{"name": "default-pool", "initialNodeCount": cluster.pop("initialNodeCount"),
+                      "config": cluster.get("nodeConfig", {})}]
+        link = f"{GKE}/projects/{project}/locations/{location}/clusters/{name}"
+        for pool in pools:
+            self._check_pool(pool, location, cluster)
+        version = _gke_version(cluster.get("initialClusterVersion"))
+        dns = cluster.setdefault("controlPlaneEndpointsConfig", {}).setdefault("dnsEndpointConfig", {})
+        dns["endpoint"] = f"gke-{self._random.getrandbits(64):016x}.{location}.gke.goog"
+        cluster.update(network=network, location=location, status="PROVISIONING", selfLink=link,
+                       createTime=_timestamp(), currentMasterVersion=version, currentNodeVersion=version,
+                       endpoint="34.118.0.2")
+        cluster.setdefault("networkConfig", {})["network"] = f"projects/{project}/global/networks/{network}"
         self._store["cluster"][name] = cluster
         for pool in pools:
-            self._store["node_pool"][pool["name"]] = dict(pool, status="PROVISIONING", cluster=name)
+            self._store["node_pool"][pool["name"]] = dict(pool, status="PROVISIONING", version=version, cluster=name,
+                                                          selfLink=f"{link}/nodePools/{pool['name']}")
 
         def finish():
             cluster["status"] = "RUNNING"
             for pool in pools:
-                self._store["node_pool"][pool["name"]]["status"] = "RUNNING"
-        return self._gke_op(project, location, name, "CREATE_CLUSTER", cluster["selfLink"], finish)
+                self._store["node_pool"].get(pool["name"], {})["status"] = "RUNNING"
+        return self._gke_op(project, location, name, "CREATE_CLUSTER", link, finish)
 
-    def _cluster(self, name: str) -> dict:
-        return self._get("cluster", name)
+    @staticmethod
+    def _check_cluster(project: str, cluster: dict) -> None:
+        networking = cluster.get("networkConfig", {})
+        if networking.get("enableMultiNetworking"):
+            if networking.get("datapathProvider") not in _ADVANCED_DATAPATH:
+                raise invalid("Multi-networking requires GKE Dataplane V2 (datapathProvider ADVANCED_DATAPATH).")
+            if not cluster.get("ipAllocationPolicy", {}).get("useIpAliases"):
+                raise invalid("Multi-networking requires a VPC-native cluster (ipAllocationPolicy.useIpAliases).")
+        pool = cluster.get("workloadIdentityConfig", {}).get("workloadPool")
+        if pool and pool != f"{project}.svc.id.goog":
+            raise invalid(f"Workload Identity pool '{pool}' must be '{project}.svc.id.goog'.")
 
-    def _get_cluster(self, request, project, location, cluster):
-        found = dict(self._cluster(cluster))
-        found["nodePools"] = [self._pool_json(p) for p in self._store["node_pool"].values() if p.get("cluster") == cluster]
+    def _check_pool(self, pool: dict, location: str, cluster: dict) -> None:
+        name = pool.get("name", "")
+        if not _GKE_NAME.fullmatch(name):
+            raise invalid(f"Invalid node pool name '{name}'.")
+        for zone in pool.get("locations", []):
+            if not (zone == location or zone.startswith(f"{location}-")):
+                raise invalid(f"Node pool location '{zone}' is not in the cluster's location '{location}'.")
+        config = pool.get("config", {})
+        affinity = config.get("reservationAffinity", {})
+        if affinity.get("consumeReservationType") in _SPECIFIC_RESERVATION:
+            if config.get("spot"):
+                raise invalid("Spot VMs cannot consume a specific reservation.")
+            if not affinity.get("key") or not affinity.get("values"):
+                raise invalid("A SPECIFIC_RESERVATION affinity needs a key and the reservation name in values.")
+        _check_autoscaling(pool.get("autoscaling", {}))
+        extras = pool.get("networkConfig", {}).get("additionalNodeNetworkConfigs", [])
+        if extras and not cluster.get("networkConfig", {}).get("enableMultiNetworking"):
+            raise invalid("Additional node networks need multi-networking enabled on the cluster.")
+        for extra in extras:
+            network = self._network_of(extra.get("network"), "additionalNodeNetworkConfigs.network")
+            subnet = self._store["subnetwork"].get(_last(extra.get("subnetwork")))
+            if subnet is None or not subnet["network"].endswith(f"/networks/{network}"):
+                raise invalid(f"Subnetwork '{extra.get('subnetwork')}' does not exist in network '{network}'.")
+
+    def _cluster(self, project: str, location: str, name: str) -> dict:
+        found = self._store["cluster"].get(name)
+        if found is None:
+            raise ApiError(404, "NOT_FOUND", f"Not found: projects/{project}/locations/{location}/clusters/{name}.",
+                           "notFound")
         return found
 
+    def _get_cluster(self, request, project, location, cluster):
+        pools = [_without_cluster(p) for p in self._store["node_pool"].values() if p.get("cluster") == cluster]
+        return dict(self._cluster(project, location, cluster), nodePools=pools)
+
     def _update_cluster(self, request, project, location, cluster):
-        found = self._cluster(cluster)
+        found = self._cluster(project, location, cluster)
         update = (request.body or {}).get("update") or {}
-        desired = [k for k in update if k.startswith("desired")]
+        desired = [key for key in update if key.startswith("desired")]
         if len(desired) != 1:
-            raise bad_request(f"Exactly one update can be applied to a cluster per request, got {len(desired)}: {desired}")
+            raise invalid(f"Exactly one update can be applied to a cluster with each request, got {len(desired)}: "
+                          f"{desired}.")
         key = desired[0]
-        field_name = {"desiredAddonsConfig": "addonsConfig", "desiredReleaseChannel": "releaseChannel",
-                      "desiredWorkloadIdentityConfig": "workloadIdentityConfig",
-                      "desiredControlPlaneEndpointsConfig": "controlPlaneEndpointsConfig",
-                      "desiredMasterVersion": "currentMasterVersion"}.get(key)
-        if field_name is None:
-            raise bad_request(f"{key} is not supported by this fake")
-        value = f"{update[key]}.2-gke.1475000" if key == "desiredMasterVersion" else update[key]
-        return self._gke_op(project, location, cluster, "UPDATE_CLUSTER", found["selfLink"],
-                            lambda: found.update({field_name: value}))
+        if key == "desiredMasterVersion":
+            change = {"currentMasterVersion": _gke_version(update[key])}
+        else:  # desiredAddonsConfig -> addonsConfig, ...
+            change = {key[len("desired")].lower() + key[len("desired") + 1:]: update[key]}
+        return self._gke_op(project, location, cluster, "UPDATE_CLUSTER", found.get("selfLink", cluster),
+                            lambda: _merge(found, change))
 
     def _delete_cluster(self, request, project, location, cluster):
-        found = self._cluster(cluster)
+        found = self._cluster(project, location, cluster)
 
         def finish():
             self._store["cluster"].pop(cluster, None)
             for name in [n for n, p in self._store["node_pool"].items() if p.get("cluster") == cluster]:
                 del self._store["node_pool"][name]
-        operation = self._gke_op(project, location, cluster, "DELETE_CLUSTER", found["selfLink"], finish)
+        answer = self._gke_op(project, location, cluster, "DELETE_CLUSTER", found.get("selfLink", cluster), finish)
         found["status"] = "STOPPING"
-        return operation
+        return answer
 
     def _create_node_pool(self, request, project, location, cluster):
-        found = self._cluster(cluster)
-        if found["status"] != "RUNNING":
-            raise bad_request(f"Cluster {cluster} is {found['status']}; node pools can be added when it is RUNNING",
-                              "FAILED_PRECONDITION")
+        found = self._cluster(project, location, cluster)
+        self._idle(cluster)
+        if found.get("status", "RUNNING") != "RUNNING":
+            raise precondition(f"Cluster {cluster} is {found['status']}: node pools can be added when it is RUNNING.")
         pool = dict((request.body or {}).get("nodePool") or {})
-        name = pool.get("name", "")
+        self._check_pool(pool, location, found)
+        name = pool["name"]
         if name in self._store["node_pool"]:
-            raise ApiError(409, "ALREADY_EXISTS", f"Already exists: node pool {name}.")
-        for extra in pool.get("networkConfig", {}).get("additionalNodeNetworkConfigs", []):
-            self._network_named(extra.get("network"))
-            if extra.get("subnetwork", "").rsplit("/", 1)[-1] not in self._store["subnetwork"]:
-                raise bad_request(f"Subnetwork {extra.get('subnetwork')} does not exist")
-        affinity = pool.get("config", {}).get("reservationAffinity", {})
-        if affinity and pool.get("config", {}).get("spot"):
-            raise bad_request("Spot VMs cannot consume a specific reservation")
-        if affinity.get("consumeReservationType") in (3, "SPECIFIC_RESERVATION") and not affinity.get("values"):
-            raise bad_request("A SPECIFIC_RESERVATION affinity needs the reservation name in values")
-        stored = dict(pool, status="PROVISIONING", cluster=cluster,
-                      selfLink=f"{found['selfLink']}/nodePools/{name}")
+            raise ApiError(409, "ALREADY_EXISTS", f"Already exists: {found.get('selfLink', cluster)}/nodePools/{name}.",
+                           "alreadyExists")
+        stored = dict(pool, status="PROVISIONING", version=found.get("currentNodeVersion", ""), cluster=cluster,
+                      selfLink=f"{GKE}/projects/{project}/locations/{location}/clusters/{cluster}/nodePools/{name}")
         self._store["node_pool"][name] = stored
         return self._gke_op(project, location, cluster, "CREATE_NODE_POOL", stored["selfLink"],
                             lambda: stored.update(status="RUNNING"))
 
-    def _pool(self, cluster: str, name: str) -> dict:
+    def _pool(self, project: str, location: str, cluster: str, name: str) -> dict:
         pool = self._store["node_pool"].get(name)
         if pool is None or pool.get("cluster") != cluster:
-            raise not_found(f"node pool {name} in cluster {cluster}")
+            raise ApiError(404, "NOT_FOUND", f"Not found: projects/{project}/locations/{location}/clusters/{cluster}/"
+                           f"nodePools/{name}.", "notFound")
         return pool
 
-    @staticmethod
-    def _pool_json(pool: dict) -> dict:
-        return {k: v for k, v in pool.items() if k != "cluster"}
-
     def _get_node_pool(self, request, project, location, cluster, pool):
-        return self._pool_json(self._pool(cluster, pool))
+        return _without_cluster(self._pool(project, location, cluster, pool))
 
     def _delete_node_pool(self, request, project, location, cluster, pool):
-        found = self._pool(cluster, pool)
-        operation = self._gke_op(project, location, cluster, "DELETE_NODE_POOL", found.get("selfLink", ""),
-                                 lambda: self._store["node_pool"].pop(pool, None))
+        found = self._pool(project, location, cluster, pool)
+        answer = self._gke_op(project, location, cluster, "DELETE_NODE_POOL", found.get("selfLink", pool),
+                              lambda: self._store["node_pool"].pop(pool, None))
         found["status"] = "STOPPING"
-        return operation
+        return answer
 
-    def _resize_node_pool(self, request, project, location, cluster, pool, verb):
-        found = self._pool(cluster, pool)
-        body = request.body or {}
-        if verb == "setAutoscaling":
-            scaling = body.get("autoscaling") or {}
-            if int(scaling.get("minNodeCount", 0)) > int(scaling.get("maxNodeCount", 0)):
-                raise bad_request("autoscaling minNodeCount must not exceed maxNodeCount")
-            change = {"autoscaling": scaling}
-        else:
-            change = {"nodeCount": int(body.get("nodeCount", 0))}  # proto3 leaves a 0 out
-        return self._gke_op(project, location, cluster, verb.upper(), found.get("selfLink", ""),
-                            lambda: found.update(change))
+    def _set_autoscaling(self, request, project, location, cluster, pool):
+        found = self._pool(project, location, cluster, pool)
+        scaling = (request.body or {}).get("autoscaling") or {}
+        _check_autoscaling(scaling)
+        return self._gke_op(project, location, cluster, "UPDATE_CLUSTER", found.get("selfLink", pool),
+                            lambda: found.update(autoscaling=scaling))
 
-    # -- Managed Lustre ---------------------------------------------------------------------
-    def _lustre_op(self, project: str, location: str, on_done) -> dict:
-        name = f"projects/{project}/locations/{location}/operations/operation-{next(self._ids)}"
-        return self._lro_json(self._operation("lustre", "lustre", name, on_done, name=name))
+    def _set_size(self, request, project, location, cluster, pool):
+        found = self._pool(project, location, cluster, pool)
+        count = int((request.body or {}).get("nodeCount", 0))  # proto3 leaves a 0 out
+        return self._gke_op(project, location, cluster, "SET_NODE_POOL_SIZE", found.get("selfLink", pool),
+                            lambda: found.update(nodeCount=count))
+
+    # -- Managed Lustre -------------------------------------------------------------------------
+    def _lustre_routes(self) -> list:
+        location = r"/lustre/v1/projects/(?P<project>[^/]+)/locations/(?P<location>[^/]+)"
+        instance = location + r"/instances/(?P<name>[^/]+)"
+        return [
+            ("POST", location + r"/instances", self._create_instance),
+            ("GET", instance, self._get_instance), ("PATCH", instance, self._update_instance),
+            ("DELETE", instance, self._delete_instance),
+            ("GET", location + r"/operations/(?P<op>[^/]+)", self._lustre_operation),
+        ]
+
+    def _lustre_op(self, project: str, location: str, verb: str, target: str, on_done) -> dict:
+        name = f"projects/{project}/locations/{location}/operations/operation-{int(time.time() * 1000)}-" \
+               f"{next(self._ids)}"
+        return self._lustre_op_json(self._start("lustre", verb, target, on_done, name=name))
+
+    def _lustre_op_json(self, operation: Operation) -> dict:
+        metadata = {"@type": "type.googleapis.com/google.cloud.lustre.v1.OperationMetadata",
+                    "createTime": _timestamp(operation.started), "target": operation.target, "verb": operation.kind,
+                    "apiVersion": "v1"}
+        if operation.done:
+            metadata["endTime"] = _timestamp(operation.started + operation.seconds)
+        return self._lro_json(operation, metadata)
+
+    def _lustre_operation(self, request, project, location, op):
+        name = f"projects/{project}/locations/{location}/operations/{op}"
+        return self._lustre_op_json(self._operation("lustre", name))
+
+    def _instance(self, project: str, location: str, name: str) -> dict:
+        found = self._store["lustre_instance"].get(name)
+        if found is None:
+            raise not_found(f"projects/{project}/locations/{location}/instances/{name}")
+        return found
 
     def _create_instance(self, request, project, location):
-        instance_id = request.query.get("instanceId", "")
-        if not _NAME.match(instance_id):
-            raise bad_request(f"instance_id '{instance_id}' must be 1-63 lowercase letters, digits or hyphens")
-        if instance_id in self._store["lustre_instance"]:
-            raise ApiError(409, "ALREADY_EXISTS", f"Resource 'instances/{instance_id}' already exists")
-        body = dict(request.body or {})
-        capacity, throughput = int(body.get("capacityGib", 0)), int(body.get("perUnitStorageThroughput", 0))
-        step = _LUSTRE_STEP.get(throughput)
-        if step is None:
-            raise bad_request(f"perUnitStorageThroughput {throughput} is not one of {sorted(_LUSTRE_STEP)}")
-        if capacity < step or capacity % step:
-            raise bad_request(f"capacityGib {capacity} must be a multiple of {step} at {throughput} MB/s/TiB")
-        if not re.fullmatch(r"[A-Za-z][A-Za-z0-9]{0,7}", body.get("filesystem", "")):
-            raise bad_request(f"filesystem '{body.get('filesystem')}' must be 1-8 alphanumerics starting with a letter")
-        network = self._network_named(body.get("network"))
-        if network not in self._store["connection"]:
-            raise bad_request(f"Network {network} has no private services access connection", "FAILED_PRECONDITION")
+        instance_id, body = request.query.get("instanceId", ""), dict(request.body or {})
+        if not _RFC1035.fullmatch(instance_id):
+            raise invalid(f"instance_id '{instance_id}' must be 1-63 lowercase letters, digits or hyphens, starting "
+                          "with a letter.")
         path = f"projects/{project}/locations/{location}/instances/{instance_id}"
-        stored = dict(body, name=path, state="CREATING", mountPoint=f"10.112.0.5@tcp:/{body['filesystem']}")
+        if instance_id in self._store["lustre_instance"]:
+            raise ApiError(409, "ALREADY_EXISTS", f"Resource '{path}' already exists", "alreadyExists")
+        throughput = int(body.get("perUnitStorageThroughput", 0))
+        if throughput not in _LUSTRE_STEP:
+            raise invalid(f"per_unit_storage_throughput {throughput} is not one of {sorted(_LUSTRE_STEP)}.")
+        _check_capacity(int(body.get("capacityGib", 0)), throughput)
+        if not re.fullmatch(r"[A-Za-z][A-Za-z0-9]{0,7}", body.get("filesystem", "")):
+            raise invalid(f"filesystem '{body.get('filesystem', '')}' must be 1-8 letters or digits, starting with a "
+                          "letter.")
+        if not re.fullmatch(r"projects/[^/]+/global/networks/[^/]+", body.get("network", "")):
+            raise invalid(f"network '{body.get('network', '')}' must be projects/PROJECT/global/networks/NAME.")
+        network = self._network_of(body["network"], "instance.network")
+        connection = self._store["connection"].get(network)
+        if connection is None:
+            raise precondition(f"Network {network} has no private services access connection: create one with "
+                               "servicenetworking first.")
+        stored = dict(body, name=path, state="CREATING", createTime=_timestamp(), updateTime=_timestamp(),
+                      uid=f"{self._random.getrandbits(128):032x}")
         self._store["lustre_instance"][instance_id] = stored
+        ip = self._lustre_ip(connection)
 
         def finish():
-            stored["state"] = "ACTIVE"
-            return dict(stored, **{"@type": "type.googleapis.com/google.cloud.lustre.v1.Instance"})
-        return self._lustre_op(project, location, finish)
+            stored.update(state="ACTIVE", mountPoint=f"{ip}@tcp:/{body['filesystem']}")
+            return _typed(stored)
+        return self._lustre_op(project, location, "create", path, finish)
+
+    def _lustre_ip(self, connection: dict) -> str:
+        """An address inside the peering's first allocated range, as the service producer would take."""
+        allocated = self._store["address"].get(connection["reservedPeeringRanges"][0], {})
+        network = ipaddress.ip_network(_range_of(allocated) or "10.0.0.0/24", strict=False)
+        return str(network[2 + len(self._store["lustre_instance"])])
 
     def _get_instance(self, request, project, location, name):
-        return self._get("lustre_instance", name)
+        return self._instance(project, location, name)
 
     def _update_instance(self, request, project, location, name):
-        found = self._get("lustre_instance", name)
-        mask = {m.strip() for m in request.query.get("updateMask", "").split(",") if m.strip()}
-        body = request.body or {}
-        if mask - {"capacity_gib", "capacityGib", "description", "labels"}:
-            raise bad_request(f"updateMask {sorted(mask)}: only capacity_gib, description and labels can change")
-        if found["state"] != "ACTIVE":
-            raise bad_request(f"instance {name} is {found['state']}", "FAILED_PRECONDITION")
-        change = {}
-        if mask & {"capacity_gib", "capacityGib"}:
-            capacity, step = int(body.get("capacityGib", 0)), _LUSTRE_STEP[int(found["perUnitStorageThroughput"])]
-            if capacity < int(found["capacityGib"]):
-                raise bad_request(f"capacityGib can only grow ({found['capacityGib']} -> {capacity})")
-            if capacity % step:
-                raise bad_request(f"capacityGib {capacity} must be a multiple of {step}")
+        found, body = self._instance(project, location, name), request.body or {}
+        mask = {_snake(path.strip()) for path in request.query.get("updateMask", "").split(",") if path.strip()}
+        if not mask:
+            raise invalid("update_mask is required.")
+        if "per_unit_storage_throughput" in mask:
+            raise invalid("per_unit_storage_throughput cannot be changed: it is immutable.")
+        if mask - {"capacity_gib", "description", "labels"}:
+            raise invalid(f"update_mask {sorted(mask)}: only capacity_gib, description and labels can be updated.")
+        if found.get("state") != "ACTIVE":
+            raise precondition(f"Instance {name} is {found.get('state')}: it can be updated when it is ACTIVE.")
+        change = {_camel(path): body[_camel(path)] for path in mask if _camel(path) in body}
+        if "capacity_gib" in mask:
+            capacity, current = int(body.get("capacityGib", 0)), int(found.get("capacityGib", 0))
+            if capacity < current:
+                raise invalid(f"capacity_gib can only grow: {current} -> {capacity}.")
+            _check_capacity(capacity, int(found.get("perUnitStorageThroughput", 0)))
             change["capacityGib"] = str(capacity)
         found["state"] = "UPDATING"
 
         def finish():
-            found.update(change, state="ACTIVE")
-            return dict(found, **{"@type": "type.googleapis.com/google.cloud.lustre.v1.Instance"})
-        return self._lustre_op(project, location, finish)
+            found.update(change, state="ACTIVE", updateTime=_timestamp())
+            return _typed(found)
+        return self._lustre_op(project, location, "update", found["name"] if "name" in found else name, finish)
 
     def _delete_instance(self, request, project, location, name):
-        found = self._get("lustre_instance", name)
+        found = self._instance(project, location, name)
         found["state"] = "DELETING"
+
         def finish():
             self._store["lustre_instance"].pop(name, None)
-            return {"@type": "type.googleapis.com/google.protobuf.Empty"}
-        return self._lustre_op(project, location, finish)
+        return self._lustre_op(project, location, "delete", found.get("name", name), finish)
 
-    # -- shared -----------------------------------------------------------------------------
-    def _get(self, kind: str, name: str) -> dict:
-        found = self._store[kind].get(name)
+    # -- Secret Manager -------------------------------------------------------------------------
+    def _secret_routes(self) -> list:
+        version = r"/sm/v1/(?P<version>projects/[^/]+/secrets/[^/]+/versions/[^/:]+)"
+        return [("GET", version + r":access", self._access_secret)]
+
+    def _access_secret(self, request, version):
+        found = self._store["secret_version"].get(version)
         if found is None:
-            raise not_found(f"{kind} {name}")
-        return found
+            raise ApiError(404, "NOT_FOUND", f"Secret Version [{version}] not found or has no versions.", "notFound")
+        data = found["value"].encode()
+        return {"name": version, "payload": {"data": base64.b64encode(data).decode(),
+                                             "dataCrc32c": str(google_crc32c.value(data))}}
 
 
-def _overlaps(a: str, b: str) -> bool:
-    import ipaddress
+# -- small helpers --------------------------------------------------------------------------------
+def _timestamp(epoch: float | None = None) -> str:
+    moment = datetime.fromtimestamp(time.time() if epoch is None else epoch, timezone.utc)
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def _last(reference: str | None) -> str:
+    return (reference or "").rstrip("/").rsplit("/", 1)[-1]
+
+
+def _mtu(value) -> int:
+    if not 1300 <= int(value) <= 8896:
+        raise invalid(f"Invalid value for field 'resource.mtu': '{value}'. Must be between 1300 and 8896.")
+    return int(value)
+
+
+def _routing(config: dict) -> dict:
+    if config.get("routingMode", "REGIONAL") not in ("REGIONAL", "GLOBAL"):
+        raise invalid(f"Invalid value for field 'resource.routingConfig.routingMode': '{config.get('routingMode')}'.")
+    return config
+
+
+def _cidr(value: str | None, field: str) -> ipaddress.IPv4Network:
     try:
-        return ipaddress.ip_network(a, strict=False).overlaps(ipaddress.ip_network(b, strict=False))
+        return ipaddress.IPv4Network(value or "", strict=False)
     except ValueError:
-        raise bad_request(f"Invalid IPCidrRange: {b}") from None
+        raise invalid(f"Invalid value for field '{field}': '{value}'. Invalid IPCidrRange.") from None
+
+
+def _range_of(resource: dict) -> str | None:
+    """A subnet's CIDR or an allocated range's address/prefix."""
+    if resource.get("ipCidrRange"):
+        return resource["ipCidrRange"]
+    if resource.get("address") and resource.get("prefixLength"):
+        return f"{resource['address']}/{resource['prefixLength']}"
+    return None
+
+
+def _overlaps(cidr: ipaddress.IPv4Network, other: str | None) -> bool:
+    return bool(other) and cidr.overlaps(ipaddress.ip_network(other, strict=False))
+
+
+def _check_rules(firewall: dict) -> None:
+    if bool(firewall.get("allowed")) == bool(firewall.get("denied")):
+        raise invalid("Invalid value for field 'resource': exactly one of allowed or denied must be given.")
+    for rule in firewall.get("allowed") or firewall.get("denied"):
+        if not rule.get("IPProtocol"):
+            raise invalid("Invalid value for field 'resource.allowed[].IPProtocol': ''. A protocol is required.")
+        for port in rule.get("ports", []):
+            if not re.fullmatch(r"\d{1,5}(-\d{1,5})?", str(port)):
+                raise invalid(f"Invalid value for field 'resource.allowed[].ports[]': '{port}'.")
+    for source in firewall.get("sourceRanges", []):
+        _cidr(source, "resource.sourceRanges[]")
+
+
+def _check_autoscaling(scaling: dict) -> None:
+    if scaling.get("enabled") and int(scaling.get("minNodeCount", 0)) > int(scaling.get("maxNodeCount", 0)):
+        raise invalid("Autoscaling minNodeCount must not be greater than maxNodeCount.")
+
+
+def _gke_version(requested: str | None) -> str:
+    """GKE's answer to a requested version: 1.33 -> 1.33.2-gke.1475000; "" and "latest" -> the default."""
+    requested = requested or "1.33"
+    if requested in ("latest", "-"):
+        requested = "1.33"
+    if re.fullmatch(r"\d+\.\d+", requested):
+        return f"{requested}.2-gke.1475000"
+    if re.fullmatch(r"\d+\.\d+\.\d+", requested):
+        return f"{requested}-gke.1475000"
+    if re.fullmatch(r"\d+\.\d+\.\d+-gke\.\d+", requested):
+        return requested
+    raise invalid(f"Master version \"{requested}\" is unsupported.")
+
+
+def _merge(into: dict, change: dict) -> None:
+    """An update's fields replace the stored ones, message by message (what is not sent is kept)."""
+    for key, value in change.items():
+        if isinstance(value, dict) and isinstance(into.get(key), dict):
+            _merge(into[key], value)
+        else:
+            into[key] = value
+
+
+def _without_cluster(pool: dict) -> dict:
+    return {key: value for key, value in pool.items() if key != "cluster"}
+
+
+def _check_capacity(capacity: int, throughput: int) -> None:
+    step = _LUSTRE_STEP[throughput]
+    if capacity < step or capacity % step:
+        raise invalid(f"capacity_gib {capacity} is invalid at {throughput} MB/s/TiB: it must be at least {step} and a "
+                      f"multiple of {step}.")
+
+
+def _snake(path: str) -> str:
+    return re.sub(r"([A-Z])", lambda m: "_" + m[1].lower(), path)
+
+
+def _camel(path: str) -> str:
+    head, *rest = path.split("_")
+    return head + "".join(part.title() for part in rest)
+
+
+def _typed(instance: dict) -> dict:
+    return dict(instance, **{"@type": "type.googleapis.com/google.cloud.lustre.v1.Instance"})
 
 
 def main() -> None:
@@ -686,7 +1041,6 @@ def main() -> None:
     the process under test, the fake's own work does not compete with it for the interpreter.
     """
     import argparse
-    import sys
 
     parser = argparse.ArgumentParser(description=main.__doc__)
     parser.add_argument("--latency", type=float, default=0.0)

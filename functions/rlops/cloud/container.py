@@ -91,6 +91,8 @@ class ContainerAdapter:
             "lustre_csi_driver": addons.lustre_csi_driver_config.enabled,
             "lustre_legacy_port": addons.lustre_csi_driver_config.enable_legacy_lustre_port,
             "dns_endpoint": cluster.control_plane_endpoints_config.dns_endpoint_config.allow_external_traffic,
+            # Not a setting: where rlops reaches the Kubernetes API.
+            "dns_endpoint_host": cluster.control_plane_endpoints_config.dns_endpoint_config.endpoint or None,
         }, self.target.owns_labels(cluster.resource_labels))
 
     def _pool_fields(self, pool: gke.NodePool, wanted: dict) -> Live:

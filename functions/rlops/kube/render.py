@@ -21,6 +21,8 @@ from rlops.spec.model import GcpEnvironment, GpuPool
 
 MANIFESTS = Path(__file__).resolve().parents[3] / "manifests"
 REDACTED = "<redacted>"
+# Until the Lustre instance exists (a plan from nothing, render --offline) its address is not known.
+UNKNOWN_LUSTRE_IP = "LUSTRE-IP-KNOWN-AFTER-APPLY"
 RDMA_INTERFACES = 8
 
 

@@ -63,13 +63,15 @@ class Plan:
     environment: str
     changes: list[Change]
     errors: list[str] = field(default_factory=list)
+    # The in-cluster objects' changes, one line each ("+ RayCluster/default/ray-cluster"), after the cloud's.
+    cluster_objects: list[str] = field(default_factory=list)
 
     def count(self, action: Action) -> int:
         return sum(1 for c in self.changes if c.action == action)
 
     @property
     def has_changes(self) -> bool:
-        return any(c.action not in (Action.NOOP,) for c in self.changes)
+        return any(c.action not in (Action.NOOP,) for c in self.changes) or bool(self.cluster_objects)
 
     @property
     def destructive(self) -> list[Change]:

@@ -53,11 +53,51 @@ def workspace(env: Environment, connection: Connection, bucket, adapters: dict |
                             record)
 
 
-def plan_live(envs: list[Environment], connection: Connection, bucket_of: Callable[[Environment], object]) -> list[Plan]:
+def plan_live(envs: list[Environment], connection: Connection, bucket_of: Callable[[Environment], object],
+              with_cluster_objects: bool = True) -> list[Plan]:
     """Plans of several environments from one round of parallel reads."""
     spaces = [workspace(env, connection, bucket_of(env)) for env in envs]
     live = engine.read_live(spaces)
-    return [build_plan(space.name, space.desired, live[space.name]) for space in spaces]
+    plans = []
+    for env, space in zip(envs, spaces):
+        plan = build_plan(space.name, space.desired, live[space.name])
+        if with_cluster_objects:
+            plan.cluster_objects = [c.line() for c in cluster_changes(env, live[env.name], connection, False)]
+        plans.append(plan)
+    return plans
+
+
+def rendered_objects(env: Environment, live: dict[str, Live], connection: Connection, with_secrets: bool) -> list[dict]:
+    """The in-cluster objects; before Lustre exists its address is a placeholder (the objects wait for it anyway)."""
+    from rlops.kube import render
+
+    lustre = live.get(f"lustre_instance/{env.spec.lustre.name}")
+    mount_point = lustre.fields.get("mount_point") if lustre else None
+    facts = render.LiveFacts.from_mount_point(mount_point) if mount_point else render.LiveFacts(render.UNKNOWN_LUSTRE_IP)
+    values = None
+    if with_secrets:
+        from rlops.cloud import secretmanager
+        values = secretmanager.access(connection, {name: ref.secret_manager for name, ref in env.spec.secrets.items()})
+    return render.objects(env.name, env.spec, facts, values)
+
+
+def cluster_api(env: Environment, live: dict[str, Live]):
+    """The cluster's Kubernetes API, or None while the cluster does not exist."""
+    from rlops.kube.cluster import connect
+
+    cluster = live.get(f"cluster/{env.spec.cluster.name}")
+    return None if cluster is None else connect(cluster.fields.get("dns_endpoint_host"))
+
+
+def cluster_changes(env: Environment, live: dict[str, Live], connection: Connection, with_secrets: bool) -> list:
+    from rlops.kube import sync
+    from rlops.kube.cluster import Ref
+
+    rendered = rendered_objects(env, live, connection, with_secrets)
+    api = cluster_api(env, live)
+    if api is None:
+        return [sync.ObjectChange(Ref.of(obj), "create", desired=obj) for obj in rendered]
+    return sync.plan(api, env.name, rendered, secret_values_known=with_secrets)
 
 
 def read_one(env: Environment, connection: Connection, bucket) -> dict[str, Live]:
@@ -133,6 +173,7 @@ class Session:
     bucket: object
     report: Callable[[str], None]
     lock_timeout: float = 600.0
+    ready_timeout: float = 1800.0
 
     def _lock(self, operation: str) -> Lock:
         lock = Lock(self.bucket, self.env.spec.state.prefix, self.env.name, operation=operation)
@@ -154,6 +195,8 @@ class Session:
         return self._run("destroy", delete_data, confirm)
 
     def _run(self, operation: str, delete_data: bool, confirm: Callable[[Plan], bool]) -> Plan:
+        from rlops.kube import sync
+
         with self._lock(operation):
             # Planned again under the lock: what another apply did while we waited is part of it.
             space = workspace(self.env, self.connection, self.bucket)
@@ -168,13 +211,32 @@ class Session:
             refusals = plan.errors + data_loss_refusals(plan, self.env.spec.lustre.deletion_policy, delete_data)
             if refusals:
                 raise Refused("; ".join(refusals))
-            if not plan.has_changes:
-                return plan
-            if not confirm(plan):
-                raise Refused(f"{operation} not confirmed; nothing was changed")
-            runner.settle(live)
-            runner.run(plan)
+            api = cluster_api(self.env, live)
+            if operation == "destroy" and api is not None:
+                plan.cluster_objects = [f"- {ref}" for ref in sync.owned_refs(api, self.env.name)]
+            if plan.has_changes:
+                if not confirm(plan):
+                    raise Refused(f"{operation} not confirmed; nothing was changed")
+                if operation == "destroy" and api is not None:
+                    sync.delete_all(api, self.env.name, self.report)
+                runner.settle(live)
+                runner.run(plan)
+            if operation == "apply":
+                self._sync_cluster(space)
             return plan
+
+    def _sync_cluster(self, space: engine.Workspace) -> None:
+        """After the cloud: the cluster's objects by server-side apply, pruned, and waited on until ready."""
+        from rlops.kube import sync
+
+        live = engine.read_live([space])[self.env.name]
+        api = cluster_api(self.env, live)
+        rendered = rendered_objects(self.env, live, self.connection, with_secrets=True)
+        changes = sync.plan(api, self.env.name, rendered, secret_values_known=True)
+        if changes:
+            self.report("cluster objects: " + ", ".join(c.line() for c in changes))
+        sync.apply(api, changes, self.report)
+        sync.wait_ready(api, rendered, self.report, self.ready_timeout)
 
 
 def dry_run(env: Environment, live: dict[str, Live] | None) -> list[str]:
