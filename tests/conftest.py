@@ -1,3 +1,4 @@
+import shutil
 from pathlib import Path
 
 import pytest
@@ -51,3 +52,12 @@ def cloud_fakes(state_buckets, monkeypatch):
         monkeypatch.setenv("RLOPS_API_ENDPOINTS", json.dumps(gcp.endpoints))
         monkeypatch.setenv("RLOPS_KUBE_API", kube.url)
         yield gcp, kube
+
+
+@pytest.fixture
+def specs(monkeypatch, tmp_path):
+    """The seed specs in a folder of their own, for tests to edit."""
+    folder = tmp_path / "environments"
+    shutil.copytree(REPO / "environments", folder)
+    monkeypatch.setenv("RLOPS_ENVIRONMENTS", str(folder))
+    return folder

@@ -17,15 +17,6 @@ from rlops.cloud import base
 
 
 @pytest.fixture
-def specs(monkeypatch, tmp_path):
-    """The seed specs in a folder of their own, for tests to edit."""
-    folder = tmp_path / "environments"
-    shutil.copytree(REPO / "environments", folder)
-    monkeypatch.setenv("RLOPS_ENVIRONMENTS", str(folder))
-    return folder
-
-
-@pytest.fixture
 def fake(cloud_fakes, specs, monkeypatch):
     """A fresh fake cloud and cluster, and empty state buckets."""
     # Retry fast: the fake's faults are as frequent as a bad day, its waits are not as long.

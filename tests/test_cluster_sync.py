@@ -1,0 +1,83 @@
+"""The in-cluster objects through apply against the fake GCP control plane and the fake Kubernetes API."""
+
+import json
+
+import pytest
+
+from conftest import PLANTED_TOKENS
+from rlops import cli
+from rlops.cloud import base
+
+
+@pytest.fixture
+def fakes(cloud_fakes, specs, monkeypatch):
+    monkeypatch.setattr(base, "RETRY", base.RetryPolicy(attempts=10, base_seconds=0.02, cap_seconds=0.2))
+    return cloud_fakes
+
+
+def test_apply_creates_the_objects_a_second_apply_writes_nothing(fakes, capsys):
+    gcp, kube = fakes
+    assert cli.main(["apply", "h200"]) == 0
+    kinds = {r.path.split("/")[-2] for r in kube.writes() if r.method == "PATCH"}
+    assert kinds >= {"rayclusters", "daemonsets", "persistentvolumes", "persistentvolumeclaims", "secrets",
+                     "serviceaccounts", "networks", "gkenetworkparamsets"}
+    assert all(r.query.get("fieldManager") == "rlops" and r.content_type.startswith("application/apply-patch+yaml")
+               for r in kube.writes() if r.method == "PATCH")
+    before = len(kube.writes())
+    assert cli.main(["apply", "h200"]) == 0
+    assert kube.writes()[before:] == [], "a second apply wrote to the cluster"
+    capsys.readouterr()
+    assert cli.main(["plan", "h200", "--detailed-exitcode"]) == 0
+
+
+def test_a_planted_token_reaches_the_secret_write_and_nowhere_else(fakes, capsys):
+    gcp, kube = fakes
+    assert cli.main(["apply", "h200"]) == 0
+    assert cli.main(["plan", "h200"]) == 0
+    assert cli.main(["render", "h200"]) == 0
+    out = capsys.readouterr()
+    for token in PLANTED_TOKENS.values():
+        assert token not in out.out + out.err
+        carriers = [r for r in kube.requests if token in json.dumps(r.body)]
+        assert carriers and all(r.path.endswith("/secrets/ray-cluster-tokens") and r.method == "PATCH" for r in carriers)
+        assert not [r for r in gcp.requests if token in json.dumps(r.body)]
+    cluster = kube.get("rayclusters", "ray-cluster", "default")
+    assert not any(token in json.dumps(cluster) for token in PLANTED_TOKENS.values())
+
+
+def test_reaped_replicas_are_not_drift_and_what_rlops_no_longer_renders_is_pruned(fakes, capsys):
+    gcp, kube = fakes
+    assert cli.main(["apply", "h200"]) == 0
+    cluster = kube.get("rayclusters", "ray-cluster", "default")
+    cluster["spec"]["workerGroupSpecs"][0]["replicas"] = 0  # what the idle reaper does
+    kube.objects[("rayclusters", "default", "ray-cluster")] = cluster
+    # An object an earlier version of the spec had (a ninth RDMA network), with rlops's labels.
+    stale = kube.get("networks", "rdma-7")
+    stale["metadata"]["name"] = "rdma-8"
+    kube.put(stale, "networks")
+    capsys.readouterr()
+    assert cli.main(["plan", "h200", "--detailed-exitcode"]) == 2
+    out = capsys.readouterr().out
+    assert "- Network/rdma-8" in out and "RayCluster" not in out
+    assert cli.main(["apply", "h200"]) == 0
+    assert kube.get("networks", "rdma-8") is None and kube.get("networks", "rdma-7") is not None
+    assert kube.get("rayclusters", "ray-cluster", "default")["spec"]["workerGroupSpecs"][0]["replicas"] == 0
+
+
+def test_an_object_without_rlops_labels_is_never_touched(fakes, capsys):
+    gcp, kube = fakes
+    kube.put({"apiVersion": "v1", "kind": "ServiceAccount",
+              "metadata": {"name": "generic-ksa", "namespace": "default", "labels": {"team": "ml"}}}, "serviceaccounts")
+    assert cli.main(["apply", "h200"]) == 1
+    assert "without rlops's labels" in capsys.readouterr().err
+    assert kube.get("serviceaccounts", "generic-ksa", "default")["metadata"]["labels"] == {"team": "ml"}
+    assert not [r for r in kube.writes() if "serviceaccounts" in r.path]
+
+
+def test_destroy_deletes_the_cluster_objects_first(fakes):
+    gcp, kube = fakes
+    assert cli.main(["apply", "h200"]) == 0
+    assert cli.main(["destroy", "h200", "--yes"]) == 0
+    deletes = [r.path for r in kube.writes() if r.method == "DELETE"]
+    assert deletes and "rayclusters" in deletes[0]
+    assert not kube.objects
