@@ -379,10 +379,6 @@ def test_from_nothing_everything_is_created_and_the_system_pool_comes_with_the_c
 
 # -- known bugs ------------------------------------------------------------------------------
 
-@pytest.mark.xfail(strict=True, reason=(
-    "plan._replace_dependents cascades a replacement only into NOOP/UPDATE dependents: an ADOPTed "
-    "(unowned, identical) resource built on a replaced one stays ADOPT, and the cascade stops there, "
-    "so the network is planned for deletion under an address, a peering and a Lustre instance that stay"))
 def test_a_resource_to_adopt_on_a_replaced_network_is_not_left_standing():
     live = live_of("h200", environment(seed("h200"), "h200"))
     live["address/rl-lustre-range"] = replace(live["address/rl-lustre-range"], owned=False)

@@ -87,9 +87,6 @@ def test_an_overlong_line_is_cut_rather_than_breaking_the_limit():
     assert " …\n" in comment
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "render.markdown adds an environment's header (its destructive-change list and its errors) as one "
-    "unsplittable block: with many destructive changes or errors the comment exceeds 65,535 characters"))
 @pytest.mark.parametrize("plan", [
     fake_plan("destructive", 400, destructive=True),
     Plan("errors", [], errors=[f"node_pool/pool-{i}: " + "e" * 150 for i in range(1000)]),

@@ -103,7 +103,7 @@ def build_plan(environment: str, desired: list[Resource], live: dict[str, Live])
         change = _classify(resource, live.get(resource.key), by_key, plan.errors)
         by_key[resource.key] = change
         plan.changes.append(change)
-    _replace_dependents(plan.changes, by_key)
+    _replace_dependents(plan.changes, by_key, plan.errors)
     wanted = {r.key for r in desired}
     for key, state in live.items():
         if key not in wanted and state.owned:
@@ -146,14 +146,21 @@ def _classify(resource: Resource, live: Live | None, by_key: dict[str, Change], 
     return Change(key, Action.UPDATE, resource, changes, depends_on=resource.depends_on)
 
 
-def _replace_dependents(changes: list[Change], by_key: dict[str, Change]) -> None:
+def _replace_dependents(changes: list[Change], by_key: dict[str, Change], errors: list[str]) -> None:
     # A resource built on a replaced one goes with it: a subnet cannot outlive its network.
     for change in changes:  # dependency order, so a chain propagates in one pass
-        if change.action in (Action.NOOP, Action.UPDATE) and change.resource is not None:
+        if change.action in (Action.NOOP, Action.UPDATE, Action.ADOPT) and change.resource is not None:
             replaced = [d for d in change.depends_on if d in by_key and by_key[d].action == Action.REPLACE]
-            if replaced and not change.reason.startswith("refused"):
-                change.action = Action.REPLACE
-                change.reason = f"replaced with {', '.join(replaced)}"
+            if not replaced or change.reason.startswith("refused"):
+                continue
+            if change.action == Action.ADOPT:
+                # Not rlops's to delete: the replacement underneath it cannot go ahead.
+                errors.append(f"{change.key} is not managed by rlops and stands on {', '.join(replaced)}, which this "
+                              "plan replaces; remove it yourself, or undo the change that replaces it")
+                change.action, change.reason = Action.NOOP, "refused: not managed by rlops"
+                continue
+            change.action = Action.REPLACE
+            change.reason = f"replaced with {', '.join(replaced)}"
 
 
 def data_loss_refusals(plan: Plan, deletion_policy: str, delete_data: bool) -> list[str]:

@@ -66,13 +66,23 @@ def as_json(plans: list[Plan]) -> str:
     } for plan in plans], indent=2, sort_keys=True) + "\n"
 
 
+HEADER_ITEMS = 50  # errors or destructive changes listed in full at the top; the rest are in the details
+
+
+def _first(items: list[str], what: str) -> list[str]:
+    shown = [item[:500] for item in items[:HEADER_ITEMS]]
+    return shown + ([f"> - … and {len(items) - HEADER_ITEMS} more {what} (see the details)"] if len(items) > HEADER_ITEMS else [])
+
+
 def _markdown_header(plan: Plan) -> list[str]:
     lines = [f"### Environment `{plan.environment}`", "", f"**Plan: {plan.summary()}.**", ""]
     if plan.errors:
-        lines += ["> [!WARNING]", "> **This plan cannot be applied:**"] + [f"> - {e}" for e in plan.errors] + [""]
+        lines += ["> [!WARNING]", "> **This plan cannot be applied:**"]
+        lines += _first([f"> - {e}" for e in plan.errors], "errors") + [""]
     if plan.destructive:
         lines += ["> [!CAUTION]", "> **Destructive changes**"]
-        lines += [f"> - **{c.action.value}** `{c.key}`: {c.reason}" for c in plan.destructive] + [""]
+        lines += _first([f"> - **{c.action.value}** `{c.key}`: {c.reason}" for c in plan.destructive],
+                        "destructive changes") + [""]
     if not plan.has_changes and not plan.errors:
         lines += ["No changes.", ""]
     return lines
