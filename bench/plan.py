@@ -65,7 +65,7 @@ def best(rounds: int, work) -> float:
 
 def main() -> None:
     rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 5
-    fake = subprocess.Popen([sys.executable, str(REPO / "tests" / "fakes" / "gcp.py"), "--latency", str(LATENCY)],
+    fake = subprocess.Popen([sys.executable, "-m", "fakes.gcp", "--latency", str(LATENCY)], cwd=REPO / "tests",
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         with fake_gcs():

@@ -31,10 +31,12 @@ import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from urllib.parse import parse_qs, urlsplit
 
 import google_crc32c
+
+from fakes.jsonhttp import JsonServer, reply
 
 KINDS = ("network", "subnetwork", "firewall", "address", "connection", "cluster", "node_pool", "lustre_instance",
          "secret_version")
@@ -133,43 +135,17 @@ class FakeGcp:
         self._routes = [(method, re.compile(pattern), handler) for method, pattern, handler in
                         self._compute_routes() + self._servicenetworking_routes() + self._gke_routes()
                         + self._lustre_routes() + self._secret_routes()]
-        self._server: ThreadingHTTPServer | None = None
-        self._thread: threading.Thread | None = None
+        self._server: JsonServer | None = None
 
     # -- lifecycle ------------------------------------------------------------------------------
     def start(self) -> "FakeGcp":
-        fake = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"   # keep-alive, as the clients expect
-            disable_nagle_algorithm = True  # headers and body go out in two writes: no delayed-ACK stall
-
-            def log_message(self, *args):
-                pass
-
-            def serve(self):
-                fake._handle(self)
-
-            do_GET = do_POST = do_PATCH = do_PUT = do_DELETE = serve
-
-        class Server(ThreadingHTTPServer):
-            daemon_threads = True
-            request_queue_size = 256  # the default backlog of 5 drops a parallel plan's connects
-
-            def handle_error(self, request, client_address):
-                pass  # a client killed mid-request is not the fake's error
-
-        self._server = Server(("127.0.0.1", 0), Handler)
-        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,), daemon=True, name="fake-gcp")
-        self._thread.start()
+        self._server = JsonServer(self._handle, "fake-gcp")
         return self
 
     def stop(self) -> None:
         if self._server:
-            self._server.shutdown()
-            self._server.server_close()
-            self._thread.join()
-            self._server = self._thread = None
+            self._server.stop()
+            self._server = None
 
     def __enter__(self) -> "FakeGcp":
         return self.start()
@@ -179,7 +155,7 @@ class FakeGcp:
 
     @property
     def endpoints(self) -> dict[str, str]:
-        base = f"http://127.0.0.1:{self._server.server_address[1]}"
+        base = self._server.url
         return {"compute": base, "container": f"{base}/gke", "lustre": f"{base}/lustre",
                 "servicenetworking": f"{base}/sn", "secretmanager": f"{base}/sm"}
 
@@ -233,12 +209,7 @@ class FakeGcp:
             traceback.print_exc(file=sys.stderr)
             status, answer = 500, ApiError(500, "INTERNAL", "Internal error in the fake", "backendError").body()
         request.status = status
-        payload = json.dumps(answer).encode()
-        http.send_response(status)
-        http.send_header("Content-Type", "application/json; charset=UTF-8")
-        http.send_header("Content-Length", str(len(payload)))
-        http.end_headers()
-        http.wfile.write(payload)
+        reply(http, status, answer)
 
     def _serve(self, request: Request) -> dict:
         if self.latency:
@@ -1035,7 +1006,7 @@ def _typed(instance: dict) -> dict:
 
 
 def main() -> None:
-    """`python tests/fakes/gcp.py [--latency S] [--operation-seconds S]`: serve until stdin closes.
+    """`cd tests && python -m fakes.gcp [--latency S] [--operation-seconds S]`: serve until stdin closes.
 
     Prints the endpoints as one JSON line (RLOPS_API_ENDPOINTS takes it as it is). Run apart from
     the process under test, the fake's own work does not compete with it for the interpreter.

@@ -14,8 +14,10 @@ import json
 import threading
 import time
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from urllib.parse import parse_qs, urlsplit
+
+from fakes.jsonhttp import JsonServer, reply
 
 # plural -> (kind, api group/version, namespaced)
 RESOURCES = {
@@ -54,29 +56,12 @@ class FakeKube:
 
     # -- lifecycle and test hooks -----------------------------------------------------------
     def start(self) -> "FakeKube":
-        fake = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-            disable_nagle_algorithm = True
-
-            def log_message(self, *args):
-                pass
-
-            def _serve(self):
-                fake._handle(self)
-
-            do_GET = do_POST = do_PATCH = do_PUT = do_DELETE = _serve
-
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
-        threading.Thread(target=self._server.serve_forever, daemon=True, name="fake-kube").start()
+        self._server = JsonServer(self._handle, "fake-kube")
         return self
 
     def stop(self) -> None:
         if self._server:
-            self._server.shutdown()
-            self._server.server_close()
+            self._server.stop()
             self._server = None
 
     def __enter__(self):
@@ -87,7 +72,7 @@ class FakeKube:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self._server.server_address[1]}"
+        return self._server.url
 
     def get(self, plural: str, name: str, namespace: str = "") -> dict | None:
         with self._lock:
@@ -120,12 +105,7 @@ class FakeKube:
         with self._lock:
             status, answer = self._route(request)
         request.status = status
-        payload = json.dumps(answer).encode()
-        http.send_response(status)
-        http.send_header("Content-Type", "application/json")
-        http.send_header("Content-Length", str(len(payload)))
-        http.end_headers()
-        http.wfile.write(payload)
+        reply(http, status, answer)
 
     def _route(self, request: Request) -> tuple[int, dict]:
         parts = [p for p in request.path.split("/") if p]

@@ -174,9 +174,6 @@ class Pending:
         return self._poll()
 
 
-def done_already(description: str) -> Pending:
-    return Pending(description, lambda: (True, None))
-
 
 def last_segment(url: str | None) -> str | None:
     return url.rstrip("/").rsplit("/", 1)[-1] if url else None

@@ -7,7 +7,6 @@ cluster's own steps are serialized. After every finished step the resource recor
 bucket is written, so an apply killed at any point is finished by running it again.
 """
 
-import json
 import threading
 import time
 from collections.abc import Callable
@@ -30,11 +29,13 @@ class Workspace:
     adapters: dict
     record: ResourceRecord
 
+    def __post_init__(self):
+        self.by_key = {resource.key: resource for resource in self.desired}
+
     def locator(self, key: str) -> dict:
         """The fields an adapter needs to find `key` (its region, zone or cluster)."""
-        for resource in self.desired:
-            if resource.key == key:
-                return resource.desired
+        if key in self.by_key:
+            return self.by_key[key].desired
         return self.record.resources.get(key, {}).get("fields", {})
 
 
@@ -60,8 +61,7 @@ def read_plan(workspaces: list[Workspace]) -> list[list[tuple[Workspace, Callabl
     """Per workspace, the independent read calls that together cover every resource it knows of."""
     plans = []
     for ws in workspaces:
-        wanted = {r.key for r in ws.desired}
-        keys = [r.key for r in ws.desired] + [k for k in ws.record.resources if k not in wanted]
+        keys = list(ws.by_key) + [k for k in ws.record.resources if k not in ws.by_key]
         by_adapter: dict[int, tuple[object, list]] = {}
         for key in keys:
             kind, name = key.split("/", 1)
@@ -82,7 +82,7 @@ def _with_ownership(ws: Workspace, key: str, found: Live) -> Live:
     # What the record lists is rlops's even where the API has no labels (a peering), and its
     # dependencies are known even after the spec dropped it.
     recorded = ws.record.resources.get(key)
-    wanted = next((r for r in ws.desired if r.key == key), None)
+    wanted = ws.by_key.get(key)
     depends_on = tuple(recorded["depends_on"]) if recorded else (wanted.depends_on if wanted else found.depends_on)
     return Live(found.fields, found.owned or recorded is not None, depends_on, found.settling)
 
@@ -162,7 +162,7 @@ class Runner:
         for key, state in live.items():
             if state.settling is not None:
                 self._say(f"waiting for {key}: {state.settling.description}")
-                self._wait(state.settling, key)
+                self._wait(state.settling)
 
     def run(self, plan: Plan) -> None:
         steps = {s.id: s for s in steps_for(plan)}
@@ -214,7 +214,7 @@ class Runner:
             else:
                 pending = adapter.delete(kind, name, ws.locator(change.key))
             self._say(f"{step.verb} {change.key}: {pending.description}")
-            self._wait(pending, change.key)
+            self._wait(pending)
         finally:
             self._running.pop(step.label(), None)
             if serial:
@@ -245,7 +245,7 @@ class Runner:
 
         return Pending(f"{change.key} to appear", visible)
 
-    def _wait(self, pending: Pending, key: str) -> None:
+    def _wait(self, pending: Pending) -> None:
         delay = self.first_poll_seconds
         while True:
             is_done, error = pending.poll()
@@ -277,7 +277,3 @@ def dry_run(plan: Plan, workspace: Workspace, transcript: list) -> None:
                 adapter.delete(kind, name, workspace.locator(step.change.key))
             done.add(step.id)
             del steps[step.id]
-
-
-def format_request(method: str, url: str, body) -> str:
-    return f"{method} {url}" + (f" {json.dumps(body, sort_keys=True)}" if body else "")

@@ -222,14 +222,14 @@ class Session:
                 runner.settle(live)
                 runner.run(plan)
             if operation == "apply":
-                self._sync_cluster(space)
+                # What the cloud steps changed (a new cluster, Lustre's address) is read again; otherwise it stands.
+                self._sync_cluster(engine.read_live([space])[self.env.name] if plan.has_changes else live)
             return plan
 
-    def _sync_cluster(self, space: engine.Workspace) -> None:
+    def _sync_cluster(self, live: dict[str, Live]) -> None:
         """After the cloud: the cluster's objects by server-side apply, pruned, and waited on until ready."""
         from rlops.kube import sync
 
-        live = engine.read_live([space])[self.env.name]
         api = cluster_api(self.env, live)
         rendered = rendered_objects(self.env, live, self.connection, with_secrets=True)
         changes = sync.plan(api, self.env.name, rendered, secret_values_known=True)
