@@ -81,3 +81,65 @@ def test_destroy_deletes_the_cluster_objects_first(fakes):
     deletes = [r.path for r in kube.writes() if r.method == "DELETE"]
     assert deletes and "rayclusters" in deletes[0]
     assert not kube.objects
+
+
+def test_a_cluster_that_is_not_ready_in_time_fails_apply_naming_it_and_a_rerun_finishes(fakes, capsys):
+    gcp, kube = fakes
+    kube.controller_delay = None  # no controller: nothing ever reports ready
+    assert cli.main(["apply", "h200", "--ready-timeout", "0.3"]) == 1
+    err = capsys.readouterr().err
+    assert "DaemonSet/kube-system/" in err and "not ready after 0s: 0 of ? nodes installed" in err
+    # The objects were written; once the controllers catch up, the same apply finishes without writing again.
+    installer = next(key for key in kube.objects if key[0] == "daemonsets")
+    kube.set_status("daemonsets", installer[2], {"desiredNumberScheduled": 2, "numberReady": 2}, installer[1])
+    kube.set_status("rayclusters", "ray-cluster", {"state": "ready"}, "default")
+    before = len(kube.writes())
+    assert cli.main(["apply", "h200", "--ready-timeout", "5"]) == 0
+    assert kube.writes()[before:] == []
+    assert "ready: RayCluster/default/ray-cluster (state ready)" in capsys.readouterr().out
+
+
+def test_the_dns_endpoint_is_reached_with_the_callers_google_token_and_no_kubeconfig(monkeypatch, tmp_path):
+    """The real google-auth refresh against a local token endpoint; the client is aimed at the DNS endpoint."""
+    from urllib.parse import parse_qs
+
+    from fakes.jsonhttp import JsonServer, reply
+    from rlops.kube import cluster
+
+    grants = []
+
+    def token_endpoint(http):
+        grants.append(parse_qs(http.rfile.read(int(http.headers["Content-Length"])).decode()))
+        reply(http, 200, {"access_token": "ya29.caller-token", "expires_in": 3600, "token_type": "Bearer"})
+
+    server = JsonServer(token_endpoint, "fake-oauth")
+    try:
+        from cryptography.hazmat.primitives import serialization
+        from cryptography.hazmat.primitives.asymmetric import rsa
+
+        key = rsa.generate_private_key(public_exponent=65537, key_size=2048).private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+        adc = tmp_path / "adc.json"
+        adc.write_text(json.dumps({"type": "service_account", "project_id": "p", "private_key_id": "k",
+                                   "private_key": key.decode(), "client_email": "ci@p.iam.gserviceaccount.com",
+                                   "client_id": "1", "token_uri": server.url + "/token"}))
+        monkeypatch.delenv("RLOPS_KUBE_API", raising=False)
+        monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(adc))
+        monkeypatch.setenv("HOME", str(tmp_path / "home"))
+        api = cluster.connect("gke-0123456789abcdef-123456789012.us-central1.gke.goog")
+    finally:
+        server.stop()
+    configuration = api.api.configuration
+    assert configuration.host == "https://gke-0123456789abcdef-123456789012.us-central1.gke.goog"
+    assert configuration.get_api_key_with_prefix("authorization") == "Bearer ya29.caller-token"
+    assert configuration.verify_ssl
+    assert grants and grants[0]["grant_type"] == ["urn:ietf:params:oauth:grant-type:jwt-bearer"]
+    assert not (tmp_path / "home").exists(), "connecting wrote something to the home directory (a kubeconfig?)"
+
+
+def test_a_cluster_without_a_dns_endpoint_is_refused_with_the_fix(monkeypatch):
+    from rlops.kube import cluster
+
+    monkeypatch.delenv("RLOPS_KUBE_API", raising=False)
+    with pytest.raises(cluster.KubeError, match="cluster.dns_endpoint: true"):
+        cluster.connect(None)

@@ -130,7 +130,8 @@ def _apply(args: argparse.Namespace) -> int:
             live = service.read_one(env, service.connection_from_environment(), _bucket(env))
         print("\n".join(service.dry_run(env, live)))
         return EXIT_OK
-    session = service.Session(env, service.connection_from_environment(), _bucket(env), _say, args.lock_timeout)
+    session = service.Session(env, service.connection_from_environment(), _bucket(env), _say, args.lock_timeout,
+                              args.ready_timeout)
 
     def show(plan) -> bool:
         sys.stdout.write(render.text(plan))
@@ -217,6 +218,8 @@ def build_parser() -> argparse.ArgumentParser:
     apply.add_argument("--dry-run", action="store_true", help="print every request apply would send, send none")
     apply.add_argument("--offline", action="store_true", help="with --dry-run: as if nothing existed yet")
     apply.add_argument("--lock-timeout", **lock_timeout)
+    apply.add_argument("--ready-timeout", type=float, default=1800.0, metavar="SECONDS",
+                       help="how long to wait for the NCCL installer and the RayCluster to be ready (default 1800)")
     apply.add_argument("--delete-data", action="store_true",
                        help="allow replacing the Lustre instance (also needs lustre.deletion_policy: delete)")
     apply.set_defaults(run=_apply)
