@@ -241,6 +241,10 @@ def build_parser() -> argparse.ArgumentParser:
     unlock.add_argument("environment", metavar="ENV")
     unlock.add_argument("--force", action="store_true", help="required: the holder must be dead")
     unlock.set_defaults(run=_unlock)
+
+    from rlops import cli_runs
+
+    cli_runs.add_commands(commands)
     return parser
 
 

@@ -45,11 +45,12 @@ class Ref:
         return f"{self.kind}/{self.namespace + '/' if self.namespace else ''}{self.name}"
 
 
-def connect(dns_endpoint: str | None) -> "KubeApi":
-    """The cluster's API: RLOPS_KUBE_API if set, else the DNS endpoint with a Google access token."""
+def access(dns_endpoint: str | None) -> tuple[str, dict[str, str]]:
+    """(base URL, headers) of the cluster's API server: RLOPS_KUBE_API if set, else the DNS endpoint with a
+    Google access token of the caller's credentials."""
     explicit = os.environ.get("RLOPS_KUBE_API")
     if explicit:
-        return KubeApi(client.ApiClient(client.Configuration(host=explicit)))
+        return explicit, {}
     if not dns_endpoint:
         raise KubeError("the cluster has no DNS endpoint to reach its control plane; set cluster.dns_endpoint: true "
                         "and apply, or point RLOPS_KUBE_API at the API server")
@@ -58,8 +59,15 @@ def connect(dns_endpoint: str | None) -> "KubeApi":
 
     credentials, _ = google.auth.default(scopes=["https://www.googleapis.com/auth/cloud-platform"])
     credentials.refresh(google.auth.transport.requests.Request())
-    configuration = client.Configuration(host=f"https://{dns_endpoint}", api_key={"authorization": credentials.token},
-                                         api_key_prefix={"authorization": "Bearer"})
+    return f"https://{dns_endpoint}", {"Authorization": f"Bearer {credentials.token}"}
+
+
+def connect(dns_endpoint: str | None) -> "KubeApi":
+    host, headers = access(dns_endpoint)
+    configuration = client.Configuration(host=host)
+    if headers:
+        configuration.api_key = {"authorization": headers["Authorization"].removeprefix("Bearer ")}
+        configuration.api_key_prefix = {"authorization": "Bearer"}
     return KubeApi(client.ApiClient(configuration))
 
 

@@ -1,0 +1,202 @@
+"""The CLI for the local stack and training runs: up, down, train, watch, status, logs."""
+
+import argparse
+import json
+import os
+import sys
+import time
+
+from rlops import environments
+from rlops.errors import Failure
+
+
+def _environment(name: str):
+    from rlops.spec.load import load
+
+    path = environments.path_for(name)
+    if not path.is_file():
+        raise Failure(f"no spec for environment {name!r}: {path} does not exist")
+    loaded = load(path)
+    if loaded.problems:
+        raise Failure("\n".join(map(str, loaded.problems)) + f"\n{path}: fix the spec first (rlops validate)")
+    return loaded.name, loaded.environment
+
+
+def _local_stack(name: str, verb: str):
+    from rlops.local.stack import Stack
+    from rlops.spec.model import LocalEnvironment
+
+    env_name, env = _environment(name)
+    if not isinstance(env, LocalEnvironment):
+        raise Failure(f"{env_name} is a GCP environment; `rlops {verb}` is for local ones (use `rlops apply`)")
+    return Stack(env_name, env, lambda text: print(text, flush=True))
+
+
+def _site(name: str):
+    """The environment's runs, with a local stack's emulators put in this process's environment."""
+    from rlops.runs import service
+    from rlops.spec.model import LocalEnvironment
+
+    env_name, env = _environment(name)
+    if isinstance(env, LocalEnvironment):
+        os.environ.update(_local_stack(name, "status").service_env())
+    return service.open_site(env_name, env)
+
+
+def _up(args) -> int:
+    _local_stack(args.environment, "up").up()
+    return 0
+
+
+def _down(args) -> int:
+    _local_stack(args.environment, "down").down()
+    return 0
+
+
+def _typed(text: str):
+    """`--set` values: JSON scalars (4, 0.001, true, "x") as such, anything else as a string."""
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return text
+    return value if isinstance(value, (bool, int, float, str)) else text
+
+
+def _train(args) -> int:
+    from rlops.runs import message
+    from rlops.spec.model import LocalEnvironment
+
+    env_name, env = _environment(args.environment)
+    overrides = {}
+    for item in args.set:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise Failure(f"--set {item}: expected key=value")
+        overrides[key] = _typed(value)
+    payload = {"environment": env_name, "recipe": args.recipe, "run": args.run_name, "overrides": overrides,
+               "requested_by": args.requested_by}
+    data = json.dumps(payload).encode()
+    try:  # the function checks again; this saves a round trip for a typo
+        message.settings(message.parse(data), message.recipe_of(message.parse(data), env))
+    except message.Poison as poison:
+        raise Failure(f"not sent: {poison}") from None
+    if isinstance(env, LocalEnvironment):
+        how = _send_local(_local_stack(args.environment, "train"), data)
+    else:
+        from rlops.cloud import pubsub
+
+        how = f"published to {pubsub.TRAIN_TOPIC} (message {pubsub.publish(env.project.id, pubsub.TRAIN_TOPIC, payload)})"
+    print(f"train message for run {args.run_name} of {env_name}: {how}")
+    print(f"follow it with: rlops status {args.environment} --run {args.run_name} --follow")
+    return 0
+
+
+def _send_local(stack, data: bytes) -> str:
+    """Through the emulator's train topic when it runs; else the CloudEvent its push subscription would POST."""
+    from rlops.cloud import pubsub
+    from rlops.local.stack import LOCAL_PROJECT, post_cloud_event
+
+    running = stack.processes()
+    if "pubsub" in running:
+        os.environ.update(stack.service_env())
+        message_id = pubsub.publish(LOCAL_PROJECT, pubsub.TRAIN_TOPIC, json.loads(data))
+        return f"published to the emulator's {pubsub.TRAIN_TOPIC} topic (message {message_id})"
+    if "functions-train" not in running:
+        raise Failure(f"{stack.name} is not up; run `rlops up {stack.name}`")
+    post_cloud_event(running["functions-train"].ports["http"], pubsub.TRAIN_TOPIC, data)
+    return "posted to the train function (no Pub/Sub emulator)"
+
+
+def _watch(args) -> int:
+    from rlops.runs import service
+
+    events = service.tick(_site(args.environment))
+    for event in events:
+        print(f"{event['run']}: attempt {event['attempt']} {event['state']}"
+              + (f" ({event['reason']})" if event.get("reason") else ""))
+    if not events:
+        print("no changes")
+    return 0
+
+
+def _status(args) -> int:
+    site = _site(args.environment)
+    shown = None
+    while True:
+        rows = [record for record, _ in site.records.all().values() if args.run_name in (None, record["run"])]
+        states = [(r["run"], r["state"], len(r["attempts"]), r["step"], r["last_checkpoint"]) for r in rows]
+        if states != shown:
+            print(_table(rows), flush=True)
+            shown = states
+        done = rows and all(r["state"] in ("SUCCEEDED", "FAILED", "STOPPED") for r in rows)
+        if not args.follow or (args.run_name and done):
+            break
+        time.sleep(args.interval)
+    if args.run_name and not rows:
+        print(f"no run {args.run_name} in {args.environment}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _table(rows: list[dict]) -> str:
+    header = ("RUN", "STATE", "ATTEMPT", "STEP", "CHECKPOINT", "REWARD", "AGE")
+    lines = [header]
+    for r in sorted(rows, key=lambda r: r["created_at"]):
+        age = int(time.time() - r["created_at"])
+        lines.append((r["run"], r["state"], str(r["attempts"][-1]["attempt"]), _dash(r["step"]),
+                      _dash(r["last_checkpoint"]), _dash(r["reward"]), f"{age // 60}m{age % 60:02d}s"))
+    widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
+    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(line, widths)).rstrip() for line in lines)
+
+
+def _dash(value) -> str:
+    return "-" if value is None else str(value)
+
+
+def _logs(args) -> int:
+    site = _site(args.environment)
+    record, _ = site.records.get(args.run_name)
+    if record is None:
+        raise Failure(f"no run {args.run_name} in {args.environment}")
+    attempts = {a["attempt"]: a for a in record["attempts"]}
+    attempt = attempts.get(args.attempt or max(attempts))
+    if attempt is None:
+        raise Failure(f"run {args.run_name} has attempts {sorted(attempts)}, not {args.attempt}")
+    sys.stdout.write(site.ray.logs(attempt["submission_id"]))
+    return 0
+
+
+def add_commands(commands) -> None:
+    up = commands.add_parser("up", help="start a local environment: Ray, the state bucket, Pub/Sub, the functions")
+    up.add_argument("environment", metavar="ENV")
+    up.set_defaults(run=_up)
+    down = commands.add_parser("down", help="stop exactly the processes `up` started, by their PIDs")
+    down.add_argument("environment", metavar="ENV")
+    down.set_defaults(run=_down)
+
+    train = commands.add_parser("train", help="send a train message: start run NAME of a recipe, exactly once")
+    train.add_argument("environment", metavar="ENV")
+    train.add_argument("--recipe", required=True)
+    train.add_argument("--run", dest="run_name", required=True, metavar="NAME", help="a DNS label; one name, one run")
+    train.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                       help="an override the recipe allows (repeatable)")
+    train.add_argument("--requested-by", default=os.environ.get("USER") or "rlops-cli", metavar="WHO")
+    train.set_defaults(run=_train)
+
+    watch = commands.add_parser("watch", help="one watch tick now: record run states, resubmit preempted runs")
+    watch.add_argument("environment", metavar="ENV")
+    watch.set_defaults(run=_watch)
+
+    status = commands.add_parser("status", help="the runs of an environment: state, attempt, step, checkpoint")
+    status.add_argument("environment", metavar="ENV")
+    status.add_argument("--run", dest="run_name", metavar="NAME")
+    status.add_argument("--follow", action="store_true", help="keep showing changes (until --run's run ends)")
+    status.add_argument("--interval", type=float, default=2.0, metavar="SECONDS", help=argparse.SUPPRESS)
+    status.set_defaults(run=_status)
+
+    logs = commands.add_parser("logs", help="a run's output (its latest attempt's Ray job logs)")
+    logs.add_argument("environment", metavar="ENV")
+    logs.add_argument("run_name", metavar="RUN")
+    logs.add_argument("--attempt", type=int)
+    logs.set_defaults(run=_logs)
+

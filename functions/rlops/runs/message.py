@@ -1,0 +1,68 @@
+"""The train message, `{environment, recipe, run, overrides, requested_by}`, and its checks against the spec.
+
+Pure: bytes and a spec in, a TrainMessage or a Poison (with the reason) out. A poison message is
+acknowledged and logged by the caller, never retried and never submitted.
+"""
+
+import json
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field, StrictStr, ValidationError
+
+from rlops.spec.model import DNS_LABEL, OverrideKey, Scalar
+
+MAX_BYTES = 64 * 1024
+RunName = Annotated[StrictStr, Field(pattern=DNS_LABEL, min_length=1, max_length=40)]
+
+
+class Poison(Exception):
+    """A message that can never succeed; the text says why (field path first)."""
+
+
+class TrainMessage(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    environment: Annotated[StrictStr, Field(pattern=DNS_LABEL, min_length=1, max_length=30)]
+    recipe: Annotated[StrictStr, Field(pattern=DNS_LABEL, min_length=1, max_length=63)]
+    run: RunName
+    overrides: dict[OverrideKey, Scalar] = Field(default_factory=dict, max_length=64)
+    requested_by: Annotated[StrictStr, Field(min_length=1, max_length=254, pattern=r"^[\w.@+-]+$")]
+
+
+def parse(data: bytes) -> TrainMessage:
+    if len(data) > MAX_BYTES:
+        raise Poison(f"message: {len(data)} bytes, more than the {MAX_BYTES} a train message may have")
+    try:
+        content = json.loads(data)
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise Poison(f"message: not JSON ({error})") from None
+    if not isinstance(content, dict):
+        raise Poison(f"message: expected a JSON object, got {type(content).__name__}")
+    try:
+        return TrainMessage.model_validate(content)
+    except ValidationError as error:
+        first = error.errors()[0]
+        where = ".".join(str(part) for part in first["loc"]) or "message"
+        raise Poison(f"{where}: {first['msg']} ({error.error_count()} problem(s))") from None
+
+
+def settings(message: TrainMessage, recipe) -> dict:
+    """The recipe's fixed overrides, the allowed ones' defaults, then the message's: what the job runs with."""
+    for key, value in message.overrides.items():
+        allowed = recipe.allowed_overrides.get(key)
+        if allowed is None:
+            known = ", ".join(sorted(recipe.allowed_overrides)) or "none"
+            raise Poison(f"overrides.{key}: not an override recipe {message.recipe} allows (allowed: {known})")
+        problem = allowed.problem_with(value)
+        if problem:
+            raise Poison(f"overrides.{key}: {problem}")
+    defaults = {k: a.default for k, a in recipe.allowed_overrides.items() if a.default is not None}
+    return {**recipe.overrides, **defaults, **message.overrides}
+
+
+def recipe_of(message: TrainMessage, env):
+    recipe = env.recipes.get(message.recipe)
+    if recipe is None:
+        raise Poison(f"recipe: environment {message.environment} has no recipe {message.recipe!r} "
+                     f"(it has: {', '.join(sorted(env.recipes))})")
+    return recipe

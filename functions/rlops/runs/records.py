@@ -1,0 +1,65 @@
+"""Run records in the state bucket: `PREFIX/environments/ENV/runs/RUN.json`, one per run.
+
+A record holds the run's request, its attempts (one Ray job each), its state and the transitions
+that led there, and its progress (step, reward, last complete checkpoint). Writes are conditional
+on the generation read, so two ticks never overwrite each other's changes.
+"""
+
+import time
+
+from google.api_core import exceptions as gexc
+
+from rlops.state.bucket import read_json, write_json
+
+
+def new(job_meta: dict, submission_id: str, submitted_at: float) -> dict:
+    """The record of a run whose first attempt was just submitted, from the job's rlops metadata."""
+    import json
+
+    return {"environment": job_meta["environment"], "recipe": job_meta["recipe"], "run": job_meta["run"],
+            "requested_by": job_meta["requested-by"], "settings": json.loads(job_meta["settings"]),
+            "checkpoint_dir": job_meta["checkpoint-dir"], "state": "PENDING", "step": None, "reward": None,
+            "last_checkpoint": None, "created_at": submitted_at, "updated_at": submitted_at,
+            "attempts": [attempt(int(job_meta["attempt"]), submission_id, submitted_at)],
+            "history": [{"at": submitted_at, "attempt": int(job_meta["attempt"]), "state": "PENDING"}]}
+
+
+def attempt(number: int, submission_id: str, submitted_at: float) -> dict:
+    return {"attempt": number, "submission_id": submission_id, "state": "PENDING", "submitted_at": submitted_at,
+            "ended_at": None, "failure": None, "resumed_from": None, "first_step": None}
+
+
+class RunRecords:
+    def __init__(self, bucket, prefix: str, environment: str):
+        self.bucket, self.folder = bucket, f"{prefix}/environments/{environment}/runs/"
+
+    def _blob(self, run: str):
+        return self.bucket.blob(f"{self.folder}{run}.json")
+
+    def get(self, run: str) -> tuple[dict | None, int]:
+        return read_json(self._blob(run))
+
+    def create(self, record: dict) -> bool:
+        """Write a new record; False when the run already has one."""
+        try:
+            write_json(self._blob(record["run"]), record, if_generation_match=0)
+        except gexc.PreconditionFailed:
+            return False
+        return True
+
+    def replace(self, record: dict, generation: int) -> bool:
+        """Write over the version read at `generation`; False when someone wrote in between."""
+        record["updated_at"] = time.time()
+        try:
+            write_json(self._blob(record["run"]), record, if_generation_match=generation)
+        except gexc.PreconditionFailed:
+            return False
+        return True
+
+    def all(self) -> dict[str, tuple[dict, int]]:
+        records = {}
+        for blob in self.bucket.list_blobs(prefix=self.folder):
+            content, generation = read_json(blob)
+            if content is not None:
+                records[content["run"]] = (content, generation)
+        return records

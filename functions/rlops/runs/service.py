@@ -1,0 +1,221 @@
+"""What the `train` and `watch` functions do: a message becomes one Ray job; a tick brings run records up to date.
+
+From a train message to the Ray call: `handle_train` → `message.parse` / `settings` →
+`jobs.request` → `RayJobs.submit_once` (cloud/ray_jobs.py).
+"""
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from rlops import environments
+from rlops.cloud.ray_jobs import RayJobs
+from rlops.logs import emit
+from rlops.runs import jobs, message, policy, progress, records
+
+
+@dataclass
+class Site:
+    """One environment's runs: its spec, its Ray head, its run records and its events topic."""
+
+    name: str
+    env: object
+    ray: RayJobs
+    records: records.RunRecords
+    publish: Callable[[dict], None]
+    lustre_root: str
+    entrypoint_resources: dict[str, float]
+
+    def request(self, recipe_name: str, run: str, settings: dict, requested_by: str, attempt: int):
+        return jobs.request(self.name, recipe_name, self.env.recipes[recipe_name], run, settings, requested_by,
+                            attempt, self.lustre_root, self.entrypoint_resources)
+
+
+def load_environment(name: str):
+    """The spec of environment NAME from the environments directory, or a Poison saying why not."""
+    from rlops.spec.load import load
+
+    path = environments.directory() / f"{name}.yaml"
+    if not path.is_file():
+        raise message.Poison(f"environment: no environment {name!r} (no {path.name} among the deployed specs)")
+    loaded = load(path)
+    if loaded.environment is None:
+        raise message.Poison(f"environment: the spec of {name} does not validate: {loaded.problems[0]}")
+    return loaded.environment
+
+
+def open_site(name: str, env) -> Site:
+    from rlops.spec.model import LocalEnvironment
+    from rlops.state.bucket import client
+
+    if isinstance(env, LocalEnvironment):
+        from rlops.local.stack import LOCAL_PROJECT, Stack, lustre_directory
+
+        ray = RayJobs(Stack(name, env, lambda _: None).dashboard_url())
+        project, lustre = LOCAL_PROJECT, str(lustre_directory(env))
+        resources = {env.local.gpu_pool.resource: 1}
+    else:
+        ray = RayJobs(*_gke_dashboard(name, env))
+        project, lustre, resources = env.project.id, "/lustre", {}
+    bucket = client(project).bucket(env.state.bucket)
+    return Site(name, env, ray, records.RunRecords(bucket, env.state.prefix, name), _publisher(project), lustre,
+                resources)
+
+
+def _gke_dashboard(name: str, env) -> tuple[str, dict[str, str]]:
+    """The Ray head's dashboard through the GKE API server's service proxy, with the caller's Google token."""
+    from rlops.cloud.container import ContainerAdapter
+    from rlops.kube.cluster import access
+    from rlops.provision.service import connection_from_environment, target_of
+
+    cluster = ContainerAdapter(target_of(name, env), connection_from_environment()).read(
+        "cluster", env.cluster.name, {})
+    if cluster is None:
+        raise RuntimeError(f"environment {name}: cluster {env.cluster.name} does not exist; run `rlops apply {name}`")
+    base, headers = access(cluster.fields.get("dns_endpoint_host"))
+    service = f"{env.ray.cluster_name}-head-svc:dashboard"
+    return f"{base}/api/v1/namespaces/{env.ray.namespace}/services/{service}/proxy", headers
+
+
+def _publisher(project: str) -> Callable[[dict], None]:
+    import os
+
+    from rlops.cloud import pubsub
+
+    def publish(event: dict) -> None:
+        if project == "rlops-local" and not os.environ.get("PUBSUB_EMULATOR_HOST"):
+            emit("INFO", "event (no Pub/Sub emulator to publish it to)", event=event)
+            return
+        pubsub.publish(project, pubsub.EVENTS_TOPIC, event, type=event["type"])
+
+    return publish
+
+
+# -- train ------------------------------------------------------------------------------------
+def handle_train(data: bytes, open_site: Callable[[str, object], Site] = open_site) -> str:
+    """'submitted', 'duplicate' or 'poison'. A poison message is logged with its reason and never submitted;
+    an error reaching Ray or the bucket raises, so that Pub/Sub delivers the message again."""
+    try:
+        request = message.parse(data)
+        env = load_environment(request.environment)
+        recipe = message.recipe_of(request, env)
+        settings = message.settings(request, recipe)
+    except message.Poison as poison:
+        emit("WARNING", "train message refused", reason=str(poison), bytes=len(data))
+        return "poison"
+    site = open_site(request.environment, env)
+    job = site.request(request.recipe, request.run, settings, request.requested_by, attempt=1)
+    if not site.ray.submit_once(job):
+        emit("INFO", "train message for a run already submitted: nothing to do", environment=request.environment,
+             run=request.run, submission_id=job.submission_id)
+        return "duplicate"
+    now = time.time()
+    site.records.create(records.new(jobs.described(job), job.submission_id, now))
+    emit("INFO", "run submitted", environment=request.environment, run=request.run, submission_id=job.submission_id)
+    site.publish({"type": "submitted", "environment": request.environment, "run": request.run, "attempt": 1,
+                  "recipe": request.recipe, "submission_id": job.submission_id, "requested_by": request.requested_by,
+                  "at": now})
+    return "submitted"
+
+
+# -- watch ------------------------------------------------------------------------------------
+def tick(site: Site) -> list[dict]:
+    """One look at the environment's Ray jobs (one list call); updated run records; the transitions, as events."""
+    by_run: dict[str, dict[int, dict]] = {}
+    for job in site.ray.all():
+        meta = jobs.described(job)
+        if meta and meta.get("environment") == site.name:
+            by_run.setdefault(meta["run"], {})[int(meta["attempt"])] = _plain(job, meta)
+    stored = site.records.all()
+    events, nodes = [], []
+    for run in sorted(set(by_run) | set(stored)):
+        record, generation = stored.get(run, (None, 0))
+        attempts = by_run.get(run, {})
+        if record is None:  # the train function stopped between submitting and writing the record
+            first = attempts[min(attempts)]
+            record = records.new(first["meta"], first["submission_id"], (first["start_time"] or 0) / 1000)
+        changes = _advance(site, record, attempts, nodes)
+        if not changes:
+            continue
+        written = site.records.create(record) if generation == 0 else site.records.replace(record, generation)
+        if not written:
+            emit("INFO", "run record changed during this tick; the next tick will look again", run=run)
+            continue
+        for change in changes:
+            event = {"type": "state-changed", "environment": site.name, "run": run, **change,
+                     "step": record["step"], "last_checkpoint": record["last_checkpoint"]}
+            site.publish(event)
+            events.append(event)
+    return events
+
+
+def _plain(job, meta: dict) -> dict:
+    return {"submission_id": job.submission_id, "status": str(getattr(job.status, "value", job.status)),
+            "message": job.message, "error_type": job.error_type, "start_time": job.start_time,
+            "end_time": job.end_time, "driver_node_id": job.driver_node_id, "meta": meta}
+
+
+def _advance(site: Site, record: dict, attempts: dict[int, dict], nodes: list[dict]) -> list[dict]:
+    """Bring `record` up to date with Ray; the state changes it went through."""
+    changes = []
+    known = {a["attempt"] for a in record["attempts"]}
+    for number in sorted(set(attempts) - known):  # an attempt submitted by a tick whose record write lost
+        record["attempts"].append(records.attempt(number, attempts[number]["submission_id"], time.time()))
+    current = record["attempts"][-1]
+    job = attempts.get(current["attempt"])
+    if current["state"] in policy.TERMINAL and record["state"] in policy.TERMINAL:
+        return changes
+    if job is None:
+        if time.time() - current["submitted_at"] < 60:
+            return changes  # submitted a moment ago: Ray's list may not show it yet
+        job = {"status": "FAILED", "message": "the Ray head no longer knows this job (it restarted?)",
+               "error_type": "JOB_SUPERVISOR_ACTOR_DIED", "submission_id": current["submission_id"]}
+    status = job["status"]
+    recipe = site.env.recipes.get(record["recipe"])
+    runner = recipe.runner if recipe else "trl"
+    if status != "PENDING" and job.get("start_time"):
+        _update_progress(site, record, current, job, runner)
+    if status == current["state"]:
+        return changes
+    current["state"] = status
+    changes.append({"attempt": current["attempt"], "state": status})
+    record["history"].append({"at": time.time(), "attempt": current["attempt"], "state": status})
+    record["state"] = status
+    if status in ("FAILED", "STOPPED"):
+        current["ended_at"] = (job.get("end_time") or time.time() * 1000) / 1000
+        if status == "FAILED" and not nodes:
+            nodes.extend(site.ray.nodes())
+        kind = policy.failure_kind(job, nodes)
+        current["failure"] = {"kind": kind, "error_type": job.get("error_type"),
+                              "message": (job.get("message") or "")[-500:]}
+        budget = recipe.resume_budget if recipe else 0
+        if recipe and policy.resubmittable(record, kind, budget):
+            number = current["attempt"] + 1
+            request = site.request(record["recipe"], record["run"], record["settings"], record["requested_by"], number)
+            site.ray.submit_once(request)
+            record["attempts"].append(records.attempt(number, request.submission_id, time.time()))
+            record["state"] = "PENDING"
+            record["history"].append({"at": time.time(), "attempt": number, "state": "RESUBMITTED"})
+            changes.append({"attempt": number, "state": "RESUBMITTED", "reason": kind})
+            emit("INFO", "run resubmitted after its nodes went away", run=record["run"], attempt=number,
+                 submission_id=request.submission_id)
+        elif kind == "node-lost":
+            changes[-1]["reason"] = f"node lost, resume budget of {budget} spent"
+    elif status == "SUCCEEDED":
+        current["ended_at"] = (job.get("end_time") or time.time() * 1000) / 1000
+    return changes
+
+
+def _update_progress(site: Site, record: dict, current: dict, job: dict, runner: str) -> None:
+    found = progress.from_logs(runner, site.ray.logs(job["submission_id"]))
+    for key in ("first_step", "resumed_from"):
+        if found[key] is not None:
+            current[key] = found[key]
+    if found["step"] is not None:
+        record["step"], record["reward"] = found["step"], found["reward"]
+    directory = Path(record["checkpoint_dir"])
+    if site.lustre_root != "/lustre" and directory.is_dir():  # mounted here: look at the checkpoints themselves
+        record["last_checkpoint"] = progress.last_complete_checkpoint(directory, runner)
+    elif found["reported_checkpoint"] is not None:
+        record["last_checkpoint"] = found["reported_checkpoint"]

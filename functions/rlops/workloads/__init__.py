@@ -1,0 +1,1 @@
+"""Programs that run as Ray jobs (on the cluster, never inside a Cloud Function)."""
