@@ -162,7 +162,16 @@ def _logs(args) -> int:
     attempt = attempts.get(args.attempt or max(attempts))
     if attempt is None:
         raise Failure(f"run {args.run_name} has attempts {sorted(attempts)}, not {args.attempt}")
-    sys.stdout.write(site.ray.logs(attempt["submission_id"]))
+    try:
+        text = site.ray.logs(attempt["submission_id"])
+    except RuntimeError as error:  # the node that ran it is gone: the copy the watcher kept, if it ended
+        text = site.records.log(args.run_name, attempt["attempt"])
+        if text is None:
+            raise Failure(f"Ray no longer has the output of {attempt['submission_id']} ({str(error)[-200:]}) "
+                          "and no copy was kept") from None
+        print(f"(Ray no longer has this output; the copy kept when attempt {attempt['attempt']} ended)",
+              file=sys.stderr)
+    sys.stdout.write(text)
     return 0
 
 

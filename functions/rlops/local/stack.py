@@ -119,7 +119,7 @@ class Stack:
         url = f"http://127.0.0.1:{port}"
         process = self._launch(name, [str(_get_binary_path()), "-scheme", "http", "-backend", "filesystem",
                                       "-filesystem-root", str(root), "-host", "127.0.0.1", "-port", str(port),
-                                      "-external-url", url], _base_env(), {"http": port})
+                                      "-external-url", url], self._plain_env(), {"http": port})
         wait_until(lambda: _answers(f"{url}/storage/v1/b"), process, "serving", 30, self.report)
         from google.api_core import exceptions
         from google.auth.credentials import AnonymousCredentials
@@ -135,8 +135,8 @@ class Stack:
 
     def _start_pubsub(self, name: str) -> Process:
         port = free_port()
-        process = self._launch(name, [str(PUBSUB_EMULATOR), "--host=127.0.0.1", f"--port={port}"], _base_env(),
-                               {"grpc": port})
+        process = self._launch(name, [str(PUBSUB_EMULATOR), "--host=127.0.0.1", f"--port={port}"],
+                               self._plain_env(), {"grpc": port})
         wait_until(lambda: _answers(f"http://127.0.0.1:{port}/"), process, "serving", 60, self.report)
         return process
 
@@ -174,7 +174,7 @@ class Stack:
         target = name.removeprefix("functions-")
         command = [str(Path(sys.executable).parent / "functions-framework"), f"--source={FUNCTIONS_SOURCE}",
                    f"--target={target}", "--signature-type=cloudevent", "--host=127.0.0.1", f"--port={port}"]
-        env = _base_env() | self.service_env() | {"RLOPS_ENVIRONMENTS": str(_environments_directory())}
+        env = self._plain_env() | self.service_env() | {"RLOPS_ENVIRONMENTS": str(_environments_directory())}
         process = self._launch(name, command, env, {"http": port})
         wait_until(lambda: _answers(f"http://127.0.0.1:{port}/", accept_status=(405,)), process, "serving", 30,
                    self.report)
@@ -187,7 +187,7 @@ class Stack:
         port = self.processes()["functions-watch"].ports["http"]
         command = [sys.executable, "-m", "rlops.local.scheduler", "--port", str(port), "--environment", self.name,
                    "--every", str(tick_seconds())]
-        return self._launch(name, command, _base_env(), {})
+        return self._launch(name, command, self._plain_env(), {})
 
     def _ray_temp(self) -> str:
         # Ray's unix sockets live under the temp dir; their paths must stay under 108 bytes.
@@ -195,8 +195,13 @@ class Stack:
 
         return f"/tmp/rlops-ray-{hashlib.sha256(str(self.directory).encode()).hexdigest()[:12]}"
 
+    def _plain_env(self) -> dict[str, str]:
+        """The pieces' environment without the variables the spec's secrets are read from."""
+        sources = {ref.env for ref in self.env.secrets.values() if ref.env}
+        return {k: v for k, v in _base_env().items() if k not in sources}
+
     def _ray_env(self) -> dict[str, str]:
-        return _base_env() | {"RAY_USAGE_STATS_ENABLED": "0"}
+        return self._plain_env() | {"RAY_USAGE_STATS_ENABLED": "0"}
 
     def _secret_env(self) -> dict[str, str]:
         """The spec's secrets, read from their local sources, for the Ray nodes' environment (as secretKeyRef would)."""

@@ -34,8 +34,10 @@ def parse(data: bytes) -> TrainMessage:
         raise Poison(f"message: {len(data)} bytes, more than the {MAX_BYTES} a train message may have")
     try:
         content = json.loads(data)
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+    except ValueError as error:  # also bad UTF-8 and integers too long to convert
         raise Poison(f"message: not JSON ({error})") from None
+    except RecursionError:
+        raise Poison("message: nested too deeply to be a train message") from None
     if not isinstance(content, dict):
         raise Poison(f"message: expected a JSON object, got {type(content).__name__}")
     try:

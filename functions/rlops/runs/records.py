@@ -7,6 +7,8 @@ on the generation read, so two ticks never overwrite each other's changes.
 
 import time
 
+LOG_TAIL_BYTES = 256 * 1024
+
 from google.api_core import exceptions as gexc
 
 from rlops.state.bucket import read_json, write_json
@@ -56,9 +58,25 @@ class RunRecords:
             return False
         return True
 
+    def _log_blob(self, run: str, attempt: int):
+        return self.bucket.blob(f"{self.folder}{run}/attempt-{attempt}.log")
+
+    def save_log(self, run: str, attempt: int, text: str) -> None:
+        """Keep an ended attempt's output: Ray's copy lives on the driver's node, which the reaper or a
+        preemption takes away."""
+        self._log_blob(run, attempt).upload_from_string(text[-LOG_TAIL_BYTES:], content_type="text/plain")
+
+    def log(self, run: str, attempt: int) -> str | None:
+        try:
+            return self._log_blob(run, attempt).download_as_text()
+        except gexc.NotFound:
+            return None
+
     def all(self) -> dict[str, tuple[dict, int]]:
         records = {}
         for blob in self.bucket.list_blobs(prefix=self.folder):
+            if not blob.name.endswith(".json") or "/" in blob.name[len(self.folder):]:
+                continue
             content, generation = read_json(blob)
             if content is not None:
                 records[content["run"]] = (content, generation)

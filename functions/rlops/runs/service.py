@@ -174,10 +174,13 @@ def _advance(site: Site, record: dict, attempts: dict[int, dict], nodes: list[di
     status = job["status"]
     recipe = site.env.recipes.get(record["recipe"])
     runner = recipe.runner if recipe else "trl"
+    text = None
     if status != "PENDING" and job.get("start_time"):
-        _update_progress(site, record, current, job, runner)
+        text = _update_progress(site, record, current, job, runner)
     if status == current["state"]:
         return changes
+    if status in policy.TERMINAL and text:
+        site.records.save_log(record["run"], current["attempt"], text)
     current["state"] = status
     changes.append({"attempt": current["attempt"], "state": status})
     record["history"].append({"at": time.time(), "attempt": current["attempt"], "state": status})
@@ -207,8 +210,14 @@ def _advance(site: Site, record: dict, attempts: dict[int, dict], nodes: list[di
     return changes
 
 
-def _update_progress(site: Site, record: dict, current: dict, job: dict, runner: str) -> None:
-    found = progress.from_logs(runner, site.ray.logs(job["submission_id"]))
+def _update_progress(site: Site, record: dict, current: dict, job: dict, runner: str) -> str:
+    """Step, reward and checkpoint from the job's output and its checkpoint directory; the output."""
+    try:
+        text = site.ray.logs(job["submission_id"])
+    except RuntimeError as error:  # the driver's node is gone, and its logs with it
+        emit("INFO", "job logs unavailable", submission_id=job["submission_id"], error=str(error)[-200:])
+        text = ""
+    found = progress.from_logs(runner, text)
     for key in ("first_step", "resumed_from"):
         if found[key] is not None:
             current[key] = found[key]
@@ -219,3 +228,4 @@ def _update_progress(site: Site, record: dict, current: dict, job: dict, runner:
         record["last_checkpoint"] = progress.last_complete_checkpoint(directory, runner)
     elif found["reported_checkpoint"] is not None:
         record["last_checkpoint"] = found["reported_checkpoint"]
+    return text

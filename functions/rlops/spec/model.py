@@ -5,6 +5,7 @@ error). Rules that span several fields live in `rules.py`, where each can name t
 it is about; this module holds shapes, single-field constraints and defaults.
 """
 
+import math
 import re
 from typing import Annotated, Literal, Union
 
@@ -251,6 +252,8 @@ class AllowedOverride(Spec):
         if isinstance(value, bool) != (self.type == "bool") or not isinstance(value, expected):
             return f"expected {self.type}, got {type(value).__name__}"
         if self.type in ("int", "float"):
+            if not math.isfinite(value):
+                return f"{value} is not a finite number"
             if self.min is not None and value < self.min:
                 return f"{value} is below the minimum {self.min}"
             if self.max is not None and value > self.max:

@@ -92,6 +92,26 @@ def model(tok, seed: int):
     return AutoModelForCausalLM.from_config(config)
 
 
+def last_complete_checkpoint(output_dir: str) -> str | None:
+    """The newest checkpoint whose save finished; a half-written one (its node was lost mid-save) is moved aside.
+
+    transformers' get_last_checkpoint goes by the directory name alone and would resume from the torn one.
+    """
+    from pathlib import Path
+
+    from rlops.runs.progress import last_complete_checkpoint as newest_complete
+
+    directory = Path(output_dir)
+    directory.mkdir(parents=True, exist_ok=True)
+    step = newest_complete(directory, "trl")
+    for torn in directory.glob("checkpoint-*"):
+        if torn.name.removeprefix("checkpoint-").isdigit() and not (torn / "trainer_state.json").is_file():
+            aside = directory / f"incomplete-{torn.name}-{os.getpid()}"
+            torn.rename(aside)
+            print(f"[rlops] {torn.name} was never finished; moved it to {aside.name}", flush=True)
+    return None if step is None else str(directory / f"checkpoint-{step}")
+
+
 def main(argv: list[str] | None = None) -> int:
     output_dir, settings = parse(sys.argv[1:] if argv is None else argv)
     import warnings
@@ -99,7 +119,6 @@ def main(argv: list[str] | None = None) -> int:
     warnings.filterwarnings("ignore", message=".*gradient_checkpointing.*", category=FutureWarning)
     from datasets import Dataset
     from transformers import TrainerCallback
-    from transformers.trainer_utils import get_last_checkpoint
     from trl import GRPOConfig, GRPOTrainer
 
     class Progress(TrainerCallback):
@@ -111,10 +130,10 @@ def main(argv: list[str] | None = None) -> int:
         def on_save(self, args, state, control, **kwargs):
             print(f"[rlops] checkpoint step={state.global_step}", flush=True)
 
-    os.makedirs(output_dir, exist_ok=True)
-    last = get_last_checkpoint(output_dir)
+    last = last_complete_checkpoint(output_dir)
     print(f"[rlops] {'resuming from ' + os.path.basename(last) if last else 'starting fresh'} "
-          f"(max_steps={settings['max_steps']}, seed={settings['seed']})", flush=True)
+          f"(max_steps={settings['max_steps']}, seed={settings['seed']}; "
+          f"HF_TOKEN {'set' if os.environ.get('HF_TOKEN') else 'not set'})", flush=True)
     tok = tokenizer()
     generations = settings["num_generations"]
     config = GRPOConfig(

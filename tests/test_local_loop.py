@@ -1,0 +1,295 @@
+"""The local loop end to end on real parts: `rlops up local` (Ray head and a GPU-pool worker node,
+fake-gcs-server, the Pub/Sub emulator, functions-framework), train messages, watch ticks, a
+preemption, `rlops down local`. The commands run as a user runs them, in subprocesses.
+"""
+
+import base64
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO
+from rlops.local import processes
+
+RLOPS = str(Path(sys.executable).parent / "rlops")
+TOKEN = "hf_PLANTEDlocalTOKEN0123456789abcdefXYZ"
+LONG_RUN_STEPS = 120
+
+
+class Local:
+    def __init__(self, root: Path):
+        self.root = root
+        self.env = {k: v for k, v in os.environ.items()
+                    if not k.startswith(("STORAGE_EMULATOR", "PUBSUB_EMULATOR", "RLOPS_", "RAY_"))}
+        self.env.update(RLOPS_ENVIRONMENTS=str(root / "environments"), RLOPS_LOCAL_TICK_SECONDS="0",
+                        RLOPS_LOCAL_HF_TOKEN=TOKEN)
+
+    def rlops(self, *args: str, check: bool = True, timeout: float = 300) -> subprocess.CompletedProcess:
+        done = subprocess.run([RLOPS, *args], cwd=self.root, env=self.env, capture_output=True, text=True,
+                              timeout=timeout)
+        if check and done.returncode != 0:
+            raise AssertionError(f"rlops {' '.join(args)} exited {done.returncode}:\n{done.stdout}\n{done.stderr}")
+        return done
+
+    def registry(self) -> dict:
+        return processes.Registry(self.root / ".rlops" / "local").load()
+
+    def port(self, piece: str, name: str) -> int:
+        return self.registry()[piece].ports[name]
+
+    def ray_jobs(self) -> list:
+        from ray.job_submission import JobSubmissionClient
+
+        return JobSubmissionClient(f"http://127.0.0.1:{self.port('ray-head', 'dashboard')}").list_jobs()
+
+    def jobs_of(self, run: str) -> list:
+        return [j for j in self.ray_jobs() if (j.metadata or {}).get("rlops-run") == run]
+
+    def bucket(self):
+        from google.auth.credentials import AnonymousCredentials
+        from google.cloud import storage
+
+        endpoint = f"http://127.0.0.1:{self.port('storage', 'http')}"
+        return storage.Client(project="rlops-local", credentials=AnonymousCredentials(),
+                              client_options={"api_endpoint": endpoint}).bucket("rlops-local-state")
+
+    def record(self, run: str) -> dict | None:
+        blob = self.bucket().blob(f"rlops/environments/local/runs/{run}.json")
+        return json.loads(blob.download_as_bytes()) if blob.exists() else None
+
+    def tick_until(self, run: str, done, timeout: float = 240) -> dict:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            self.rlops("watch", "local")
+            record = self.record(run)
+            if record and done(record):
+                return record
+            if record and record["state"] == "FAILED":
+                raise AssertionError(f"run {run} failed for good: {json.dumps(record, indent=1)}")
+            time.sleep(1)
+        raise AssertionError(f"run {run} did not get there in {timeout}s: {self.record(run)}")
+
+    def post_train(self, data: bytes) -> int:
+        """What the push subscription does: a messagePublished CloudEvent to the train function."""
+        body = json.dumps({"message": {"data": base64.b64encode(data).decode(), "messageId": "1",
+                                       "publishTime": "2026-12-03T00:00:00Z"},
+                           "subscription": "projects/rlops-local/subscriptions/test"}).encode()
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{self.port('functions-train', 'http')}/", data=body, method="POST",
+            headers={"Content-Type": "application/json", "ce-id": "1", "ce-specversion": "1.0",
+                     "ce-type": "google.cloud.pubsub.topic.v1.messagePublished",
+                     "ce-source": "//pubsub.googleapis.com/projects/rlops-local/topics/rlops-train"})
+        with urllib.request.urlopen(request, timeout=120) as response:
+            return response.status
+
+    def events(self) -> list[dict]:
+        import grpc
+        from google.cloud import pubsub_v1
+        from google.pubsub_v1.services.subscriber.transports import SubscriberGrpcTransport
+
+        channel = grpc.insecure_channel(f"127.0.0.1:{self.port('pubsub', 'grpc')}")
+        subscriber = pubsub_v1.SubscriberClient(transport=SubscriberGrpcTransport(channel=channel))
+        path = "projects/rlops-local/subscriptions/rlops-events-log"
+        taken = []
+        while True:
+            response = subscriber.pull(request={"subscription": path, "max_messages": 100}, timeout=5)
+            if not response.received_messages:
+                return taken
+            subscriber.acknowledge(request={"subscription": path,
+                                            "ack_ids": [m.ack_id for m in response.received_messages]})
+            taken += [json.loads(m.message.data) for m in response.received_messages]
+
+
+def train_message(run: str, recipe: str = "tiny-arith", **overrides) -> bytes:
+    return json.dumps({"environment": "local", "recipe": recipe, "run": run, "overrides": overrides,
+                       "requested_by": "tests"}).encode()
+
+
+@pytest.fixture(scope="module")
+def local(tmp_path_factory):
+    root = tmp_path_factory.mktemp("local-loop")
+    shutil.copytree(REPO / "environments", root / "environments")
+    spec = root / "environments" / "local.yaml"
+    text = spec.read_text()
+    text = text.replace("max_steps: {type: int, min: 1, max: 50, default: 6}",
+                        f"max_steps: {{type: int, min: 1, max: {LONG_RUN_STEPS}, default: 6}}")
+    text = text.replace("recipes:\n", "recipes:\n  broken:\n    runner: trl\n"
+                        "    entrypoint: rlops.workloads.no_such_workload\n    model: tiny-from-config\n"
+                        "    checkpoint_root: /lustre/checkpoints/broken\n    resume_budget: 2\n", 1)
+    spec.write_text(text)
+    stack = Local(root)
+    try:
+        stack.rlops("up", "local")
+        yield stack
+    finally:
+        family = set()
+        for process in stack.registry().values():
+            family |= processes._family(process.pid) if process.alive() else set()
+        down = stack.rlops("down", "local", check=False)
+        left = [pid for pid in family if processes._stat(pid) and processes._stat(pid)[0] != "Z"]
+        assert down.returncode == 0, down.stderr
+        assert not left, f"processes of ours left after down: {left}"
+        assert stack.registry() == {}
+
+
+def test_up_again_starts_nothing_and_reports_each_piece_running(local):
+    before = {name: p.pid for name, p in local.registry().items()}
+    assert set(before) >= {"storage", "pubsub", "ray-head", "ray-worker-0", "functions-train", "functions-watch"}
+    out = local.rlops("up", "local").stdout
+    assert all(f"{name}: running (pid {pid})" in out for name, pid in before.items()), out
+    assert {name: p.pid for name, p in local.registry().items()} == before
+
+
+def test_a_run_goes_from_message_to_checkpoints_to_succeeded(local):
+    sent = local.rlops("train", "local", "--recipe", "tiny-arith", "--run", "first", "--set", "max_steps=4")
+    assert "published to the emulator's rlops-train topic" in sent.stdout
+    record = local.tick_until("first", lambda r: r["state"] == "SUCCEEDED")
+    assert record["step"] == 4 and record["last_checkpoint"] == 4
+    assert [h["state"] for h in record["history"]][-1] == "SUCCEEDED"
+    checkpoints = local.root / ".rlops/local/lustre/checkpoints/tiny-arith/first"
+    assert sorted(p.name for p in checkpoints.glob("checkpoint-*")) == ["checkpoint-2", "checkpoint-4"]
+    logs = local.rlops("logs", "local", "first").stdout
+    assert "[rlops] step=4" in logs and "HF_TOKEN set" in logs  # the worker's environment carries it
+    status = local.rlops("status", "local", "--run", "first").stdout
+    assert status.splitlines()[1].split()[:5] == ["first", "SUCCEEDED", "1", "4", "4"]
+    events = local.events()
+    assert {(e["type"], e.get("state")) for e in events if e["run"] == "first"} >= {
+        ("submitted", None), ("state-changed", "SUCCEEDED")}
+
+
+def test_the_same_message_three_times_at_once_and_again_later_makes_one_job(local):
+    data = train_message("dup", max_steps=2)
+    answers = []
+    threads = [threading.Thread(target=lambda: answers.append(local.post_train(data))) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert answers == [200, 200, 200]
+    local.tick_until("dup", lambda r: r["state"] == "SUCCEEDED")
+    assert local.post_train(data) == 200
+    local.rlops("train", "local", "--recipe", "tiny-arith", "--run", "dup", "--set", "max_steps=2")
+    time.sleep(2)  # the emulator's push is asynchronous
+    assert len(local.jobs_of("dup")) == 1
+
+
+def hostile_messages() -> list[bytes]:
+    import random
+
+    rng = random.Random(5)
+    good = json.loads(train_message("ok"))
+    cases = [b"", b"not json", b"\xff\xfe\x00", b"[]", b"null", b"42", b'"text"', b"[" * 50_000,
+             b"{" + b" " * (70 * 1024) + b"}", json.dumps({**good, "run": "x" * 100_000}).encode()]
+    bad_values = ["../../etc/passwd", "$(touch /tmp/pwned)", "`id`", "a;b", "a b", "A", "", "-x", "x" * 64,
+                  "\u00e9", "a\nb", None, 1, 1.5, True, [], {}, "/abs/path", "..", "%2e%2e"]
+    bad_requesters = ["", "a b", "a\nb", "$(id)", "`id`", "a;b", "x" * 300, None, 1, [], {}]
+    for field in ("environment", "recipe", "run", "requested_by"):
+        for value in bad_requesters if field == "requested_by" else bad_values:
+            cases.append(json.dumps({**good, field: value}).encode())
+        cases.append(json.dumps({k: v for k, v in good.items() if k != field}).encode())
+    for key, value in [("max_steps", 0), ("max_steps", 10**9), ("max_steps", -1), ("max_steps", "4"),
+                       ("max_steps", 2.5), ("max_steps", True), ("max_steps", None), ("learning_rate", 1.0),
+                       ("learning_rate", "NaN"), ("seed", -1), ("save_steps", 1), ("checkpoint_root", "/"),
+                       ("../x", 1), ("$(id)", 1), ("max_steps; rm -rf /", 1), ("", 1)]:
+        cases.append(json.dumps({**good, "overrides": {key: value}}).encode())
+    cases.append(json.dumps({**good, "overrides": {f"k{i}": i for i in range(100)}}).encode())
+    cases.append(json.dumps({**good, "extra": "field"}).encode())
+    cases.append(json.dumps({**good, "environment": "nowhere"}).encode())
+    cases.append(json.dumps({**good, "recipe": "nope"}).encode())
+    cases.append(json.dumps({**good, "overrides": [1, 2]}).encode())
+    cases.append(b'{"environment": "local", "learning_rate": NaN}')
+    while len(cases) < 220:  # random bytes and random cuts of a good message
+        raw = json.dumps(good).encode()
+        cut = raw[:rng.randrange(len(raw))] + bytes(rng.randrange(256) for _ in range(rng.randrange(8)))
+        cases.append(cut if rng.random() < 0.7 else bytes(rng.randrange(256) for _ in range(rng.randrange(64))))
+    return cases
+
+
+def test_hostile_messages_are_acknowledged_logged_with_a_reason_and_never_submitted(local):
+    log = local.root / ".rlops/local/logs/functions-train.log"
+    jobs_before = len(local.ray_jobs())
+    refused_before = log.read_text().count('"train message refused"')
+    cases = hostile_messages()
+    assert len(cases) >= 200
+    assert [local.post_train(data) for data in cases] == [200] * len(cases)
+    lines = [json.loads(line) for line in log.read_text().splitlines() if '"train message refused"' in line]
+    assert len(lines) - refused_before == len(cases)
+    assert all(line["reason"] for line in lines)
+    assert len(local.ray_jobs()) == jobs_before
+    assert not list((local.root / "pwned").parent.glob("pwned")) and not Path("/tmp/pwned").exists()
+
+
+def test_a_training_code_failure_is_recorded_and_not_resubmitted(local):
+    local.rlops("train", "local", "--recipe", "broken", "--run", "crashes")
+    record = local.tick_until("crashes", lambda r: r["state"] == "FAILED")
+    assert record["attempts"][-1]["failure"]["kind"] == "code"
+    local.rlops("watch", "local")
+    assert len(local.jobs_of("crashes")) == 1 and len(local.record("crashes")["attempts"]) == 1
+
+
+def test_a_preempted_run_is_resubmitted_and_resumes_from_its_last_checkpoint(local):
+    local.rlops("train", "local", "--recipe", "tiny-arith", "--run", "preempted",
+                "--set", f"max_steps={LONG_RUN_STEPS}")
+    checkpoints = local.root / ".rlops/local/lustre/checkpoints/tiny-arith/preempted"
+    deadline = time.monotonic() + 180
+    while not (checkpoints / "checkpoint-4" / "trainer_state.json").is_file():
+        assert time.monotonic() < deadline, "no checkpoint-4 in time"
+        time.sleep(0.1)
+    # The local stand-in for a Spot preemption: the GPU-pool node goes away under the job.
+    from rlops.local.processes import stop
+
+    stop(local.registry()["ray-worker-0"])
+    from rlops.runs.progress import last_complete_checkpoint
+
+    saved = last_complete_checkpoint(checkpoints, "trl")
+    assert saved is not None and saved < LONG_RUN_STEPS
+    record = local.tick_until("preempted", lambda r: len(r["attempts"]) == 2)
+    assert record["attempts"][0]["failure"]["kind"] == "node-lost"
+    assert "RESUBMITTED" in [h["state"] for h in record["history"]]
+    up = local.rlops("up", "local").stdout  # brings the node back, and says it had stopped
+    assert "ray-worker-0 (pid" in up and "had stopped" in up
+    record = local.tick_until("preempted", lambda r: r["state"] == "SUCCEEDED")
+    second = record["attempts"][1]
+    assert second["resumed_from"] == saved and second["first_step"] == saved + 1
+    assert record["step"] == LONG_RUN_STEPS and record["last_checkpoint"] == LONG_RUN_STEPS
+    assert len(local.jobs_of("preempted")) == 2
+    # The first run's node is gone, and Ray's copy of its output with it; rlops kept one.
+    kept = local.rlops("logs", "local", "first")
+    assert "[rlops] step=4" in kept.stdout and "the copy kept" in kept.stderr
+
+
+def test_the_planted_token_is_in_no_job_log_record_or_event(local):
+    # Runs after the others (pytest keeps file order): every job, record and log line they made is here.
+    from ray.job_submission import JobSubmissionClient
+
+    client = JobSubmissionClient(f"http://127.0.0.1:{local.port('ray-head', 'dashboard')}")
+    jobs = client.list_jobs()
+    assert jobs
+    logs_read = 0
+    for job in jobs:
+        assert TOKEN not in json.dumps(job.model_dump(), default=str)
+        try:
+            logs = client.get_job_logs(job.submission_id)
+        except RuntimeError as error:  # a job whose node was lost (the preemption test): its logs went with it
+            assert "Cannot connect" in str(error)
+            continue
+        logs_read += 1
+        assert TOKEN not in logs
+    assert logs_read >= 1
+    kept = [blob.name for blob in local.bucket().list_blobs() if blob.name.endswith(".log")]
+    assert len(kept) >= len(jobs) - 1  # every ended attempt's output was kept by the watcher
+    for blob in local.bucket().list_blobs():
+        assert TOKEN not in blob.download_as_text()
+    for log in (local.root / ".rlops/local/logs").iterdir():
+        assert TOKEN not in log.read_text(errors="replace"), log.name
+    assert all(TOKEN not in json.dumps(event) for event in local.events())
+    worker = local.registry()["ray-worker-0"]
+    assert TOKEN.encode() in Path(f"/proc/{worker.pid}/environ").read_bytes()  # where it belongs

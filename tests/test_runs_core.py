@@ -1,0 +1,149 @@
+"""The pure parts of training runs: the train message, the job it becomes, progress, the failure policy."""
+
+import json
+import shlex
+from pathlib import Path
+
+import pytest
+
+from conftest import ENVIRONMENTS
+from rlops.runs import jobs, message, policy, progress
+from rlops.spec.load import load_or_raise
+
+LOCAL = load_or_raise(ENVIRONMENTS / "local.yaml")
+H200 = load_or_raise(ENVIRONMENTS / "h200.yaml")
+
+
+def train(**fields) -> bytes:
+    body = {"environment": "local", "recipe": "tiny-arith", "run": "r1", "overrides": {}, "requested_by": "ana"}
+    body.update(fields)
+    return json.dumps(body).encode()
+
+
+def settings_of(data: bytes, env=LOCAL) -> dict:
+    parsed = message.parse(data)
+    return message.settings(parsed, message.recipe_of(parsed, env))
+
+
+def test_a_message_gets_the_recipes_fixed_overrides_its_defaults_and_its_own_values():
+    assert settings_of(train(overrides={"max_steps": 4})) == {"num_generations": 4, "save_steps": 2, "max_steps": 4,
+                                                              "seed": 0}
+
+
+@pytest.mark.parametrize("fields, where", [
+    ({"run": "../etc"}, "run:"),
+    ({"run": "UPPER"}, "run:"),
+    ({"run": "a" * 41}, "run:"),
+    ({"run": "x; rm -rf /"}, "run:"),
+    ({"overrides": {"save_steps": 1}}, "overrides.save_steps: not an override"),
+    ({"overrides": {"max_steps": 0}}, "overrides.max_steps: 0 is below the minimum 1"),
+    ({"overrides": {"max_steps": True}}, "overrides.max_steps: expected int, got bool"),
+    ({"overrides": {"max_steps": 4.0}}, "overrides.max_steps: expected int"),
+    ({"overrides": {"learning_rate": float("nan")}}, "overrides.learning_rate: nan is not a finite number"),
+    ({"overrides": {"learning_rate": float("inf")}}, "overrides.learning_rate: inf is not a finite number"),
+    ({"overrides": {"$(id)": 1}}, "overrides.$(id)"),
+    ({"recipe": "nope"}, "recipe: environment local has no recipe 'nope'"),
+    ({"extra": 1}, "extra: Extra inputs are not permitted"),
+    ({"requested_by": "a\nb"}, "requested_by:"),
+])
+def test_a_bad_message_is_poison_and_says_which_field(fields, where):
+    with pytest.raises(message.Poison) as caught:
+        settings_of(train(**fields))
+    assert str(caught.value).startswith(where)
+
+
+@pytest.mark.parametrize("data, reason", [
+    (b"\xff\xfe", "not JSON"), (b"[1]", "expected a JSON object"), (b"[" * 60_000, "nested too deeply"),
+    (b" " * (64 * 1024 + 1), "more than the 65536"), (b'{"run": 1' + b"0" * 5000 + b"}", "not JSON"),
+])
+def test_what_is_not_a_json_object_is_poison(data, reason):
+    with pytest.raises(message.Poison, match=reason):
+        message.parse(data)
+
+
+def test_the_submission_id_is_one_per_environment_run_and_attempt():
+    assert jobs.submission_id("a-b", "c", 1) != jobs.submission_id("a", "b-c", 1)
+    assert jobs.submission_id("local", "r1", 1) != jobs.submission_id("local", "r1", 2)
+
+
+def test_a_trl_job_runs_the_recipe_module_into_the_runs_checkpoint_dir_and_carries_no_secret():
+    recipe = LOCAL.recipes["tiny-arith"]
+    request = jobs.request("local", "tiny-arith", recipe, "r1", {"max_steps": 4, "seed": 0}, "ana", 1,
+                           "/work/.rlops/local/lustre", {"gpu_pool": 1})
+    assert shlex.split(request.entrypoint) == ["python", "-m", "rlops.workloads.trl_grpo", "--output-dir",
+                                               "/work/.rlops/local/lustre/checkpoints/tiny-arith/r1",
+                                               "max_steps=4", "seed=0"]
+    assert request.entrypoint_resources == {"gpu_pool": 1} and request.runtime_env == {}
+    assert jobs.described(type("Job", (), {"metadata": request.metadata})) ["run"] == "r1"
+
+
+def test_a_nemo_rl_job_is_the_seeds_command_with_lustre_paths_and_the_runtime_env_override():
+    recipe = H200.recipes[next(iter(H200.recipes))]
+    request = jobs.request("h200", "grpo", recipe, "run-7", {"grpo.max_num_steps": 20, "policy.x": "a b;c"}, "ana",
+                           2, "/lustre")
+    words = shlex.split(request.entrypoint)
+    assert words[:6] == ["uv", "run", "python", recipe.entrypoint, "--config", recipe.config]
+    assert f"checkpointing.checkpoint_dir={recipe.checkpoint_root}/run-7" in words
+    assert "policy.x=a b;c" in words  # one argument, whatever it contains
+    assert request.runtime_env == {"env_vars": {"HF_HOME": "/lustre/hf", "RAY_OVERRIDE_JOB_RUNTIME_ENV": "1"}}
+    assert request.submission_id == "rlops.h200.run-7.2"
+
+
+TRL_LOG = """[rlops] resuming from checkpoint-4 (max_steps=8, seed=0; HF_TOKEN set)
+[rlops] step=5 reward=0.2500 loss=0.0000
+[rlops] checkpoint step=6
+[rlops] step=6 reward=0.5000 loss=0.1000
+"""
+NEMO_LOG = """========================= Step 3/100 =========================
+Saving checkpoint for step 10...
+  • Avg Reward: 0.4375
+Saving checkpoint for step 20...
+  • Avg Reward: 0.5
+"""
+
+
+def test_progress_is_read_from_what_each_runner_prints():
+    assert progress.from_logs("trl", TRL_LOG) == {"step": 6, "reward": 0.5, "first_step": 5, "resumed_from": 4,
+                                                  "reported_checkpoint": 6}
+    assert progress.from_logs("nemo-rl", NEMO_LOG) == {"step": 20, "reward": 0.5, "first_step": None,
+                                                       "resumed_from": None, "reported_checkpoint": 20}
+    assert progress.from_logs("trl", "Runtime env is setting up.")["step"] is None
+
+
+def test_a_checkpoint_counts_only_once_complete(tmp_path: Path):
+    (tmp_path / "checkpoint-2").mkdir()
+    (tmp_path / "checkpoint-2" / "trainer_state.json").write_text("{}")
+    (tmp_path / "checkpoint-4").mkdir()  # being written: no trainer_state.json yet
+    assert progress.last_complete_checkpoint(tmp_path, "trl") == 2
+    for name in ("step_10", "tmp_step_20", "old_step_5"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "training_info.json").write_text("{}")
+    assert progress.last_complete_checkpoint(tmp_path, "nemo-rl") == 10
+    assert progress.last_complete_checkpoint(tmp_path / "missing", "trl") is None
+
+
+def job(status="FAILED", error_type="JOB_ENTRYPOINT_COMMAND_FAILED", start=1000, end=5000, driver="n1"):
+    return {"status": status, "error_type": error_type, "start_time": start, "end_time": end,
+            "driver_node_id": driver}
+
+
+def node(node_id, state="ALIVE", end=0, head=False):
+    return {"node_id": node_id, "state": state, "end_time_ms": end, "is_head_node": head}
+
+
+def test_a_failure_is_a_lost_node_only_when_ray_or_the_nodes_say_so():
+    alive = [node("h", head=True), node("n1")]
+    assert policy.failure_kind(job(), alive) == "code"
+    assert policy.failure_kind(job(error_type="JOB_SUPERVISOR_ACTOR_DIED"), alive) == "node-lost"
+    assert policy.failure_kind(job(), [node("n1", "DEAD", end=4000)]) == "node-lost"  # the driver's node
+    assert policy.failure_kind(job(driver="h"), [node("h", head=True), node("gpu", "DEAD", end=4500)]) == "node-lost"
+    assert policy.failure_kind(job(driver="h"), [node("gpu", "DEAD", end=500)]) == "code"  # died before the job
+    assert policy.failure_kind(job(driver="h"), [node("h", "DEAD", end=4000, head=True)]) == "code"
+    assert policy.failure_kind(job(status="STOPPED"), alive) == "stopped"
+
+
+def test_resubmission_stays_within_the_resume_budget():
+    record = {"attempts": [{}, {}]}
+    assert policy.resubmittable(record, "node-lost", 2)
+    assert not policy.resubmittable(record, "node-lost", 1)
+    assert not policy.resubmittable(record, "code", 5)
