@@ -12,9 +12,18 @@ $(STAMP): requirements.txt requirements-local.txt requirements-dev.txt pyproject
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps -e .
 	touch $@
 
+# The local loop: start the local environment, send a train message, follow the run to its end,
+# show the runs, stop everything that was started (also when the run fails).
 demo: $(STAMP)
 	$(BIN)/rlops validate
-	$(BIN)/rlops validate --describe environments/local.yaml
+	@run=demo-$$(date +%H%M%S); \
+	$(BIN)/rlops up local && \
+	$(BIN)/rlops train local --recipe tiny-arith --run $$run --set max_steps=6 && \
+	$(BIN)/rlops status local --run $$run --follow; \
+	outcome=$$?; \
+	$(BIN)/rlops status local; \
+	$(BIN)/rlops down local; \
+	exit $$outcome
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
@@ -22,6 +31,7 @@ test: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python bench/validate.py
 	$(BIN)/python bench/plan.py
+	$(BIN)/python bench/coldstart.py
 
 schema: $(STAMP)
 	$(BIN)/rlops schema > environments/schema.json

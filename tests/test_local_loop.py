@@ -293,3 +293,54 @@ def test_the_planted_token_is_in_no_job_log_record_or_event(local):
     assert all(TOKEN not in json.dumps(event) for event in local.events())
     worker = local.registry()["ray-worker-0"]
     assert TOKEN.encode() in Path(f"/proc/{worker.pid}/environ").read_bytes()  # where it belongs
+
+
+def test_a_gke_environment_reaches_its_ray_head_through_the_api_servers_service_proxy(local, cloud_fakes, specs,
+                                                                                    monkeypatch):
+    """The h200 environment, applied to the fake GCP and fake cluster, whose Ray head's dashboard service the fake
+    API server proxies to this module's real Ray head: the train and watch paths a GKE environment takes."""
+    from google.cloud import pubsub_v1
+
+    from conftest import PLANTED_TOKENS
+    from rlops import cli
+    from rlops.runs import service
+
+    gcp, kube = cloud_fakes
+    assert cli.main(["apply", "h200"]) == 0
+    kube.services[("default", "ray-cluster-head-svc:dashboard")] = \
+        f"http://127.0.0.1:{local.port('ray-head', 'dashboard')}"
+    monkeypatch.setenv("PUBSUB_EMULATOR_HOST", f"127.0.0.1:{local.port('pubsub', 'grpc')}")
+    events_topic = "projects/rlops-h200-example/topics/rlops-events"
+    pubsub_v1.PublisherClient().create_topic(name=events_topic)
+    events = "projects/rlops-h200-example/subscriptions/rlops-events-log"
+    subscriber = pubsub_v1.SubscriberClient()
+    subscriber.create_subscription(request={"name": events, "topic": events_topic})
+
+    data = json.dumps({"environment": "h200", "recipe": "gemma3-27b-gsm8k", "run": "gke-1", "overrides": {},
+                       "requested_by": "tests"}).encode()
+    assert service.handle_train(data) == "submitted"
+    assert service.handle_train(data) == "duplicate"
+    proxied = [r for r in kube.requests if "/services/ray-cluster-head-svc:dashboard/proxy/api/jobs/" in r.path]
+    assert {r.method for r in proxied} >= {"GET", "POST"}
+    job = next(j for j in local.ray_jobs() if j.submission_id == "rlops.h200.gke-1.1")
+    assert job.entrypoint.startswith("uv run python examples/run_grpo_math.py --config examples/configs/")
+    assert "checkpointing.checkpoint_dir=/lustre/" in job.entrypoint
+    assert job.runtime_env["env_vars"] == {"HF_HOME": "/lustre/hf", "RAY_OVERRIDE_JOB_RUNTIME_ENV": "1"}
+
+    # Neither uv nor NeMo RL is here: the job fails in its own code, which the watcher records and does not retry.
+    env = service.load_environment("h200")
+    deadline = time.monotonic() + 120
+    while True:
+        service.tick(service.open_site("h200", env))
+        record, _ = service.open_site("h200", env).records.get("gke-1")
+        if record["state"] == "FAILED" or time.monotonic() > deadline:
+            break
+        time.sleep(1)
+    assert record["state"] == "FAILED" and record["attempts"][0]["failure"]["kind"] == "code"
+    assert len(record["attempts"]) == 1
+    received = subscriber.pull(request={"subscription": events, "max_messages": 20}, timeout=10).received_messages
+    published = [json.loads(m.message.data) for m in received]
+    assert {(e["type"], e.get("state")) for e in published} >= {("submitted", None), ("state-changed", "FAILED")}
+    for token in PLANTED_TOKENS.values():
+        assert token not in json.dumps(job.model_dump(), default=str)
+        assert token not in json.dumps(record) and token not in json.dumps(published)

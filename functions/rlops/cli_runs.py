@@ -126,7 +126,11 @@ def _status(args) -> int:
         rows = [record for record, _ in site.records.all().values() if args.run_name in (None, record["run"])]
         states = [(r["run"], r["state"], len(r["attempts"]), r["step"], r["last_checkpoint"]) for r in rows]
         if states != shown:
-            print(_table(rows), flush=True)
+            if rows:
+                print(_table(rows), flush=True)
+            else:
+                print(f"waiting for run {args.run_name}" if args.run_name else f"no runs in {args.environment}",
+                      flush=True)
             shown = states
         done = rows and all(r["state"] in ("SUCCEEDED", "FAILED", "STOPPED") for r in rows)
         if not args.follow or (args.run_name and done):
@@ -135,7 +139,8 @@ def _status(args) -> int:
     if args.run_name and not rows:
         print(f"no run {args.run_name} in {args.environment}", file=sys.stderr)
         return 1
-    return 0
+    # Following one run to its end: the exit code says how it ended (0 succeeded, 1 not).
+    return 1 if args.follow and args.run_name and rows[0]["state"] != "SUCCEEDED" else 0
 
 
 def _table(rows: list[dict]) -> str:
@@ -199,7 +204,8 @@ def add_commands(commands) -> None:
     status = commands.add_parser("status", help="the runs of an environment: state, attempt, step, checkpoint")
     status.add_argument("environment", metavar="ENV")
     status.add_argument("--run", dest="run_name", metavar="NAME")
-    status.add_argument("--follow", action="store_true", help="keep showing changes (until --run's run ends)")
+    status.add_argument("--follow", action="store_true",
+                        help="keep showing changes; with --run, until that run ends (exit 0 only if it succeeded)")
     status.add_argument("--interval", type=float, default=2.0, metavar="SECONDS", help=argparse.SUPPRESS)
     status.set_defaults(run=_status)
 

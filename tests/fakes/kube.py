@@ -4,7 +4,9 @@ It serves the kinds rlops applies: get, list (with label selectors), create (409
 delete (404 when absent), server-side apply (PATCH application/apply-patch+yaml with a field
 manager: the applied fields replace what that manager applied before, the rest is kept),
 resourceVersion and generation (bumped only when the object changes), the status subresource
-(so a test can play the controller: `set_status`) and a request log.
+(so a test can play the controller: `set_status`), the service proxy
+(`/api/v1/namespaces/NS/services/NAME:PORT/proxy/...`, forwarded to what `services` maps the
+service to: a test points the Ray head's dashboard service at a real local Ray) and a request log.
 """
 
 import base64
@@ -50,6 +52,7 @@ class FakeKube:
         self.objects: dict[tuple[str, str, str], dict] = {}   # (plural, namespace or "", name) -> object
         self.applied: dict[tuple[str, str, str], dict[str, dict]] = {}  # per object: field manager -> its last apply
         self.requests: list[Request] = []
+        self.services: dict[tuple[str, str], str] = {}  # (namespace, "name:port") -> the URL it proxies to
         self._versions = itertools.count(1)
         self._lock = threading.Lock()
         self._server = None
@@ -99,6 +102,11 @@ class FakeKube:
         length = int(http.headers.get("Content-Length") or 0)
         raw = http.rfile.read(length) if length else b""
         content_type = http.headers.get("Content-Type", "")
+        segments = parts.path.split("/")
+        if segments[1:4] == ["api", "v1", "namespaces"] and segments[5:6] == ["services"] and segments[7:8] == ["proxy"]:
+            self.requests.append(Request(http.command, parts.path, {}, content_type, None))
+            self._proxy(http, segments[4], segments[6], "/" + "/".join(segments[8:]), parts.query, raw)
+            return
         body = json.loads(raw) if raw.strip() else None  # JSON is what the client sends, also for apply-patch+yaml
         request = Request(http.command, parts.path, {k: v[0] for k, v in parse_qs(parts.query).items()}, content_type, body)
         self.requests.append(request)
@@ -106,6 +114,33 @@ class FakeKube:
             status, answer = self._route(request)
         request.status = status
         reply(http, status, answer)
+
+    def _proxy(self, http: BaseHTTPRequestHandler, namespace: str, service: str, path: str, query: str,
+               raw: bytes) -> None:
+        """The API server's service proxy: the request, as it came, to the service; its answer, as it came."""
+        import urllib.error
+        import urllib.request
+
+        upstream = self.services.get((namespace, service))
+        if upstream is None:
+            reply(http, 404, _status(404, "NotFound", f'services "{service.split(":")[0]}" not found')[1])
+            return
+        request = urllib.request.Request(upstream + path + (f"?{query}" if query else ""), data=raw or None,
+                                         method=http.command,
+                                         headers={"Content-Type": http.headers.get("Content-Type", "application/json")})
+        try:
+            with urllib.request.urlopen(request, timeout=60) as response:
+                status, body, kind = response.status, response.read(), response.headers.get("Content-Type", "")
+        except urllib.error.HTTPError as error:
+            status, body, kind = error.code, error.read(), error.headers.get("Content-Type", "")
+        except OSError as error:
+            reply(http, 503, _status(503, "ServiceUnavailable", f"error trying to reach service: {error}")[1])
+            return
+        http.send_response(status)
+        http.send_header("Content-Type", kind or "application/octet-stream")
+        http.send_header("Content-Length", str(len(body)))
+        http.end_headers()
+        http.wfile.write(body)
 
     def _route(self, request: Request) -> tuple[int, dict]:
         parts = [p for p in request.path.split("/") if p]

@@ -1,9 +1,8 @@
-"""One adapter per Google API; `adapters()` gives them by resource kind."""
+"""One adapter per external system (Google APIs, Pub/Sub, Ray's job API); `adapters()` gives the provisioning
+ones by resource kind. Nothing is imported here eagerly: a function that needs one adapter loads only that."""
 
-from rlops.cloud.base import Connection, Target
 
-
-def adapters(target: Target, connection: Connection, http_for_discovery=None) -> dict:
+def adapters(target, connection, http_for_discovery=None) -> dict:
     from rlops.cloud.compute import ComputeAdapter
     from rlops.cloud.container import ContainerAdapter
     from rlops.cloud.lustre import LustreAdapter

@@ -242,7 +242,7 @@ class Stack:
 
 def tick_seconds() -> float:
     """How often the local scheduler ticks `watch` (RLOPS_LOCAL_TICK_SECONDS; 0: never, tick by hand)."""
-    return float(os.environ.get("RLOPS_LOCAL_TICK_SECONDS", "15"))
+    return float(os.environ.get("RLOPS_LOCAL_TICK_SECONDS", "5"))
 
 
 def post_cloud_event(port: int, topic: str, data: bytes) -> None:
