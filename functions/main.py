@@ -12,19 +12,25 @@ import json
 import functions_framework
 
 
-def _data(cloud_event) -> bytes:
-    payload = cloud_event.data.get("message", {}).get("data", "") if isinstance(cloud_event.data, dict) else ""
+def _data(cloud_event) -> bytes | None:
+    """The Pub/Sub message's payload; None when the event carries none that decodes."""
+    message = cloud_event.data.get("message") if isinstance(cloud_event.data, dict) else None
     try:
-        return base64.b64decode(payload, validate=True)
-    except ValueError:
-        return b"\x00not base64"  # refused as not JSON by the train message's checks
+        return base64.b64decode(message.get("data", ""), validate=True) if isinstance(message, dict) else None
+    except (ValueError, TypeError):
+        return None
 
 
 @functions_framework.cloud_event
 def train(cloud_event) -> None:
+    from rlops.logs import emit
     from rlops.runs.service import handle_train
 
-    handle_train(_data(cloud_event))
+    data = _data(cloud_event)
+    if data is None:
+        emit("WARNING", "train message refused", reason="message.data: missing or not base64")
+        return
+    handle_train(data)
 
 
 @functions_framework.cloud_event
@@ -36,7 +42,7 @@ def watch(cloud_event) -> None:
 
     try:
         wanted = json.loads(_data(cloud_event) or b"{}").get("environment")
-    except (ValueError, AttributeError):
+    except (ValueError, AttributeError, RecursionError):
         emit("WARNING", "tick refused: not a JSON object")
         return
     names = [wanted] if wanted else [path.stem for path in environments.spec_files()]

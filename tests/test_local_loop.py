@@ -77,11 +77,11 @@ class Local:
             time.sleep(1)
         raise AssertionError(f"run {run} did not get there in {timeout}s: {self.record(run)}")
 
-    def post_train(self, data: bytes) -> int:
+    def post_train(self, data: bytes, envelope: dict | None = None) -> int:
         """What the push subscription does: a messagePublished CloudEvent to the train function."""
-        body = json.dumps({"message": {"data": base64.b64encode(data).decode(), "messageId": "1",
-                                       "publishTime": "2026-12-03T00:00:00Z"},
-                           "subscription": "projects/rlops-local/subscriptions/test"}).encode()
+        body = json.dumps(envelope or {"message": {"data": base64.b64encode(data).decode(), "messageId": "1",
+                                                   "publishTime": "2026-12-03T00:00:00Z"},
+                                       "subscription": "projects/rlops-local/subscriptions/test"}).encode()
         request = urllib.request.Request(
             f"http://127.0.0.1:{self.port('functions-train', 'http')}/", data=body, method="POST",
             headers={"Content-Type": "application/json", "ce-id": "1", "ce-specversion": "1.0",
@@ -179,6 +179,12 @@ def test_the_same_message_three_times_at_once_and_again_later_makes_one_job(loca
     local.rlops("train", "local", "--recipe", "tiny-arith", "--run", "dup", "--set", "max_steps=2")
     time.sleep(2)  # the emulator's push is asynchronous
     assert len(local.jobs_of("dup")) == 1
+    # A restarted Ray head forgets its jobs, and so their ids: the run record still makes a replay a no-op.
+    from ray.job_submission import JobSubmissionClient
+
+    JobSubmissionClient(f"http://127.0.0.1:{local.port('ray-head', 'dashboard')}").delete_job("rlops.local.dup.1")
+    assert local.post_train(data) == 200
+    assert local.jobs_of("dup") == []
 
 
 def hostile_messages() -> list[bytes]:
@@ -220,8 +226,11 @@ def test_hostile_messages_are_acknowledged_logged_with_a_reason_and_never_submit
     cases = hostile_messages()
     assert len(cases) >= 200
     assert [local.post_train(data) for data in cases] == [200] * len(cases)
+    envelopes = [{"message": {"data": "%%% not base64"}}, {"message": {"data": 7}}, {"message": "x"},
+                 {"subscription": "projects/p/subscriptions/s"}]
+    assert [local.post_train(b"", envelope) for envelope in envelopes] == [200] * len(envelopes)
     lines = [json.loads(line) for line in log.read_text().splitlines() if '"train message refused"' in line]
-    assert len(lines) - refused_before == len(cases)
+    assert len(lines) - refused_before == len(cases) + len(envelopes)
     assert all(line["reason"] for line in lines)
     assert len(local.ray_jobs()) == jobs_before
     assert not list((local.root / "pwned").parent.glob("pwned")) and not Path("/tmp/pwned").exists()
@@ -344,3 +353,25 @@ def test_a_gke_environment_reaches_its_ray_head_through_the_api_servers_service_
     for token in PLANTED_TOKENS.values():
         assert token not in json.dumps(job.model_dump(), default=str)
         assert token not in json.dumps(record) and token not in json.dumps(published)
+
+
+def test_rlops_train_publishes_a_gke_environments_message_to_its_train_topic(local, specs, monkeypatch, capsys):
+    from google.cloud import pubsub_v1
+
+    from rlops import cli
+
+    monkeypatch.setenv("PUBSUB_EMULATOR_HOST", f"127.0.0.1:{local.port('pubsub', 'grpc')}")
+    topic = "projects/rlops-h200-example/topics/rlops-train"
+    subscription = "projects/rlops-h200-example/subscriptions/train-test"
+    pubsub_v1.PublisherClient().create_topic(name=topic)
+    subscriber = pubsub_v1.SubscriberClient()
+    subscriber.create_subscription(request={"name": subscription, "topic": topic})
+    assert cli.main(["train", "h200", "--recipe", "gemma3-27b-gsm8k", "--run", "gke-2",
+                     "--requested-by", "ana@example.com"]) == 0
+    assert "published to rlops-train" in capsys.readouterr().out
+    received = subscriber.pull(request={"subscription": subscription, "max_messages": 5}, timeout=10)
+    assert [json.loads(m.message.data) for m in received.received_messages] == [
+        {"environment": "h200", "recipe": "gemma3-27b-gsm8k", "run": "gke-2", "overrides": {},
+         "requested_by": "ana@example.com"}]
+    assert cli.main(["train", "h200", "--recipe", "gemma3-27b-gsm8k", "--run", "Bad_Name"]) == 1
+    assert "not sent: run:" in capsys.readouterr().err
