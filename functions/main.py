@@ -2,6 +2,7 @@
 
 - `train` (Pub/Sub, the train topic): one message → at most one Ray job.
 - `watch` (Pub/Sub, the tick topic, from Cloud Scheduler): run records and resubmission after preemption.
+- `snapshot` (the same ticks): manifests of new complete checkpoints, written once.
 
 Each handler imports only what it needs when it runs, so a cold start stays small.
 """
@@ -33,9 +34,8 @@ def train(cloud_event) -> None:
     handle_train(data)
 
 
-@functions_framework.cloud_event
-def watch(cloud_event) -> None:
-    """A tick: `{"environment": NAME}` for one environment, `{}` for every deployed one."""
+def _each_environment(cloud_event, what: str, act) -> None:
+    """A tick, `{"environment": NAME}` for one environment or `{}` for every deployed one: `act(site)` for each."""
     from rlops import environments
     from rlops.logs import emit
     from rlops.runs import service
@@ -43,18 +43,34 @@ def watch(cloud_event) -> None:
     try:
         wanted = json.loads(_data(cloud_event) or b"{}").get("environment")
     except (ValueError, AttributeError, RecursionError):
-        emit("WARNING", "tick refused: not a JSON object")
+        emit("WARNING", f"{what} tick refused: not a JSON object")
         return
     names = [wanted] if wanted else [path.stem for path in environments.spec_files()]
     for name in names:
         try:
             env = service.load_environment(name)
         except service.message.Poison as poison:
-            emit("WARNING", "tick for an unknown environment", reason=str(poison))
+            emit("WARNING", f"{what} tick for an unknown environment", reason=str(poison))
             continue
         try:
-            events = service.tick(service.open_site(name, env))
+            events = act(service.open_site(name, env))
         except Exception as error:  # one unreachable environment must not starve the others; the next tick retries
-            emit("ERROR", "watch tick failed", environment=name, error=f"{type(error).__name__}: {error}")
+            emit("ERROR", f"{what} tick failed", environment=name, error=f"{type(error).__name__}: {error}")
             continue
-        emit("INFO", "watch tick", environment=name, changes=len(events))
+        emit("INFO", f"{what} tick", environment=name, changes=len(events))
+
+
+@functions_framework.cloud_event
+def watch(cloud_event) -> None:
+    """Run records, and resubmission of runs whose nodes went away."""
+    from rlops.runs.service import tick
+
+    _each_environment(cloud_event, "watch", tick)
+
+
+@functions_framework.cloud_event
+def snapshot(cloud_event) -> None:
+    """Manifests of new complete checkpoints."""
+    from rlops.runs.snapshots import tick
+
+    _each_environment(cloud_event, "snapshot", tick)

@@ -165,6 +165,30 @@ def test_a_run_goes_from_message_to_checkpoints_to_succeeded(local):
         ("submitted", None), ("state-changed", "SUCCEEDED")}
 
 
+def test_snapshot_ticks_write_each_complete_checkpoints_manifest_once_even_at_the_same_time(local):
+    run_dir = local.root / ".rlops/local/lustre/checkpoints/tiny-arith/first"
+    (run_dir / "checkpoint-6").mkdir()  # a save in progress: no trainer_state.json yet
+    ticks = [subprocess.Popen([RLOPS, "snapshot", "local"], cwd=local.root, env=local.env, text=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE) for _ in range(3)]
+    outputs = [tick.communicate(timeout=120) for tick in ticks]
+    assert [tick.returncode for tick in ticks] == [0, 0, 0], outputs
+    written = [line for out, _ in outputs for line in out.splitlines() if "manifest of step" in line]
+    assert sorted(written) == ["first: manifest of step 2 written (rlops/environments/local/runs/first/manifests/"
+                               "step-2.json)", "first: manifest of step 4 written (rlops/environments/local/runs/"
+                               "first/manifests/step-4.json)"]
+    assert "no new complete checkpoints" in local.rlops("snapshot", "local").stdout
+    blobs = sorted(b.name.rsplit("/", 1)[1] for b in local.bucket().list_blobs(
+        prefix="rlops/environments/local/runs/first/manifests/"))
+    assert blobs == ["step-2.json", "step-4.json"]
+    assert set(local.record("first")["manifests"]) == {"2", "4"}
+    listing = local.rlops("checkpoints", "local", "first").stdout.splitlines()
+    assert [line.split()[0] for line in listing[1:]] == ["2", "4"] and all(" yes " in line for line in listing[1:])
+    (run_dir / "checkpoint-2" / "scheduler.pt").write_bytes(b"changed")
+    assert "NO: 1 changed" in local.rlops("checkpoints", "local", "first").stdout
+    checkpoint_events = [e for e in local.events() if e["type"] == "checkpoint" and e["run"] == "first"]
+    assert sorted(e["step"] for e in checkpoint_events) == [2, 4]
+
+
 def test_the_same_message_three_times_at_once_and_again_later_makes_one_job(local):
     data = train_message("dup", max_steps=2)
     answers = []
@@ -258,7 +282,7 @@ def test_a_preempted_run_is_resubmitted_and_resumes_from_its_last_checkpoint(loc
     stop(local.registry()["ray-worker-0"])
     from rlops.runs.progress import last_complete_checkpoint
 
-    saved = last_complete_checkpoint(checkpoints, "trl")
+    saved = last_complete_checkpoint(checkpoints)
     assert saved is not None and saved < LONG_RUN_STEPS
     record = local.tick_until("preempted", lambda r: len(r["attempts"]) == 2)
     assert record["attempts"][0]["failure"]["kind"] == "node-lost"

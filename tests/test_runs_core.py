@@ -114,12 +114,16 @@ def test_a_checkpoint_counts_only_once_complete(tmp_path: Path):
     (tmp_path / "checkpoint-2").mkdir()
     (tmp_path / "checkpoint-2" / "trainer_state.json").write_text("{}")
     (tmp_path / "checkpoint-4").mkdir()  # being written: no trainer_state.json yet
-    assert progress.last_complete_checkpoint(tmp_path, "trl") == 2
-    for name in ("step_10", "tmp_step_20", "old_step_5"):
-        (tmp_path / name).mkdir()
-        (tmp_path / name / "training_info.json").write_text("{}")
-    assert progress.last_complete_checkpoint(tmp_path, "nemo-rl") == 10
-    assert progress.last_complete_checkpoint(tmp_path / "missing", "trl") is None
+    assert progress.last_complete_checkpoint(tmp_path) == 2
+    nemo = tmp_path / "nemo"
+    for name in ("step_10", "tmp_step_20", "old_step_5", "step_30"):
+        for part in ("training_info.json", "config.yaml", "train_dataloader.pt", "policy/weights"):
+            if name == "step_30" and part == "train_dataloader.pt":
+                continue  # the loop writes it last
+            (nemo / name / part).parent.mkdir(parents=True, exist_ok=True)
+            (nemo / name / part).write_text("{}")
+    assert progress.last_complete_checkpoint(nemo) == 10
+    assert progress.last_complete_checkpoint(tmp_path / "missing") is None
 
 
 def job(status="FAILED", error_type="JOB_ENTRYPOINT_COMMAND_FAILED", start=1000, end=5000, driver="n1"):

@@ -119,6 +119,17 @@ def _watch(args) -> int:
     return 0
 
 
+def _snapshot(args) -> int:
+    from rlops.runs import snapshots
+
+    events = snapshots.tick(_site(args.environment))
+    for event in events:
+        print(f"{event['run']}: manifest of step {event['step']} written ({event['manifest']})")
+    if not events:
+        print("no new complete checkpoints")
+    return 0
+
+
 def _status(args) -> int:
     site = _site(args.environment)
     shown = None
@@ -201,6 +212,10 @@ def add_commands(commands) -> None:
     watch.add_argument("environment", metavar="ENV")
     watch.set_defaults(run=_watch)
 
+    snapshot = commands.add_parser("snapshot", help="one snapshot tick now: manifests of new complete checkpoints")
+    snapshot.add_argument("environment", metavar="ENV")
+    snapshot.set_defaults(run=_snapshot)
+
     status = commands.add_parser("status", help="the runs of an environment: state, attempt, step, checkpoint")
     status.add_argument("environment", metavar="ENV")
     status.add_argument("--run", dest="run_name", metavar="NAME")
@@ -214,4 +229,67 @@ def add_commands(commands) -> None:
     logs.add_argument("run_name", metavar="RUN")
     logs.add_argument("--attempt", type=int)
     logs.set_defaults(run=_logs)
+    add_checkpoint_commands(commands)
 
+
+
+def _checkpoints(args) -> int:
+    """`checkpoints manifest PATH`, `checkpoints verify PATH MANIFEST`, or `checkpoints ENV RUN`."""
+    from pathlib import Path
+
+    from rlops.checkpoints import manifest
+
+    words = args.words
+    try:
+        if words[:1] == ["manifest"] and len(words) == 2:
+            print(json.dumps(manifest.build(Path(words[1])), indent=1, sort_keys=True))
+            return 0
+        if words[:1] == ["verify"] and len(words) == 3:
+            differences = manifest.verify(Path(words[1]), manifest.load(Path(words[2])))
+            for kind in ("missing", "extra", "changed"):
+                for item in differences[kind]:
+                    print(f"{kind}: {item}")
+            same = not any(differences.values())
+            print(f"{words[1]}: {'identical to' if same else 'differs from'} {words[2]}")
+            return 0 if same else 1
+    except manifest.ManifestError as error:
+        raise Failure(str(error)) from None
+    if len(words) == 2 and words[0] not in ("manifest", "verify"):
+        return _list_checkpoints(*words)
+    raise Failure("usage: rlops checkpoints manifest PATH | verify PATH MANIFEST | ENV RUN")
+
+
+def _list_checkpoints(environment: str, run: str) -> int:
+    from rlops.runs import snapshots
+
+    site = _site(environment)
+    rows = snapshots.listing(site, run)
+    if rows is None:
+        raise Failure(f"no run {run} in {environment}")
+    header = ("STEP", "SIZE", "SAVED", "VERIFIED", "METRICS")
+    lines = [header] + [(str(r["step"]), _size(r["total_bytes"]), r["saved"], r["verified"], r["metrics"])
+                        for r in rows]
+    widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
+    print("\n".join("  ".join(c.ljust(w) for c, w in zip(line, widths)).rstrip() for line in lines))
+    return 0
+
+
+def _size(count: int | None) -> str:
+    if count is None:
+        return "-"
+    value, unit = float(count), "B"
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if value < 1024 or unit == "TiB":
+            break
+        value /= 1024
+    return f"{value:.0f} B" if unit == "B" else f"{value:.1f} {unit}"
+
+
+def add_checkpoint_commands(commands) -> None:
+    checkpoints = commands.add_parser(
+        "checkpoints", help="checkpoint manifests: `manifest PATH`, `verify PATH MANIFEST`, or `ENV RUN` to list",
+        description="manifest PATH: print the manifest of the checkpoint at PATH (JSON). verify PATH MANIFEST: "
+                    "re-hash PATH and list missing, extra and changed files (exit 0 identical, 1 not). "
+                    "ENV RUN: a run's checkpoints with their manifests.")
+    checkpoints.add_argument("words", nargs="+", metavar="ARG")
+    checkpoints.set_defaults(run=_checkpoints)

@@ -6,7 +6,8 @@ The pieces, in start order:
   subscription to the train function, when it is installed;
 - `ray-head`, then `ray-worker-N`: `ray start --block` processes; the workers carry the custom
   resource that stands in for the GPU pool, and the secrets the spec names, as a GKE pod would;
-- `functions-train`, `functions-watch`: the functions-framework server for `functions/main.py`.
+- `functions-train`, `functions-watch`, `functions-snapshot`: functions-framework servers for
+  `functions/main.py`, and `scheduler`, which ticks the scheduled ones every few seconds.
 
 Everything lives under `.rlops/ENV/` of the current directory (RLOPS_LOCAL_DIR moves `.rlops`), and
 relative paths of the spec resolve against the directory `up` ran in.
@@ -29,7 +30,7 @@ PUBSUB_EMULATOR = Path(shutil.which("gcloud") or "/usr/bin/gcloud").resolve().pa
     "platform/pubsub-emulator/bin/cloud-pubsub-emulator"
 FUNCTIONS_SOURCE = Path(__file__).resolve().parents[2] / "main.py"
 LOCAL_PROJECT = "rlops-local"
-SERVED_FUNCTIONS = ("train", "watch")
+SERVED_FUNCTIONS = ("train", "watch", "snapshot")
 
 
 def state_directory(env_name: str) -> Path:
@@ -184,9 +185,10 @@ class Stack:
         return process
 
     def _start_scheduler(self, name: str) -> Process:
-        port = self.processes()["functions-watch"].ports["http"]
-        command = [sys.executable, "-m", "rlops.local.scheduler", "--port", str(port), "--environment", self.name,
-                   "--every", str(tick_seconds())]
+        ports = [str(self.processes()[f"functions-{target}"].ports["http"]) for target in SERVED_FUNCTIONS
+                 if target != "train"]
+        command = [sys.executable, "-m", "rlops.local.scheduler", "--environment", self.name,
+                   "--every", str(tick_seconds()), *ports]
         return self._launch(name, command, self._plain_env(), {})
 
     def _ray_temp(self) -> str:

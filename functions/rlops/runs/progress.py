@@ -34,11 +34,9 @@ def from_logs(runner: str, text: str) -> dict:
     return found
 
 
-def last_complete_checkpoint(directory: Path, runner: str) -> int | None:
-    """The highest step whose checkpoint is complete: TRL `checkpoint-N/trainer_state.json` (written last),
-    NeMo RL `step_N/training_info.json` (a `tmp_step_N` is still being written)."""
-    pattern, marker = (r"checkpoint-(\d+)", "trainer_state.json") if runner == "trl" else (r"step_(\d+)",
-                                                                                             "training_info.json")
-    steps = [int(m.group(1)) for entry in (directory.iterdir() if directory.is_dir() else ())
-             if (m := re.fullmatch(pattern, entry.name)) and (entry / marker).is_file()]
-    return max(steps, default=None)
+def last_complete_checkpoint(directory: Path) -> int | None:
+    """The highest step with a complete checkpoint in a run directory (either layout)."""
+    from rlops.checkpoints.layout import complete
+
+    found = complete(directory)
+    return found[-1].step if found else None

@@ -226,7 +226,7 @@ def _update_progress(site: Site, record: dict, current: dict, job: dict, runner:
         record["step"], record["reward"] = found["step"], found["reward"]
     directory = Path(record["checkpoint_dir"])
     if site.lustre_root != "/lustre" and directory.is_dir():  # mounted here: look at the checkpoints themselves
-        record["last_checkpoint"] = progress.last_complete_checkpoint(directory, runner)
+        record["last_checkpoint"] = progress.last_complete_checkpoint(directory)
     elif found["reported_checkpoint"] is not None:
         record["last_checkpoint"] = found["reported_checkpoint"]
     return text

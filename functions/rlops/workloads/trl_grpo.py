@@ -103,7 +103,7 @@ def last_complete_checkpoint(output_dir: str) -> str | None:
 
     directory = Path(output_dir)
     directory.mkdir(parents=True, exist_ok=True)
-    step = newest_complete(directory, "trl")
+    step = newest_complete(directory)
     for torn in directory.glob("checkpoint-*"):
         if torn.name.removeprefix("checkpoint-").isdigit() and not (torn / "trainer_state.json").is_file():
             aside = directory / f"incomplete-{torn.name}-{os.getpid()}"

@@ -1,0 +1,138 @@
+"""A checkpoint's manifest: every file with its size, crc32c and mtime, the run's metrics, and a digest of it all.
+
+crc32c is written as Cloud Storage writes it (base64 of the big-endian 4 bytes), so a manifest can
+be checked against `gsutil hash -c` or an object's metadata. Files are read 1 MiB at a time, several
+files at once (reads release the GIL). The chunks are `bytes`, not views of one buffer: google-crc32c's
+C extension only takes `bytes` (its `y#` argument refuses bytearray and memoryview); the allocator hands
+the same freed block back for each chunk. A path that leaves the checkpoint (a symlink out of it,
+`..` in a manifest) is refused.
+"""
+
+import base64
+import hashlib
+import json
+import os
+import struct
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime, timezone
+from pathlib import Path, PurePosixPath
+
+import google_crc32c
+
+from rlops.checkpoints.layout import METRICS_FILE, identify, incomplete_reason
+
+FORMAT = "rlops.checkpoint-manifest/1"
+CHUNK = 1024 * 1024
+
+
+class ManifestError(Exception):
+    """A checkpoint or manifest rlops will not read: the path and why."""
+
+
+def _files(root: Path) -> list[str]:
+    """Every regular file under `root`, as a POSIX path relative to it; symlinks may not lead outside."""
+    resolved_root = root.resolve()
+    found = []
+    for directory, subdirectories, names in os.walk(root, followlinks=False):
+        for name in subdirectories + names:
+            path = Path(directory) / name
+            if path.is_symlink():
+                target = path.resolve()
+                if not target.is_relative_to(resolved_root):
+                    raise ManifestError(f"{path}: a symlink to {target}, outside the checkpoint {root}")
+                if target.is_dir():
+                    raise ManifestError(f"{path}: a symlink to a directory; checkpoints are read without them")
+        for name in names:
+            path = Path(directory) / name
+            if path.is_file():
+                found.append(path.relative_to(root).as_posix())
+    return sorted(found)
+
+
+def _hash(path: Path) -> tuple[int, str]:
+    checksum = 0
+    size = 0
+    with open(path, "rb", buffering=0) as stream:
+        while chunk := stream.read(CHUNK):
+            checksum = google_crc32c.extend(checksum, chunk)
+            size += len(chunk)
+    return size, base64.b64encode(struct.pack(">I", checksum)).decode()
+
+
+def hash_files(root: Path, relative: list[str], workers: int | None = None) -> dict[str, dict]:
+    """{path: {size, crc32c, mtime}} for the files, several at once."""
+
+    def one(name: str) -> tuple[str, dict]:
+        path = root / name
+        mtime = path.stat().st_mtime
+        size, crc = _hash(path)
+        return name, {"path": name, "size": size, "crc32c": crc,
+                      "mtime": datetime.fromtimestamp(mtime, timezone.utc).isoformat()}
+
+    with ThreadPoolExecutor(max_workers=workers or min(8, (os.cpu_count() or 2) * 2)) as pool:
+        return dict(pool.map(one, relative))
+
+
+def digest(manifest: dict) -> str:
+    body = {key: value for key, value in manifest.items() if key != "digest"}
+    return "sha256:" + hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def build(path: Path, run: str | None = None) -> dict:
+    """The manifest of the complete checkpoint at `path`."""
+    checkpoint = identify(path)
+    if checkpoint is None:
+        raise ManifestError(f"{path}: {incomplete_reason(path)}")
+    files = hash_files(path, _files(path))
+    manifest = {
+        "format": FORMAT, "layout": checkpoint.layout, "run": run or path.resolve().parent.name,
+        "step": checkpoint.step, "files": [files[name] for name in sorted(files)],
+        "total_bytes": sum(entry["size"] for entry in files.values()),
+        "metrics": _metrics(path / METRICS_FILE[checkpoint.layout], checkpoint.layout),
+    }
+    manifest["digest"] = digest(manifest)
+    return manifest
+
+
+def _metrics(path: Path, layout: str) -> dict:
+    try:
+        content = json.loads(path.read_text())
+    except (OSError, ValueError) as error:
+        raise ManifestError(f"{path}: not readable JSON ({error})") from None
+    if layout == "nemo-rl":
+        return content
+    history = [entry for entry in content.get("log_history", []) if "step" in entry]
+    last = history[-1] if history else {}
+    return {"global_step": content.get("global_step"), **{k: v for k, v in last.items() if k != "step"}}
+
+
+def load(path: Path) -> dict:
+    """A manifest file, checked: its format, its digest, and no path that could leave the checkpoint."""
+    try:
+        manifest = json.loads(path.read_text())
+    except (OSError, ValueError) as error:
+        raise ManifestError(f"{path}: not a readable manifest ({error})") from None
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        raise ManifestError(f"{path}: format: expected {FORMAT!r}")
+    if manifest.get("digest") != digest(manifest):
+        raise ManifestError(f"{path}: digest: the manifest was changed after it was written")
+    for entry in manifest.get("files", []):
+        name = PurePosixPath(entry.get("path", ""))
+        if name.is_absolute() or ".." in name.parts or not name.parts:
+            raise ManifestError(f"{path}: files: {entry.get('path')!r} would leave the checkpoint")
+    return manifest
+
+
+def verify(path: Path, manifest: dict) -> dict[str, list[str]]:
+    """{"missing", "extra", "changed"}: how the checkpoint at `path` differs from `manifest` (all empty: identical)."""
+    expected = {entry["path"]: entry for entry in manifest["files"]}
+    present = _files(path)
+    actual = hash_files(path, [name for name in present if name in expected])
+    changed = []
+    for name, entry in sorted(actual.items()):
+        if entry["size"] != expected[name]["size"]:
+            changed.append(f"{name}: {expected[name]['size']} bytes in the manifest, {entry['size']} now")
+        elif entry["crc32c"] != expected[name]["crc32c"]:
+            changed.append(f"{name}: crc32c {expected[name]['crc32c']} in the manifest, {entry['crc32c']} now")
+    return {"missing": sorted(set(expected) - set(present)), "extra": sorted(set(present) - set(expected)),
+            "changed": changed}

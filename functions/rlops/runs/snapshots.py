@@ -1,0 +1,102 @@
+"""What the `snapshot` function does: a manifest for each new complete checkpoint of recent runs, written once.
+
+Manifests go to `PREFIX/environments/ENV/runs/RUN/manifests/step-N.json` with a create-only
+precondition, so repeated or concurrent ticks write each exactly once; the tick that wrote it links
+it from the run record and publishes a `checkpoint` event. Locally the checkpoints are hashed where
+they are; GKE environments hash them where /lustre is mounted (a CPU-only Ray job on the cluster;
+not yet built, see the README).
+"""
+
+import json
+import time
+from pathlib import Path
+
+from google.api_core import exceptions as gexc
+
+from rlops.checkpoints import layout, manifest
+from rlops.logs import emit
+from rlops.runs import policy
+
+RECENT_SECONDS = 24 * 3600
+
+
+def _manifest_blob(site, run: str, step: int):
+    return site.records.bucket.blob(f"{site.records.folder}{run}/manifests/step-{step}.json")
+
+
+def known_steps(site, run: str) -> dict[int, object]:
+    prefix = f"{site.records.folder}{run}/manifests/step-"
+    return {int(blob.name[len(prefix):-len(".json")]): blob
+            for blob in site.records.bucket.list_blobs(prefix=prefix) if blob.name.endswith(".json")}
+
+
+def wanted(record: dict, now: float) -> bool:
+    """Active runs, and runs that ended less than a day ago (their last checkpoints land at the end)."""
+    return record["state"] not in policy.TERMINAL or now - record["updated_at"] < RECENT_SECONDS
+
+
+def tick(site) -> list[dict]:
+    if site.lustre_root == "/lustre":
+        emit("INFO", "snapshot: hashing on the cluster is not built yet; nothing done", environment=site.name)
+        return []
+    events, now = [], time.time()
+    for run, (record, _) in sorted(site.records.all().items()):
+        if not wanted(record, now):
+            continue
+        known = known_steps(site, run)
+        for checkpoint in layout.complete(Path(record["checkpoint_dir"])):
+            if checkpoint.step in known:
+                continue
+            try:
+                content = manifest.build(checkpoint.path, run)
+            except (manifest.ManifestError, OSError) as error:  # pruned or torn between listing and hashing
+                emit("WARNING", "checkpoint not snapshotted", run=run, step=checkpoint.step, reason=str(error))
+                continue
+            blob = _manifest_blob(site, run, checkpoint.step)
+            try:
+                blob.upload_from_string(json.dumps(content, indent=1, sort_keys=True),
+                                        content_type="application/json", if_generation_match=0)
+            except gexc.PreconditionFailed:
+                continue  # another tick wrote it first
+            _link(site, run, checkpoint.step, blob.name, content["digest"])
+            event = {"type": "checkpoint", "environment": site.name, "run": run, "step": checkpoint.step,
+                     "manifest": blob.name, "digest": content["digest"], "total_bytes": content["total_bytes"]}
+            site.publish(event)
+            events.append(event)
+    return events
+
+
+def _link(site, run: str, step: int, name: str, digest: str) -> None:
+    for _ in range(5):  # the watcher may write the record at the same moment
+        record, generation = site.records.get(run)
+        record.setdefault("manifests", {})[str(step)] = {"object": name, "digest": digest}
+        if site.records.replace(record, generation):
+            return
+    emit("WARNING", "manifest written but not linked from the run record", run=run, step=step)
+
+
+def listing(site, run: str) -> list[dict] | None:
+    """A run's complete checkpoints, with what their manifests say and whether the files still match."""
+    record, _ = site.records.get(run)
+    if record is None:
+        return None
+    known = known_steps(site, run)
+    directory = Path(record["checkpoint_dir"])
+    present = {c.step: c for c in layout.complete(directory)} if site.lustre_root != "/lustre" else {}
+    rows = []
+    for step in sorted(set(known) | set(present)):
+        content = json.loads(known[step].download_as_bytes()) if step in known else None
+        if content is None:
+            verified = "no manifest yet"
+        elif step not in present:
+            verified = "not checked here" if site.lustre_root == "/lustre" else "gone"
+        else:
+            differences = manifest.verify(present[step].path, content)
+            verified = "yes" if not any(differences.values()) else \
+                "NO: " + ", ".join(f"{len(v)} {k}" for k, v in differences.items() if v)
+        metrics = (content or {}).get("metrics", {})
+        shown = {k: metrics[k] for k in ("reward", "loss", "val:accuracy", "total_steps") if k in metrics}
+        saved = max(f["mtime"] for f in content["files"])[:19] if content and content["files"] else "-"
+        rows.append({"step": step, "total_bytes": (content or {}).get("total_bytes"), "saved": saved,
+                     "verified": verified, "metrics": json.dumps(shown) if shown else "-"})
+    return rows

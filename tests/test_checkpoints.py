@@ -1,0 +1,137 @@
+"""Checkpoint manifests of real checkpoints (written by the local recipe) and `verify` catching every change."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rlops import cli
+from rlops.checkpoints import manifest
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory) -> Path:
+    """A run directory the TRL recipe wrote: checkpoint-2 and checkpoint-4."""
+    run = tmp_path_factory.mktemp("ckpt") / "run-a"
+    subprocess.run([sys.executable, "-m", "rlops.workloads.trl_grpo", "--output-dir", str(run), "max_steps=4"],
+                   check=True, capture_output=True, timeout=300)
+    return run
+
+
+@pytest.fixture
+def checkpoint(trained, tmp_path) -> Path:
+    copy = tmp_path / "run-a" / "checkpoint-4"
+    shutil.copytree(trained / "checkpoint-4", copy)
+    return copy
+
+
+def manifest_of(path: Path, capsys) -> tuple[dict, Path]:
+    assert cli.main(["checkpoints", "manifest", str(path)]) == 0
+    content = json.loads(capsys.readouterr().out)
+    written = path.parent / f"{path.name}.manifest.json"
+    written.write_text(json.dumps(content))
+    return content, written
+
+
+def verify(path: Path, written: Path, capsys) -> tuple[int, str]:
+    code = cli.main(["checkpoints", "verify", str(path), str(written)])
+    captured = capsys.readouterr()
+    return code, captured.out + captured.err
+
+
+def test_the_manifest_of_a_real_checkpoint_lists_every_file_and_the_metrics(checkpoint, capsys):
+    content, written = manifest_of(checkpoint, capsys)
+    assert content["format"] == "rlops.checkpoint-manifest/1" and content["layout"] == "trl"
+    assert content["run"] == "run-a" and content["step"] == 4
+    names = {f["path"] for f in content["files"]}
+    assert {"model.safetensors", "optimizer.pt", "trainer_state.json", "config.json"} <= names
+    assert names == {p.relative_to(checkpoint).as_posix() for p in checkpoint.rglob("*") if p.is_file()}
+    assert content["total_bytes"] == sum(p.stat().st_size for p in checkpoint.rglob("*") if p.is_file())
+    assert content["metrics"]["global_step"] == 4 and "reward" in content["metrics"]
+    assert content["digest"] == manifest.digest(content)
+    assert verify(checkpoint, written, capsys)[0] == 0
+
+
+def test_crc32c_is_what_cloud_storage_reports(checkpoint, capsys):
+    import base64
+
+    import google_crc32c
+
+    content, _ = manifest_of(checkpoint, capsys)
+    entry = next(f for f in content["files"] if f["path"] == "model.safetensors")
+    expected = google_crc32c.Checksum((checkpoint / "model.safetensors").read_bytes()).digest()
+    assert base64.b64decode(entry["crc32c"]) == expected and len(expected) == 4
+
+
+@pytest.mark.parametrize("change, kind", [
+    ("flip", "changed"), ("truncate", "changed"), ("add", "extra"), ("remove", "missing"),
+])
+def test_verify_catches_every_kind_of_change(checkpoint, capsys, change, kind):
+    _, written = manifest_of(checkpoint, capsys)
+    weights = checkpoint / "model.safetensors"
+    if change == "flip":
+        data = bytearray(weights.read_bytes())
+        data[len(data) // 2] ^= 0x01
+        weights.write_bytes(bytes(data))
+    elif change == "truncate":
+        with open(weights, "r+b") as stream:
+            stream.truncate(weights.stat().st_size - 1)
+    elif change == "add":
+        (checkpoint / "notes.txt").write_text("x")
+    else:
+        (checkpoint / "scheduler.pt").unlink()
+    code, out = verify(checkpoint, written, capsys)
+    assert code == 1
+    assert f"{kind}: " in out and "differs from" in out
+
+
+def test_a_checkpoint_still_being_written_gets_no_manifest(trained, tmp_path, capsys):
+    torn = tmp_path / "checkpoint-6"
+    shutil.copytree(trained / "checkpoint-4", torn)
+    (torn / "trainer_state.json").unlink()
+    assert cli.main(["checkpoints", "manifest", str(torn)]) == 1
+    assert "still being written or torn: no trainer_state.json" in capsys.readouterr().err
+    nemo = tmp_path / "tmp_step_3"
+    nemo.mkdir()
+    assert cli.main(["checkpoints", "manifest", str(nemo)]) == 1
+    assert "not a checkpoint directory" in capsys.readouterr().err
+
+
+def test_paths_that_leave_the_checkpoint_are_refused(checkpoint, tmp_path, capsys):
+    outside = tmp_path / "secret.txt"
+    outside.write_text("not part of it")
+    os.symlink(outside, checkpoint / "link")
+    assert cli.main(["checkpoints", "manifest", str(checkpoint)]) == 1
+    assert "outside the checkpoint" in capsys.readouterr().err
+    (checkpoint / "link").unlink()
+    content, written = manifest_of(checkpoint, capsys)
+    content["files"][0]["path"] = "../secret.txt"
+    content["digest"] = manifest.digest(content)
+    written.write_text(json.dumps(content))
+    code, out = verify(checkpoint, written, capsys)
+    assert code == 1 and "would leave the checkpoint" in out
+
+
+def test_a_changed_manifest_is_refused_by_its_digest(checkpoint, capsys):
+    content, written = manifest_of(checkpoint, capsys)
+    content["files"][0]["size"] += 1
+    written.write_text(json.dumps(content))
+    code, out = verify(checkpoint, written, capsys)
+    assert code == 1 and "digest: the manifest was changed" in out
+
+
+def test_a_nemo_rl_checkpoint_carries_its_training_info(tmp_path, capsys):
+    step = tmp_path / "grpo-run" / "step_20"
+    (step / "policy" / "weights" / "model").mkdir(parents=True)
+    (step / "policy" / "weights" / "model" / "shard-0.safetensors").write_bytes(os.urandom(4096))
+    (step / "training_info.json").write_text(json.dumps({"total_steps": 20, "val:accuracy": 0.61}))
+    (step / "config.yaml").write_text("grpo: {}\n")
+    (step / "train_dataloader.pt").write_bytes(b"\x80\x04")
+    content, written = manifest_of(step, capsys)
+    assert (content["layout"], content["run"], content["step"]) == ("nemo-rl", "grpo-run", 20)
+    assert content["metrics"] == {"total_steps": 20, "val:accuracy": 0.61}
+    assert verify(step, written, capsys)[0] == 0
