@@ -135,3 +135,10 @@ def test_a_nemo_rl_checkpoint_carries_its_training_info(tmp_path, capsys):
     assert (content["layout"], content["run"], content["step"]) == ("nemo-rl", "grpo-run", 20)
     assert content["metrics"] == {"total_steps": 20, "val:accuracy": 0.61}
     assert verify(step, written, capsys)[0] == 0
+
+
+def test_the_python_fallback_hashes_exactly_like_the_native_library(checkpoint, monkeypatch):
+    native = manifest.hash_files(checkpoint, ["model.safetensors", "optimizer.pt"])
+    assert manifest._native_extend() is not None  # this machine's wheel ships libcrc32c
+    monkeypatch.setattr(manifest, "_native_extend", lambda: None)
+    assert manifest.hash_files(checkpoint, ["model.safetensors", "optimizer.pt"]) == native

@@ -1,18 +1,24 @@
 """A checkpoint's manifest: every file with its size, crc32c and mtime, the run's metrics, and a digest of it all.
 
 crc32c is written as Cloud Storage writes it (base64 of the big-endian 4 bytes), so a manifest can
-be checked against `gsutil hash -c` or an object's metadata. Files are read 1 MiB at a time, several
-files at once (reads release the GIL). The chunks are `bytes`, not views of one buffer: google-crc32c's
-C extension only takes `bytes` (its `y#` argument refuses bytearray and memoryview); the allocator hands
-the same freed block back for each chunk. A path that leaves the checkpoint (a symlink out of it,
-`..` in a manifest) is refused.
+be checked against `gsutil hash -c` or an object's metadata.
+
+Files are read with `readinto` into a 1 MiB buffer each worker thread reuses, and hashed by the C
+library google-crc32c ships (libcrc32c, its public `crc32c_extend`) through ctypes, which releases
+the GIL: reading and hashing of several files proceed on several cores at once. (google-crc32c's
+Python `extend` takes only `bytes` and holds the GIL: a copy per chunk, one core.) Where the wheel
+has no such library, the chunks go to the Python `extend`. A path that leaves the checkpoint (a
+symlink out of it, `..` in a manifest) is refused.
 """
 
 import base64
+import ctypes
+import functools
 import hashlib
 import json
 import os
 import struct
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 from pathlib import Path, PurePosixPath
@@ -49,23 +55,42 @@ def _files(root: Path) -> list[str]:
     return sorted(found)
 
 
-def _hash(path: Path) -> tuple[int, str]:
-    checksum = 0
-    size = 0
+@functools.cache
+def _native_extend():
+    """libcrc32c's `uint32_t crc32c_extend(uint32_t crc, const uint8_t* data, size_t count)`, or None."""
+    libraries = sorted((Path(google_crc32c.__file__).parent.parent / "google_crc32c.libs").glob("libcrc32c*.so*"))
+    if not libraries:
+        return None
+    extend = ctypes.CDLL(str(libraries[0])).crc32c_extend
+    extend.argtypes, extend.restype = [ctypes.c_uint32, ctypes.c_void_p, ctypes.c_size_t], ctypes.c_uint32
+    return extend
+
+
+def _hash(path: Path, buffer: bytearray) -> tuple[int, str]:
+    extend = _native_extend()
+    address = ctypes.addressof((ctypes.c_char * len(buffer)).from_buffer(buffer)) if extend else None
+    view = memoryview(buffer)
+    checksum = size = 0
     with open(path, "rb", buffering=0) as stream:
-        while chunk := stream.read(CHUNK):
-            checksum = google_crc32c.extend(checksum, chunk)
-            size += len(chunk)
+        while count := stream.readinto(buffer):
+            if extend is not None:
+                checksum = extend(checksum, address, count)
+            else:
+                checksum = google_crc32c.extend(checksum, bytes(view[:count]))
+            size += count
     return size, base64.b64encode(struct.pack(">I", checksum)).decode()
 
 
 def hash_files(root: Path, relative: list[str], workers: int | None = None) -> dict[str, dict]:
-    """{path: {size, crc32c, mtime}} for the files, several at once."""
+    """{path: {size, crc32c, mtime}} for the files, several at once, each worker with its own reused buffer."""
+    local = threading.local()
 
     def one(name: str) -> tuple[str, dict]:
+        if not hasattr(local, "buffer"):
+            local.buffer = bytearray(CHUNK)
         path = root / name
         mtime = path.stat().st_mtime
-        size, crc = _hash(path)
+        size, crc = _hash(path, local.buffer)
         return name, {"path": name, "size": size, "crc32c": crc,
                       "mtime": datetime.fromtimestamp(mtime, timezone.utc).isoformat()}
 
