@@ -3,6 +3,7 @@
 - `train` (Pub/Sub, the train topic): one message → at most one Ray job.
 - `watch` (Pub/Sub, the tick topic, from Cloud Scheduler): run records and resubmission after preemption.
 - `snapshot` (the same ticks): manifests of new complete checkpoints, written once.
+- `reap` (the same ticks): an idle environment's GPU pool scaled to zero.
 
 Each handler imports only what it needs when it runs, so a cold start stays small.
 """
@@ -74,3 +75,15 @@ def snapshot(cloud_event) -> None:
     from rlops.runs.snapshots import tick
 
     _each_environment(cloud_event, "snapshot", tick)
+
+
+@functions_framework.cloud_event
+def reap(cloud_event) -> None:
+    """Scale an idle environment's GPU pool to zero."""
+    from rlops.reaper.service import reap as reap_site
+
+    def act(site) -> list:
+        decision, actions = reap_site(site)
+        return actions if decision.scale_down else []
+
+    _each_environment(cloud_event, "reap", act)

@@ -124,6 +124,7 @@ def local(tmp_path_factory):
     text = text.replace("recipes:\n", "recipes:\n  broken:\n    runner: trl\n"
                         "    entrypoint: rlops.workloads.no_such_workload\n    model: tiny-from-config\n"
                         "    checkpoint_root: /lustre/checkpoints/broken\n    resume_budget: 2\n", 1)
+    text = text.replace("timeout: 2m", "timeout: 3s")  # the reaper test need not wait two minutes
     spec.write_text(text)
     stack = Local(root)
     try:
@@ -328,6 +329,29 @@ def test_the_planted_token_is_in_no_job_log_record_or_event(local):
     assert TOKEN.encode() in Path(f"/proc/{worker.pid}/environ").read_bytes()  # where it belongs
 
 
+def test_an_idle_pool_is_reaped_and_a_train_message_brings_it_back(local):
+    local.rlops("reap", "local")  # the first look starts the idle clock if nothing did before
+    time.sleep(4)
+    dry = local.rlops("reap", "local", "--dry-run").stdout
+    assert dry.startswith("would scale down: idle for") and "stop Ray worker node ray-worker-0 (gpu_pool)" in dry
+    worker = local.registry()["ray-worker-0"]
+    assert worker.alive(), "a dry run changed something"
+    done = local.rlops("reap", "local").stdout
+    assert done.startswith("scaled down:")
+    assert "ray-worker-0" not in local.registry() and not worker.alive()
+    assert local.rlops("reap", "local").stdout.startswith("keeping the GPU pool: already scaled down")
+    assert any(e["type"] == "scaled-down" for e in local.events())
+    local.rlops("train", "local", "--recipe", "tiny-arith", "--run", "after-reap", "--set", "max_steps=2")
+    record = local.tick_until("after-reap", lambda r: r["state"] == "SUCCEEDED")
+    assert record["step"] == 2 and local.registry()["ray-worker-0"].alive()
+    # While a run is live the pool stays, however long ago the timeout started.
+    local.rlops("train", "local", "--recipe", "tiny-arith", "--run", "busy", "--set", f"max_steps={LONG_RUN_STEPS}")
+    local.tick_until("busy", lambda r: r["state"] == "RUNNING")
+    time.sleep(4)
+    assert "job(s) pending or running" in local.rlops("reap", "local").stdout
+    assert local.registry()["ray-worker-0"].alive()
+
+
 def test_a_gke_environment_reaches_its_ray_head_through_the_api_servers_service_proxy(local, cloud_fakes, specs,
                                                                                     monkeypatch):
     """The h200 environment, applied to the fake GCP and fake cluster, whose Ray head's dashboard service the fake
@@ -399,3 +423,47 @@ def test_rlops_train_publishes_a_gke_environments_message_to_its_train_topic(loc
          "requested_by": "ana@example.com"}]
     assert cli.main(["train", "h200", "--recipe", "gemma3-27b-gsm8k", "--run", "Bad_Name"]) == 1
     assert "not sent: run:" in capsys.readouterr().err
+
+
+def test_a_gke_environments_idle_pool_is_reaped_at_once_and_woken_by_a_train_message(local, cloud_fakes, specs,
+                                                                                     monkeypatch, capsys):
+    from google.api_core import exceptions
+    from google.cloud import pubsub_v1
+
+    from rlops import cli
+    from rlops.reaper.service import reap
+    from rlops.runs import service
+
+    gcp, kube = cloud_fakes
+    spec = specs / "h200.yaml"
+    spec.write_text(spec.read_text().replace("timeout: 30m", "timeout: 1s"))
+    assert cli.main(["apply", "h200"]) == 0
+    kube.services[("default", "ray-cluster-head-svc:dashboard")] = \
+        f"http://127.0.0.1:{local.port('ray-head', 'dashboard')}"
+    monkeypatch.setenv("PUBSUB_EMULATOR_HOST", f"127.0.0.1:{local.port('pubsub', 'grpc')}")
+    try:
+        pubsub_v1.PublisherClient().create_topic(name="projects/rlops-h200-example/topics/rlops-events")
+    except exceptions.AlreadyExists:
+        pass
+    site = service.open_site("h200", service.load_environment("h200"))
+    assert not reap(site)[0].scale_down  # the first look starts the clock
+    time.sleep(1.5)
+    assert cli.main(["reap", "h200", "--dry-run"]) == 0
+    assert "node pool gpu-pool: resize to 0 nodes" in capsys.readouterr().out
+    assert not [r for r in gcp.requests if r.path.endswith(":setSize")]
+
+    decision, actions = reap(site)
+    assert decision.scale_down and "node pool gpu-pool: resize to 0 nodes" in actions
+    cluster = kube.get("rayclusters", "ray-cluster", "default")
+    assert [g["replicas"] for g in cluster["spec"]["workerGroupSpecs"]] == [0]
+    resizes = [r for r in gcp.requests if r.path.endswith(":setSize")]
+    assert len(resizes) == 1 and not (resizes[0].body or {}).get("nodeCount")
+    capsys.readouterr()
+    assert cli.main(["plan", "h200", "--detailed-exitcode"]) == 0, "a reaped pool must not be drift"
+
+    data = json.dumps({"environment": "h200", "recipe": "gemma3-27b-gsm8k", "run": "after-reap", "overrides": {},
+                       "requested_by": "tests"}).encode()
+    assert service.handle_train(data) == "submitted"
+    cluster = kube.get("rayclusters", "ray-cluster", "default")
+    assert [g["replicas"] for g in cluster["spec"]["workerGroupSpecs"]] == [2]
+    assert [(r.body or {}).get("nodeCount") for r in gcp.requests if r.path.endswith(":setSize")] == [None, 2]

@@ -249,6 +249,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from rlops import logs
+
+    logs.to_stderr()
     args = build_parser().parse_args(argv)
     if getattr(args, "base", None) and not args.offline:
         build_parser().error("--base goes with --offline")

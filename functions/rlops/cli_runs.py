@@ -130,6 +130,19 @@ def _snapshot(args) -> int:
     return 0
 
 
+def _reap(args) -> int:
+    from rlops.reaper.service import reap
+
+    decision, actions = reap(_site(args.environment), dry_run=args.dry_run)
+    if decision.scale_down:
+        print(f"{'would scale down' if args.dry_run else 'scaled down'}: {decision.reason}")
+        for action in actions:
+            print(f"  {action}")
+    else:
+        print(f"keeping the GPU pool: {decision.reason}")
+    return 0
+
+
 def _status(args) -> int:
     site = _site(args.environment)
     shown = None
@@ -215,6 +228,11 @@ def add_commands(commands) -> None:
     snapshot = commands.add_parser("snapshot", help="one snapshot tick now: manifests of new complete checkpoints")
     snapshot.add_argument("environment", metavar="ENV")
     snapshot.set_defaults(run=_snapshot)
+
+    reap = commands.add_parser("reap", help="one reaper tick now: scale an idle GPU pool to zero")
+    reap.add_argument("environment", metavar="ENV")
+    reap.add_argument("--dry-run", action="store_true", help="say what it would do and why; change nothing")
+    reap.set_defaults(run=_reap)
 
     status = commands.add_parser("status", help="the runs of an environment: state, attempt, step, checkpoint")
     status.add_argument("environment", metavar="ENV")

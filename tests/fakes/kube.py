@@ -167,12 +167,36 @@ class FakeKube:
                 return _status(404, "NotFound", f'{plural} "{name}" not found')
             self.applied.pop(key, None)
             return _status(200, "Success", "deleted")
+        if request.method == "PATCH" and subresource is None and request.content_type.startswith(
+                "application/json-patch+json"):
+            return self._json_patch(key, request.body)
         if request.method == "PATCH" and subresource is None:
             return self._apply(plural, namespace, name, request)
         if request.method in ("PUT", "PATCH") and subresource == "status" and key in self.objects:
             self.objects[key]["status"] = (request.body or {}).get("status", {})
             return 200, self.objects[key]
         return _status(405, "MethodNotAllowed", f"{request.method} {request.path}")
+
+    def _json_patch(self, key: tuple[str, str, str], operations: list[dict]) -> tuple[int, dict]:
+        """RFC 6902 `replace` (what the reaper sends): every path must exist, or nothing changes (422)."""
+        current = self.objects.get(key)
+        if current is None:
+            return _status(404, "NotFound", f'{key[0]} "{key[2]}" not found')
+        patched = copy.deepcopy(current)
+        for operation in operations:
+            *parents, last = [int(p) if p.isdigit() else p for p in operation["path"].strip("/").split("/")]
+            target = patched
+            try:
+                for part in parents:
+                    target = target[part]
+                target[last]  # noqa: B018 - replace needs the member to exist
+            except (KeyError, IndexError, TypeError):
+                return _status(422, "Invalid", f"the server rejected our request: {operation['path']} does not exist")
+            if operation["op"] != "replace":
+                return _status(422, "Invalid", f"unsupported op {operation['op']}")
+            target[last] = operation["value"]
+        self.objects[key] = self._stamp(patched, current)
+        return 200, self.objects[key]
 
     def _list(self, plural: str, namespace: str, selector: str) -> dict:
         wanted = dict(term.split("=", 1) for term in selector.split(",") if "=" in term)

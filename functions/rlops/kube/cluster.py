@@ -112,5 +112,15 @@ class KubeApi:
         return self._call("PATCH", self._path(Ref.of(obj)), {"fieldManager": FIELD_MANAGER, "force": "true"},
                           body=obj, content_type="application/apply-patch+yaml")
 
+    def set_worker_replicas(self, ref: Ref, sizes: dict[str, int]) -> None:
+        """The reaper's and the wake's write: worker groups' replicas, by JSON patch (apply keeps what is live)."""
+        live = self.get(ref)
+        if live is None:
+            return
+        patch = [{"op": "replace", "path": f"/spec/workerGroupSpecs/{i}/replicas", "value": sizes[group["groupName"]]}
+                 for i, group in enumerate(live["spec"].get("workerGroupSpecs", [])) if group["groupName"] in sizes]
+        if patch:
+            self._call("PATCH", self._path(ref), body=patch, content_type="application/json-patch+json")
+
     def delete(self, ref: Ref) -> None:
         self._call("DELETE", self._path(ref))

@@ -6,7 +6,7 @@ The pieces, in start order:
   subscription to the train function, when it is installed;
 - `ray-head`, then `ray-worker-N`: `ray start --block` processes; the workers carry the custom
   resource that stands in for the GPU pool, and the secrets the spec names, as a GKE pod would;
-- `functions-train`, `functions-watch`, `functions-snapshot`: functions-framework servers for
+- `functions-train`, `-watch`, `-snapshot`, `-reap`: functions-framework servers for
   `functions/main.py`, and `scheduler`, which ticks the scheduled ones every few seconds.
 
 Everything lives under `.rlops/ENV/` of the current directory (RLOPS_LOCAL_DIR moves `.rlops`), and
@@ -30,7 +30,7 @@ PUBSUB_EMULATOR = Path(shutil.which("gcloud") or "/usr/bin/gcloud").resolve().pa
     "platform/pubsub-emulator/bin/cloud-pubsub-emulator"
 FUNCTIONS_SOURCE = Path(__file__).resolve().parents[2] / "main.py"
 LOCAL_PROJECT = "rlops-local"
-SERVED_FUNCTIONS = ("train", "watch", "snapshot")
+SERVED_FUNCTIONS = ("train", "watch", "snapshot", "reap")
 
 
 def state_directory(env_name: str) -> Path:
@@ -87,7 +87,7 @@ class Stack:
                         stop(running.pop(worker))
         self.registry.save(running)
         steps = [("storage", self._start_storage), ("pubsub", self._start_pubsub), ("ray-head", self._start_head)]
-        steps += [(f"ray-worker-{i}", self._start_worker) for i in range(self.env.local.gpu_pool.workers)]
+        steps += [(name, self._start_worker) for name in self._pool_names()]
         steps += [(f"functions-{target}", self._start_function) for target in SERVED_FUNCTIONS]
         if tick_seconds() > 0:
             steps.append(("scheduler", self._start_scheduler))
@@ -232,6 +232,28 @@ class Stack:
             self.report(f"{name}: {'stopped' if was_running else 'was not running'} (pid {process.pid}) "
                         f"in {time.monotonic() - began:.1f}s")
         shutil.rmtree(self._ray_temp(), ignore_errors=True)
+
+    def _pool_names(self) -> list[str]:
+        return [f"ray-worker-{i}" for i in range(self.env.local.gpu_pool.workers)]
+
+    def stop_pool(self) -> None:
+        """The reaper's scale-down: the GPU-pool worker nodes go; the rest keeps running."""
+        running = self.processes()
+        for name in self._pool_names():
+            if name in running:
+                stop(running[name])
+                self.registry.save({k: v for k, v in self.processes().items() if k != name})
+                self.report(f"{name}: stopped (GPU pool scaled down)")
+
+    def start_pool(self) -> None:
+        """A wake: the GPU-pool worker nodes that are not running start and join."""
+        running = self.processes()
+        if "ray-head" not in running or not running["ray-head"].alive():
+            raise RuntimeError(f"the local environment {self.name} is not up; run `rlops up {self.name}`")
+        for name in self._pool_names():
+            if name not in running or not running[name].alive():
+                process = self._start_worker(name)
+                self.report(f"{name}: started (pid {process.pid}) to wake the GPU pool")
 
     def stop_piece(self, name: str) -> None:
         """Stop one piece (a worker node: the local stand-in for a preempted GPU node)."""

@@ -107,7 +107,12 @@ def handle_train(data: bytes, open_site: Callable[[str, object], Site] = open_si
     site = open_site(request.environment, env)
     job = site.request(request.recipe, request.run, settings, request.requested_by, attempt=1)
     # The record outlives Ray's job table (a restarted head forgets its jobs and their ids): look there first.
-    if site.records.get(request.run)[0] is not None or not site.ray.submit_once(job):
+    known = site.records.get(request.run)[0] is not None
+    if not known:
+        from rlops.reaper.service import wake
+
+        wake(site)  # a reaped pool comes back before the job is submitted; records the acceptance either way
+    if known or not site.ray.submit_once(job):
         emit("INFO", "train message for a run already submitted: nothing to do", environment=request.environment,
              run=request.run, submission_id=job.submission_id)
         return "duplicate"
