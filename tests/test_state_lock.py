@@ -82,3 +82,15 @@ def test_the_record_refuses_a_writer_that_read_an_older_version(bucket):
     with pytest.raises(RuntimeError, match="changed by someone else"):
         theirs.put("network/b", {"mtu": 1460}, ())
     assert ResourceRecord(bucket, "rlops", "h200").load().resources == {"network/a": {"fields": {"mtu": 8896}, "depends_on": []}}
+
+
+def test_a_reader_that_saw_an_older_generation_reads_the_live_one(state_buckets):
+    from rlops.state.bucket import client, read_json, write_json
+
+    bucket = client("test").bucket("rlops-h200-example-state")
+    reader = bucket.blob("tests/reread.json")
+    write_json(reader, {"n": 1}, 0)
+    assert read_json(reader)[0] == {"n": 1}
+    write_json(bucket.blob("tests/reread.json"), {"n": 2}, read_json(reader)[1])
+    content, generation = read_json(reader)
+    assert content == {"n": 2} and generation > 0

@@ -10,6 +10,7 @@ groups go to 0 replicas and the GPU node pools are resized to 0 at once (billing
 after the cluster autoscaler's ten minutes). Waking restores the spec's sizes.
 """
 
+import random
 import time
 
 from google.api_core import exceptions as gexc
@@ -74,7 +75,8 @@ def reap(site, dry_run: bool = False) -> tuple[Decision, list[str]]:
 def wake(site) -> bool:
     """Record a train message's acceptance and bring a scaled-down pool back; True if it was down."""
     pool = PoolState(site)
-    for _ in range(10):
+    for attempt in range(10):
+        time.sleep(random.uniform(0, 0.05 * attempt))  # concurrent deliveries of one message take turns
         state, generation = pool.read()
         now = time.time()
         was_down = bool(state.get("scaled_down"))

@@ -15,7 +15,8 @@ def client(project: str | None = None) -> storage.Client:
 
 
 def read_json(blob: storage.Blob) -> tuple[dict | None, int]:
-    """(content, generation); (None, 0) when the object does not exist."""
+    """(content, generation) of the object's live version; (None, 0) when the object does not exist."""
+    blob = blob.bucket.blob(blob.name)  # a Blob that saw a generation asks for that one, which a newer write removed
     try:
         data = blob.download_as_bytes()
     except gexc.NotFound:
