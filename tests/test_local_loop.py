@@ -468,3 +468,45 @@ def test_a_gke_environments_idle_pool_is_reaped_at_once_and_woken_by_a_train_mes
     cluster = kube.get("rayclusters", "ray-cluster", "default")
     assert [g["replicas"] for g in cluster["spec"]["workerGroupSpecs"]] == [2]
     assert [(r.body or {}).get("nodeCount") for r in gcp.requests if r.path.endswith(":setSize")] == [None, 2]
+
+
+def test_a_gke_environment_hashes_its_checkpoints_in_a_ray_job_where_they_are(local, cloud_fakes, specs, tmp_path,
+                                                                             monkeypatch):
+    """The snapshot tick of a GKE environment: a CPU-only Ray job (rlops shipped as a py_module) prints the
+    manifests on the cluster; the next tick stores them. Here the cluster's Ray is this module's, through the proxy."""
+    from google.api_core import exceptions
+    from google.cloud import pubsub_v1
+
+    from rlops import cli
+    from rlops.checkpoints import manifest
+    from rlops.runs import records, service, snapshots
+
+    gcp, kube = cloud_fakes
+    assert cli.main(["apply", "h200"]) == 0
+    kube.services[("default", "ray-cluster-head-svc:dashboard")] = \
+        f"http://127.0.0.1:{local.port('ray-head', 'dashboard')}"
+    monkeypatch.setenv("PUBSUB_EMULATOR_HOST", f"127.0.0.1:{local.port('pubsub', 'grpc')}")
+    try:
+        pubsub_v1.PublisherClient().create_topic(name="projects/rlops-h200-example/topics/rlops-events")
+    except exceptions.AlreadyExists:
+        pass
+    run_dir = tmp_path / "lustre" / "gke-snap"
+    subprocess.run([sys.executable, "-m", "rlops.workloads.trl_grpo", "--output-dir", str(run_dir), "max_steps=4",
+                    "save_steps=4"], check=True, capture_output=True, timeout=300)
+    site = service.open_site("h200", service.load_environment("h200"))
+    site.records.create(records.new({"environment": "h200", "recipe": "gemma3-27b-gsm8k", "run": "gke-snap",
+                                     "requested-by": "tests", "settings": "{}", "checkpoint-dir": str(run_dir),
+                                     "attempt": "1"}, "rlops.h200.gke-snap.1", time.time()))
+    assert snapshots.tick(site) == []  # starts the job
+    deadline = time.monotonic() + 120
+    while any((j.metadata or {}).get("rlops-kind") == "snapshot" and str(j.status.value) in ("PENDING", "RUNNING")
+              for j in local.ray_jobs()):
+        assert time.monotonic() < deadline, "the snapshot job did not finish"
+        time.sleep(0.5)
+    events = snapshots.tick(site)
+    assert [(e["run"], e["step"]) for e in events] == [("gke-snap", 4)]
+    stored = json.loads(site.records.bucket.blob(events[0]["manifest"]).download_as_bytes())
+    assert not any(manifest.verify(run_dir / "checkpoint-4", stored).values())
+    assert site.records.get("gke-snap")[0]["manifests"]["4"]["digest"] == stored["digest"]
+    assert not [j for j in local.ray_jobs() if (j.metadata or {}).get("rlops-kind") == "snapshot"
+                and str(j.status.value) == "SUCCEEDED"], "collected jobs are deleted"

@@ -3,8 +3,8 @@
 Manifests go to `PREFIX/environments/ENV/runs/RUN/manifests/step-N.json` with a create-only
 precondition, so repeated or concurrent ticks write each exactly once; the tick that wrote it links
 it from the run record and publishes a `checkpoint` event. Locally the checkpoints are hashed where
-they are; GKE environments hash them where /lustre is mounted (a CPU-only Ray job on the cluster;
-not yet built, see the README).
+they are; GKE environments hash them where /lustre is mounted: a CPU-only Ray job on the cluster
+(`rlops.checkpoints.scan`) prints the manifests, and the next tick stores them.
 """
 
 import json
@@ -37,8 +37,7 @@ def wanted(record: dict, now: float) -> bool:
 
 def tick(site) -> list[dict]:
     if site.lustre_root == "/lustre":
-        emit("INFO", "snapshot: hashing on the cluster is not built yet; nothing done", environment=site.name)
-        return []
+        return _tick_on_cluster(site)
     events, now = [], time.time()
     for run, (record, _) in sorted(site.records.all().items()):
         if not wanted(record, now):
@@ -52,18 +51,72 @@ def tick(site) -> list[dict]:
             except (manifest.ManifestError, OSError) as error:  # pruned or torn between listing and hashing
                 emit("WARNING", "checkpoint not snapshotted", run=run, step=checkpoint.step, reason=str(error))
                 continue
-            blob = _manifest_blob(site, run, checkpoint.step)
-            try:
-                blob.upload_from_string(json.dumps(content, indent=1, sort_keys=True),
-                                        content_type="application/json", if_generation_match=0)
-            except gexc.PreconditionFailed:
-                continue  # another tick wrote it first
-            _link(site, run, checkpoint.step, blob.name, content["digest"])
-            event = {"type": "checkpoint", "environment": site.name, "run": run, "step": checkpoint.step,
-                     "manifest": blob.name, "digest": content["digest"], "total_bytes": content["total_bytes"]}
-            site.publish(event)
-            events.append(event)
+            events += _store(site, run, content)
     return events
+
+
+def _store(site, run: str, content: dict) -> list[dict]:
+    """Write a manifest once (create-only), link it from the run record, publish the event; [] if it was there."""
+    blob = _manifest_blob(site, run, content["step"])
+    try:
+        blob.upload_from_string(json.dumps(content, indent=1, sort_keys=True), content_type="application/json",
+                                if_generation_match=0)
+    except gexc.PreconditionFailed:
+        return []  # another tick wrote it first
+    _link(site, run, content["step"], blob.name, content["digest"])
+    event = {"type": "checkpoint", "environment": site.name, "run": run, "step": content["step"],
+             "manifest": blob.name, "digest": content["digest"], "total_bytes": content["total_bytes"]}
+    site.publish(event)
+    return [event]
+
+
+def _tick_on_cluster(site) -> list[dict]:
+    """GKE: collect what finished snapshot jobs printed, then start one for the runs' new checkpoints."""
+    from rlops.checkpoints import scan
+
+    events, busy = [], False
+    for job in site.ray.all():
+        meta = job.metadata or {}  # not a run's job: no rlops-run, so the watcher and the reaper pass it by
+        if meta.get("rlops-environment") != site.name or meta.get("rlops-kind") != "snapshot":
+            continue
+        status = str(getattr(job.status, "value", job.status))
+        if status in ("PENDING", "RUNNING"):
+            busy = True
+            continue
+        if status == "SUCCEEDED":
+            for line in site.ray.logs(job.submission_id).splitlines():
+                if line.startswith(scan.PREFIX):
+                    content = json.loads(line[len(scan.PREFIX):])
+                    if content.get("digest") == manifest.digest(content):
+                        events += _store(site, content["run"], content)
+        else:
+            emit("WARNING", "snapshot job did not succeed", submission_id=job.submission_id, status=status,
+                 message=(job.message or "")[-300:])
+        site.ray.client.delete_job(job.submission_id)  # collected: frees the id and Ray's copy of the output
+    if not busy:
+        _start_cluster_scan(site)
+    return events
+
+
+def _start_cluster_scan(site) -> None:
+    import rlops
+    from rlops.cloud.ray_jobs import JobRequest
+
+    now = time.time()
+    runs = []
+    for run, (record, _) in sorted(site.records.all().items()):
+        if wanted(record, now):
+            known = ",".join(str(step) for step in sorted(known_steps(site, run)))
+            runs += ["--run", f"{run}={record['checkpoint_dir']}:{known}"]
+    if not runs:
+        return
+    import shlex
+
+    site.ray.submit_once(JobRequest(
+        submission_id=f"rlops.{site.name}.snapshot.{int(now)}",
+        entrypoint=" ".join(shlex.quote(word) for word in ["python", "-m", "rlops.checkpoints.scan", *runs]),
+        metadata={"rlops-environment": site.name, "rlops-kind": "snapshot"},
+        runtime_env={"py_modules": [str(Path(rlops.__file__).parent)]}, entrypoint_num_cpus=1))
 
 
 def _link(site, run: str, step: int, name: str, digest: str) -> None:
