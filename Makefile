@@ -32,6 +32,8 @@ bench: $(STAMP)
 	$(BIN)/python bench/validate.py
 	$(BIN)/python bench/plan.py
 	$(BIN)/python bench/coldstart.py
+	$(BIN)/python bench/snapshot.py
+	$(BIN)/python bench/reaper.py
 
 schema: $(STAMP)
 	$(BIN)/rlops schema > environments/schema.json
