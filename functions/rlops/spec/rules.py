@@ -270,6 +270,12 @@ def secrets_and_idle(env: GcpEnvironment | LocalEnvironment) -> Iterator[Finding
             yield ("secrets", name, "secret_manager"), "the local environment has no Secret Manager; use env: VAR or file: PATH"
     if not gcp and "node-pools" in env.idle.scale_down:
         yield ("idle", "scale_down"), "the local environment has no node pools; use [ray-workers]"
+    if gcp and "node-pools" in env.idle.scale_down:
+        for i, pool in enumerate(env.gpu_pools):
+            if pool.autoscaling.min_nodes > 0:
+                yield ("gpu_pools", i, "autoscaling", "min_nodes"), (
+                    f"{pool.autoscaling.min_nodes}: the idle reaper resizes this pool to 0 and GKE's autoscaler would "
+                    "bring it back to min_nodes; set min_nodes: 0, or idle.scale_down: [ray-workers]")
 
 
 GCP_RULES: list[Callable] = [zone_in_region, cidrs_do_not_overlap, rdma_subnet_per_gpu, accelerator_fits_machine,
