@@ -12,7 +12,7 @@ from pathlib import Path
 from rlops import environments
 from rlops.errors import Failure
 
-EXIT_OK, EXIT_ERROR, EXIT_INVALID, EXIT_CHANGES = 0, 1, 2, 2
+EXIT_OK, EXIT_ERROR, EXIT_INVALID, EXIT_CHANGES, EXIT_DESTRUCTIVE = 0, 1, 2, 2, 3
 
 
 class _Parser(argparse.ArgumentParser):
@@ -115,6 +115,11 @@ def _plan(args: argparse.Namespace) -> int:
         sys.stdout.write("\n".join(render.text(plan) for plan in plans))
     if any(plan.errors for plan in plans):
         return EXIT_ERROR
+    destructive = [f"{plan.environment}: {change.key}" for plan in plans for change in plan.destructive]
+    if args.refuse_destructive and destructive:
+        print(f"rlops plan: {len(destructive)} destructive change(s): {', '.join(destructive[:20])}; "
+              "refused (the pipeline's approval label lets them through)", file=sys.stderr)
+        return EXIT_DESTRUCTIVE
     if args.detailed_exitcode and any(plan.has_changes for plan in plans):
         return EXIT_CHANGES
     return EXIT_OK
@@ -209,6 +214,8 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--base", metavar="GIT_REV", help="with --offline: plan against the spec at this git revision")
     plan.add_argument("--format", choices=("text", "markdown", "json"), default="text")
     plan.add_argument("--detailed-exitcode", action="store_true", help="exit 0 no changes, 2 changes, 1 error")
+    plan.add_argument("--refuse-destructive", action="store_true",
+                      help=f"exit {EXIT_DESTRUCTIVE} when a change replaces or deletes something (after printing the plan)")
     plan.set_defaults(run=_plan)
 
     lock_timeout = dict(type=float, default=600.0, metavar="SECONDS",
@@ -242,9 +249,10 @@ def build_parser() -> argparse.ArgumentParser:
     unlock.add_argument("--force", action="store_true", help="required: the holder must be dead")
     unlock.set_defaults(run=_unlock)
 
-    from rlops import cli_runs
+    from rlops import cli_pipelines, cli_runs
 
     cli_runs.add_commands(commands)
+    cli_pipelines.add_commands(commands)
     return parser
 
 

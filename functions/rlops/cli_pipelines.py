@@ -1,0 +1,97 @@
+"""The CLI the Cloud Build pipelines run: which environments a push changed, and the pull request's plan comment."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+from rlops import environments
+from rlops.errors import Failure
+
+EXIT_DELETED = 3
+
+
+def _git(*args: str, cwd: Path) -> str:
+    done = subprocess.run(["git", *args], capture_output=True, text=True, cwd=cwd)
+    if done.returncode:
+        raise Failure(f"git {' '.join(args)}: {done.stderr.strip()}")
+    return done.stdout
+
+
+def _changed(args) -> int:
+    folder = environments.directory().resolve()
+    root = Path(_git("rev-parse", "--show-toplevel", cwd=folder).strip())
+    _git("rev-parse", "--verify", "--quiet", f"{args.since}^{{commit}}", cwd=root)
+    relative = folder.relative_to(root.resolve()).as_posix()
+    listing = _git("diff", "--name-status", "--no-renames", args.since, args.until, "--", relative, cwd=root)
+    changed, deleted = [], []
+    for line in listing.splitlines():
+        status, path = line.split("\t", 1)
+        name = Path(path)
+        if name.suffix != ".yaml" or name.parent.as_posix() != relative:
+            continue
+        (deleted if status == "D" else changed).append(name.stem)
+    for name in sorted(changed):
+        if args.gcp_only and not _is_gcp(folder / f"{name}.yaml"):
+            continue
+        print(name)
+    if deleted:
+        for name in sorted(deleted):
+            print(f"rlops changed: environments/{name}.yaml was deleted between {args.since} and {args.until}. "
+                  f"rlops never destroys an environment because its file went away. To destroy it on purpose: "
+                  f"restore the file, run `rlops destroy {name}` (it asks, and keeps Lustre data unless "
+                  f"`lustre.deletion_policy: delete` and `--delete-data`), then delete the file again.",
+                  file=sys.stderr)
+        return EXIT_DELETED
+    return 0
+
+
+def _is_gcp(path: Path) -> bool:
+    from rlops.spec.load import load
+    from rlops.spec.model import LocalEnvironment
+
+    loaded = load(path)
+    return not isinstance(loaded.environment, LocalEnvironment)  # an invalid spec counts: validate reports it
+
+
+def _comment(args) -> int:
+    from rlops.cli import MARKDOWN_SPLIT
+    from rlops.cloud.github import GitHub
+
+    text = Path(args.file).read_text() if args.file != "-" else sys.stdin.read()
+    parts = [part.strip("\n") + "\n" for part in text.split(MARKDOWN_SPLIT) if part.strip()]
+    if not parts:
+        raise Failure(f"{args.file}: empty; nothing to post")
+    for line in GitHub(args.repo).post_plan(args.pr, parts):
+        print(line)
+    return 0
+
+
+def _has_label(args) -> int:
+    from rlops.cloud.github import GitHub
+
+    present = args.label in GitHub(args.repo).labels(args.pr)
+    print(f"pull request #{args.pr} {'has' if present else 'does not have'} the label {args.label!r}")
+    return 0 if present else 1
+
+
+def add_commands(commands) -> None:
+    changed = commands.add_parser(
+        "changed", help="the environments whose spec files changed between two commits, one per line",
+        description=f"Exit 0; {EXIT_DELETED} when a spec file was deleted (never destroyed automatically).")
+    changed.add_argument("--since", required=True, metavar="GIT_REV")
+    changed.add_argument("--until", default="HEAD", metavar="GIT_REV")
+    changed.add_argument("--gcp-only", action="store_true", help="leave out local environments (nothing to apply)")
+    changed.set_defaults(run=_changed)
+
+    github = commands.add_parser("github", help="the pull request's plan comment and approval label")
+    verbs = github.add_subparsers(dest="verb", required=True, metavar="VERB")
+    comment = verbs.add_parser("comment", help="post or update the plan comment(s) of a pull request")
+    comment.add_argument("--repo", required=True, metavar="OWNER/NAME")
+    comment.add_argument("--pr", required=True, type=int)
+    comment.add_argument("--file", required=True, help="`rlops plan --format markdown` output, or - for stdin")
+    comment.set_defaults(run=_comment)
+    label = verbs.add_parser("has-label", help="exit 0 if the pull request carries the label, 1 if not")
+    label.add_argument("--repo", required=True, metavar="OWNER/NAME")
+    label.add_argument("--pr", required=True, type=int)
+    label.add_argument("--label", required=True)
+    label.set_defaults(run=_has_label)
