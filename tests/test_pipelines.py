@@ -134,9 +134,12 @@ def test_a_pull_requests_plan_is_one_comment_showing_both_changes_and_a_rerun_ed
         assert "h200" in comment and "b200-spot" in comment
         assert "max_nodes" in comment and "2 → 3" in comment.replace("->", "→")
         assert "capacity_gib" in comment and "36000" in comment and "72000" in comment
+        edit(workspace, "h200.yaml", "max_nodes: 3}", "max_nodes: 4}")
+        git("commit", "--quiet", "-am", "grow more", cwd=workspace)
         second = run_step(workspace, build, "plan", values, env)
         assert second.returncode == 0 and len(github.comments_on(7)) == 1
-        assert [r.method for r in github.requests if r.path.endswith("/comments") and r.method == "POST"] == ["POST"]
+        assert "2 → 4" in github.comments_on(7)[0].replace("->", "→")
+        assert [r.method for r in github.requests if r.method in ("POST", "PATCH")] == ["POST", "PATCH"]
         for done in (first, second):
             assert TOKEN not in done.stdout + done.stderr
 
