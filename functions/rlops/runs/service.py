@@ -26,6 +26,7 @@ class Site:
     publish: Callable[[dict], None]
     lustre_root: str
     entrypoint_resources: dict[str, float]
+    checkpoints_here: bool  # /lustre is a directory of this machine (local), not only of the cluster (GKE)
 
     def request(self, recipe_name: str, run: str, settings: dict, requested_by: str, attempt: int):
         return jobs.request(self.name, recipe_name, self.env.recipes[recipe_name], run, settings, requested_by,
@@ -60,7 +61,7 @@ def open_site(name: str, env) -> Site:
         project, lustre, resources = env.project.id, "/lustre", {}
     bucket = client(project).bucket(env.state.bucket)
     return Site(name, env, ray, records.RunRecords(bucket, env.state.prefix, name), _publisher(project), lustre,
-                resources)
+                resources, checkpoints_here=isinstance(env, LocalEnvironment))
 
 
 def _gke_dashboard(name: str, env) -> tuple[str, dict[str, str]]:
@@ -230,7 +231,7 @@ def _update_progress(site: Site, record: dict, current: dict, job: dict, runner:
     if found["step"] is not None:
         record["step"], record["reward"] = found["step"], found["reward"]
     directory = Path(record["checkpoint_dir"])
-    if site.lustre_root != "/lustre" and directory.is_dir():  # mounted here: look at the checkpoints themselves
+    if site.checkpoints_here and directory.is_dir():  # look at the checkpoints themselves
         record["last_checkpoint"] = progress.last_complete_checkpoint(directory)
     elif found["reported_checkpoint"] is not None:
         record["last_checkpoint"] = found["reported_checkpoint"]

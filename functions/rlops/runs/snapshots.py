@@ -36,7 +36,7 @@ def wanted(record: dict, now: float) -> bool:
 
 
 def tick(site) -> list[dict]:
-    if site.lustre_root == "/lustre":
+    if not site.checkpoints_here:
         return _tick_on_cluster(site)
     events, now = [], time.time()
     for run, (record, _) in sorted(site.records.all().items()):
@@ -135,14 +135,14 @@ def listing(site, run: str) -> list[dict] | None:
         return None
     known = known_steps(site, run)
     directory = Path(record["checkpoint_dir"])
-    present = {c.step: c for c in layout.complete(directory)} if site.lustre_root != "/lustre" else {}
+    present = {c.step: c for c in layout.complete(directory)} if site.checkpoints_here else {}
     rows = []
     for step in sorted(set(known) | set(present)):
         content = json.loads(known[step].download_as_bytes()) if step in known else None
         if content is None:
             verified = "no manifest yet"
         elif step not in present:
-            verified = "not checked here" if site.lustre_root == "/lustre" else "gone"
+            verified = "gone" if site.checkpoints_here else "not checked here"
         else:
             differences = manifest.verify(present[step].path, content)
             verified = "yes" if not any(differences.values()) else \
