@@ -85,11 +85,14 @@ def fields_of(plan: Plan, key: str) -> list[tuple]:
 
 # -- one edit, one class of change -----------------------------------------------------------
 
+KEEP_NODE_POOLS = ("scale_down: [ray-workers, node-pools]", "scale_down: [ray-workers]")
+
 CASES = [
     # (id, environment, edits, expected actions, destructive keys)
     ("gpu-max-nodes", "h200", [("{min_nodes: 0, max_nodes: 2}", "{min_nodes: 0, max_nodes: 4}")],
      {"node_pool/gpu-pool": U}, set()),
-    ("gpu-min-nodes", "h200", [("{min_nodes: 0, max_nodes: 2}", "{min_nodes: 1, max_nodes: 2}")],
+    # A GPU pool that keeps a node cannot also be resized to 0 by the reaper (validate refuses it).
+    ("gpu-min-nodes", "h200", [("{min_nodes: 0, max_nodes: 2}", "{min_nodes: 1, max_nodes: 2}"), KEEP_NODE_POOLS],
      {"node_pool/gpu-pool": U}, set()),
     ("b200-gpu-max-nodes", "b200-spot", [("{min_nodes: 0, max_nodes: 8}", "{min_nodes: 0, max_nodes: 10}")],
      {"node_pool/a4-pool": U}, set()),
@@ -186,7 +189,7 @@ def test_an_edit_plans_exactly_its_change(case):
 
 
 def test_an_in_place_change_names_exactly_its_fields():
-    plan = plan_edit("h200", ("{min_nodes: 0, max_nodes: 2}", "{min_nodes: 1, max_nodes: 4}"))
+    plan = plan_edit("h200", ("{min_nodes: 0, max_nodes: 2}", "{min_nodes: 1, max_nodes: 4}"), KEEP_NODE_POOLS)
     assert fields_of(plan, "node_pool/gpu-pool") == [("min_nodes", 0, 1), ("max_nodes", 2, 4)]
     plan = plan_edit("h200", ("firewall_source_ranges: [192.168.0.0/16]", "firewall_source_ranges: [192.168.0.0/20]"))
     assert fields_of(plan, "firewall/rl-gvnic-internal") == [("source_ranges", ["192.168.0.0/16"], ["192.168.0.0/20"])]
