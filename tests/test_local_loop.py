@@ -353,26 +353,41 @@ def test_an_idle_pool_is_reaped_and_a_train_message_brings_it_back(local):
     assert local.registry()["ray-worker-0"].alive()
 
 
-def test_a_gke_environment_reaches_its_ray_head_through_the_api_servers_service_proxy(local, cloud_fakes, specs,
-                                                                                    monkeypatch):
-    """The h200 environment, applied to the fake GCP and fake cluster, whose Ray head's dashboard service the fake
-    API server proxies to this module's real Ray head: the train and watch paths a GKE environment takes."""
+@pytest.fixture
+def h200_on_local_ray(local, cloud_fakes, specs, monkeypatch):
+    """The h200 environment applied to the fake GCP and fake cluster, whose API server proxies the Ray head's
+    dashboard service to this module's real Ray head; its events topic on the emulator."""
+    from google.api_core import exceptions
     from google.cloud import pubsub_v1
 
-    from conftest import PLANTED_TOKENS
     from rlops import cli
-    from rlops.runs import service
 
     gcp, kube = cloud_fakes
     assert cli.main(["apply", "h200"]) == 0
     kube.services[("default", "ray-cluster-head-svc:dashboard")] = \
         f"http://127.0.0.1:{local.port('ray-head', 'dashboard')}"
     monkeypatch.setenv("PUBSUB_EMULATOR_HOST", f"127.0.0.1:{local.port('pubsub', 'grpc')}")
-    events_topic = "projects/rlops-h200-example/topics/rlops-events"
-    pubsub_v1.PublisherClient().create_topic(name=events_topic)
+    try:
+        pubsub_v1.PublisherClient().create_topic(name=H200_EVENTS)
+    except exceptions.AlreadyExists:
+        pass
+    return gcp, kube
+
+
+H200_EVENTS = "projects/rlops-h200-example/topics/rlops-events"
+
+
+def test_a_gke_environment_reaches_its_ray_head_through_the_api_servers_service_proxy(local, h200_on_local_ray):
+    """The train and watch paths a GKE environment takes."""
+    from google.cloud import pubsub_v1
+
+    from conftest import PLANTED_TOKENS
+    from rlops.runs import service
+
+    gcp, kube = h200_on_local_ray
     events = "projects/rlops-h200-example/subscriptions/rlops-events-log"
     subscriber = pubsub_v1.SubscriberClient()
-    subscriber.create_subscription(request={"name": events, "topic": events_topic})
+    subscriber.create_subscription(request={"name": events, "topic": H200_EVENTS})
 
     data = json.dumps({"environment": "h200", "recipe": "gemma3-27b-gsm8k", "run": "gke-1", "overrides": {},
                        "requested_by": "tests"}).encode()
@@ -426,26 +441,15 @@ def test_rlops_train_publishes_a_gke_environments_message_to_its_train_topic(loc
     assert "not sent: run:" in capsys.readouterr().err
 
 
-def test_a_gke_environments_idle_pool_is_reaped_at_once_and_woken_by_a_train_message(local, cloud_fakes, specs,
-                                                                                     monkeypatch, capsys):
-    from google.api_core import exceptions
-    from google.cloud import pubsub_v1
-
+def test_a_gke_environments_idle_pool_is_reaped_at_once_and_woken_by_a_train_message(h200_on_local_ray, specs,
+                                                                                     capsys):
     from rlops import cli
     from rlops.reaper.service import reap
     from rlops.runs import service
 
-    gcp, kube = cloud_fakes
+    gcp, kube = h200_on_local_ray
     spec = specs / "h200.yaml"
     spec.write_text(spec.read_text().replace("timeout: 30m", "timeout: 1s"))
-    assert cli.main(["apply", "h200"]) == 0
-    kube.services[("default", "ray-cluster-head-svc:dashboard")] = \
-        f"http://127.0.0.1:{local.port('ray-head', 'dashboard')}"
-    monkeypatch.setenv("PUBSUB_EMULATOR_HOST", f"127.0.0.1:{local.port('pubsub', 'grpc')}")
-    try:
-        pubsub_v1.PublisherClient().create_topic(name="projects/rlops-h200-example/topics/rlops-events")
-    except exceptions.AlreadyExists:
-        pass
     site = service.open_site("h200", service.load_environment("h200"))
     assert not reap(site)[0].scale_down  # the first look starts the clock
     time.sleep(1.5)
@@ -470,26 +474,12 @@ def test_a_gke_environments_idle_pool_is_reaped_at_once_and_woken_by_a_train_mes
     assert [(r.body or {}).get("nodeCount") for r in gcp.requests if r.path.endswith(":setSize")] == [None, 2]
 
 
-def test_a_gke_environment_hashes_its_checkpoints_in_a_ray_job_where_they_are(local, cloud_fakes, specs, tmp_path,
-                                                                             monkeypatch):
+def test_a_gke_environment_hashes_its_checkpoints_in_a_ray_job_where_they_are(local, h200_on_local_ray, tmp_path):
     """The snapshot tick of a GKE environment: a CPU-only Ray job (rlops shipped as a py_module) prints the
     manifests on the cluster; the next tick stores them. Here the cluster's Ray is this module's, through the proxy."""
-    from google.api_core import exceptions
-    from google.cloud import pubsub_v1
-
-    from rlops import cli
     from rlops.checkpoints import manifest
     from rlops.runs import records, service, snapshots
 
-    gcp, kube = cloud_fakes
-    assert cli.main(["apply", "h200"]) == 0
-    kube.services[("default", "ray-cluster-head-svc:dashboard")] = \
-        f"http://127.0.0.1:{local.port('ray-head', 'dashboard')}"
-    monkeypatch.setenv("PUBSUB_EMULATOR_HOST", f"127.0.0.1:{local.port('pubsub', 'grpc')}")
-    try:
-        pubsub_v1.PublisherClient().create_topic(name="projects/rlops-h200-example/topics/rlops-events")
-    except exceptions.AlreadyExists:
-        pass
     run_dir = tmp_path / "lustre" / "gke-snap"
     subprocess.run([sys.executable, "-m", "rlops.workloads.trl_grpo", "--output-dir", str(run_dir), "max_steps=4",
                     "save_steps=4"], check=True, capture_output=True, timeout=300)
