@@ -3,7 +3,10 @@
 A plan reads every resource of the environment (19 resources for a seed environment, read in 7
 calls: a list per compute kind, the cluster with its node pools, the peering, Lustre); done one
 after another that is ~0.4 s at 50 ms each. Reads go out in parallel, so a plan should cost about one
-call, and ten environments about what one does.
+call, and ten environments about what one does. They do not quite: with the reads overlapped,
+what is left is the client libraries' own CPU, about 2 ms per call (requests, protobuf JSON) on one
+interpreter, so ten environments' 70 calls add ~150 ms on 2 cores whatever the latency; at 50 ms
+of latency that misses the goal, at the 150-300 ms the real APIs answer in it would meet it.
 
 Usage: python bench/plan.py [ROUNDS] (BENCH_LATENCY=S changes the 50 ms). Runs the fake GCP control plane (tests/fakes/gcp.py) in a process
 of its own, as the real API would be, with 50 ms of latency per request, and fake-gcs-server for the
