@@ -14,6 +14,8 @@ from rlops.spec.load import load
 
 # KubeRay's RayCluster CRD, verbatim (see tests/schemas/SOURCES.txt).
 CRD = REPO / "tests" / "schemas" / "ray.io_rayclusters.yaml"
+# GKE's multi-networking CRDs, v1, from their open-source definition plus RDMA (see SOURCES.txt).
+GKE_NETWORK_SCHEMAS = yaml.safe_load((REPO / "tests" / "schemas" / "networking.gke.io_v1.yaml").read_text())
 SEEDS = {"h200": ("nvidia-h200-141gb", "tuner_config_a3u.txtpb"), "b200-spot": ("nvidia-b200", "tuner_config_a4.txtpb")}
 PLANTED = "hf_PlantedTokenValue0123456789abcdefXYZ"
 
@@ -37,8 +39,8 @@ def test_every_object_validates_against_its_schema(name):
     for (kind, _), obj in objs.items():
         if kind == "RayCluster":
             jsonschema.validate(obj, schema)
-        elif obj["apiVersion"].startswith("networking.gke.io"):
-            continue  # GKE's own CRDs: no schema to hand (see the note); their fields are asserted below
+        elif obj["apiVersion"] == "networking.gke.io/v1":
+            jsonschema.validate(obj, GKE_NETWORK_SCHEMAS[kind])
         else:
             kubernetes_validate.validate(obj, "1.33", strict=True)
 
@@ -49,6 +51,28 @@ def test_the_crd_schema_catches_what_kuberay_would_refuse():
     cluster["spec"]["workerGroupSpecs"][0]["rayStartParams"]["num-gpus"] = 8  # must be a string
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate(cluster, raycluster_schema())
+
+
+@pytest.mark.parametrize("kind, path, wrong", [
+    ("GKENetworkParamSet", ("spec", "deviceMode"), "Rdma"),  # the enum is case-sensitive
+    ("GKENetworkParamSet", ("spec", "vpcSubnet"), None),      # required
+    ("Network", ("spec", "type"), "Devices"),
+    ("Network", ("spec", "parametersRef", "kind"), None),
+])
+def test_the_network_schemas_catch_what_gke_would_refuse(kind, path, wrong):
+    _, objs = rendered("h200")
+    obj = objs[(kind, "rdma-0")]
+    jsonschema.validate(obj, GKE_NETWORK_SCHEMAS[kind])
+    *parents, leaf = path
+    holder = obj
+    for key in parents:
+        holder = holder[key]
+    if wrong is None:
+        del holder[leaf]
+    else:
+        holder[leaf] = wrong
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(obj, GKE_NETWORK_SCHEMAS[kind])
 
 
 @pytest.mark.parametrize("name", SEEDS)
