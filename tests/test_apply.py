@@ -14,6 +14,7 @@ from google.cloud import lustre_v1
 from conftest import REPO
 from rlops import cli
 from rlops.cloud import base
+from rlops.state.record import AppliedSpec
 
 
 @pytest.fixture
@@ -26,6 +27,12 @@ def fake(cloud_fakes, specs, monkeypatch):
 
 def run(*argv) -> int:
     return cli.main(list(argv))
+
+
+def applied(name: str) -> bool:
+    """Whether the state bucket says the environment's current spec was applied completely."""
+    _, env = cli._load_gcp(name)
+    return AppliedSpec(cli._bucket(env), env.spec.state.prefix, env.name).digest() == env.digest
 
 
 def bodies(fake, method: str, path_end: str) -> list[dict]:
@@ -135,7 +142,9 @@ def test_lustre_shrink_is_refused_and_growth_is_an_update(fake, specs, capsys):
 
 def test_destroy_keeps_lustre_and_what_it_needs_unless_told_twice(fake, capsys):
     assert run("apply", "h200") == 0
+    assert applied("h200")
     assert run("destroy", "h200", "--yes") == 0
+    assert not applied("h200")  # the next push applies it again
     assert set(fake.resources("lustre_instance")) == {"rl-lustre"}
     assert "rl-net" in fake.resources("network") and "rl-lustre-range" in fake.resources("address")
     assert not fake.resources("cluster") and not fake.resources("node_pool") and not fake.resources("subnetwork")
@@ -150,8 +159,10 @@ def test_a_permission_failure_stops_apply_naming_the_api_resource_and_permission
     assert run("apply", "h200") == 1
     err = capsys.readouterr().err
     assert "compute: insert network" in err and "compute.networks.create" in err and "lacks a permission" in err
+    assert not applied("h200")  # so the next push tries again
     # What did get created is recorded, so the re-run only does the rest.
     assert run("apply", "h200") == 0
+    assert applied("h200")
     assert run("plan", "h200", "--detailed-exitcode") == 0
 
 

@@ -200,14 +200,34 @@ def test_a_push_that_deletes_an_environment_fails_and_destroys_nothing(workspace
     assert not gcp.mutations() and not kube.writes()
 
 
-def test_a_push_applies_the_environments_it_changed_and_only_those(workspace, cloud_fakes):
-    gcp, kube = cloud_fakes
-    edit(workspace, "h200.yaml", "autoscaling: {min_nodes: 0, max_nodes: 2}", "autoscaling: {min_nodes: 0, max_nodes: 3}")
-    edit(workspace, "local.yaml", "timeout: 2m", "timeout: 3m")
-    git("commit", "--quiet", "-am", "grow h200", cwd=workspace)
-    head = git("rev-parse", "HEAD", cwd=workspace)
-    done = run_step(workspace, load("apply.yaml"), "apply", {"COMMIT_SHA": head, "SHORT_SHA": head[:7]}, {})
+def push(work: Path, message: str, edits: list[tuple[str, str, str]]) -> subprocess.CompletedProcess:
+    """Commit each edit on main (one commit apiece), then run the apply pipeline as the push's trigger would."""
+    for name, old, new in edits:
+        edit(work, name, old, new)
+        git("commit", "--quiet", "-am", f"{message}: {name}", cwd=work)
+    head = git("rev-parse", "HEAD", cwd=work)
+    return run_step(work, load("apply.yaml"), "apply", {"COMMIT_SHA": head, "SHORT_SHA": head[:7]}, {})
+
+
+def applied(done: subprocess.CompletedProcess) -> set[str]:
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    assert "== apply h200" in done.stdout and "== apply local" not in done.stdout and "== apply b200" not in done.stdout
-    assert any("rlops-h200-example" in r.path for r in gcp.mutations())
-    assert not any("rlops-b200-example" in r.path for r in gcp.mutations())
+    return set(re.findall(r"^== apply (\S+)$", done.stdout, re.M))
+
+
+def test_a_push_applies_every_environment_its_commits_changed_and_only_those(workspace, cloud_fakes):
+    gcp, _ = cloud_fakes
+    git("rm", "--quiet", "environments/b200-spot.yaml", cwd=workspace)  # the fake cluster API serves one cluster
+    git("commit", "--quiet", "-m", "one GCP environment", cwd=workspace)
+    first = push(workspace, "grow h200", [("h200.yaml", "autoscaling: {min_nodes: 0, max_nodes: 2}",
+                                           "autoscaling: {min_nodes: 0, max_nodes: 3}")])
+    assert applied(first) == {"h200"}  # local has no cloud to apply
+    before = len(gcp.mutations())
+    # Two commits in one push: COMMIT_SHA^ alone would see only the second, which changes local.
+    both = push(workspace, "two commits", [("h200.yaml", "max_nodes: 3", "max_nodes: 4"),
+                                           ("local.yaml", "timeout: 2m", "timeout: 3m")])
+    assert applied(both) == {"h200"}
+    assert any("rlops-h200-example" in r.path for r in gcp.mutations()[before:])
+    before = len(gcp.mutations())
+    reworded = push(workspace, "comment", [("h200.yaml", "Replace the project", "Replace the GCP project")])
+    assert applied(reworded) == set() and "is applied as its spec says" in reworded.stdout
+    assert len(gcp.mutations()) == before

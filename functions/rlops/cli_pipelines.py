@@ -30,9 +30,11 @@ def _changed(args) -> int:
         if name.suffix != ".yaml" or name.parent.as_posix() != relative:
             continue
         (deleted if status == "D" else changed).append(name.stem)
+    if args.unapplied:
+        changed = _unapplied(folder)
+    elif args.gcp_only:
+        changed = [name for name in changed if _is_gcp(folder / f"{name}.yaml")]
     for name in sorted(changed):
-        if args.gcp_only and not _is_gcp(folder / f"{name}.yaml"):
-            continue
         print(name)
     if deleted:
         for name in sorted(deleted):
@@ -43,6 +45,29 @@ def _changed(args) -> int:
                   file=sys.stderr)
         return EXIT_DELETED
     return 0
+
+
+def _unapplied(folder: Path) -> list[str]:
+    """Environments whose spec differs from the one their last complete apply carried out (or never applied).
+
+    An invalid spec is listed too: `rlops validate`, which runs next, reports it.
+    """
+    from rlops.cli import _bucket
+    from rlops.provision.service import Environment
+    from rlops.spec.load import load
+    from rlops.spec.model import LocalEnvironment
+    from rlops.state.record import AppliedSpec
+
+    names = []
+    for path in environments.spec_files(folder):
+        loaded = load(path)
+        if loaded.problems:
+            names.append(path.stem)
+        elif not isinstance(loaded.environment, LocalEnvironment):
+            env = Environment(loaded.name, loaded.environment)
+            if AppliedSpec(_bucket(env), env.spec.state.prefix, env.name).digest() != env.digest:
+                names.append(env.name)
+    return names
 
 
 def _is_gcp(path: Path) -> bool:
@@ -76,11 +101,14 @@ def _has_label(args) -> int:
 
 def add_commands(commands) -> None:
     changed = commands.add_parser(
-        "changed", help="the environments whose spec files changed between two commits, one per line",
+        "changed", help="the environments whose spec files changed between two commits (or are not applied yet), one per line",
         description=f"Exit 0; {EXIT_DELETED} when a spec file was deleted (never destroyed automatically).")
     changed.add_argument("--since", required=True, metavar="GIT_REV")
     changed.add_argument("--until", default="HEAD", metavar="GIT_REV")
     changed.add_argument("--gcp-only", action="store_true", help="leave out local environments (nothing to apply)")
+    changed.add_argument("--unapplied", action="store_true",
+                         help="instead of the spec files that changed: the GCP environments whose spec differs from "
+                              "their last complete apply (reads the state buckets); deletions still come from --since")
     changed.set_defaults(run=_changed)
 
     github = commands.add_parser("github", help="the pull request's plan comment and approval label")

@@ -1,5 +1,6 @@
 """plan, apply and destroy of whole environments: the spec, the state bucket and the adapters together."""
 
+import hashlib
 import json
 import os
 import subprocess
@@ -15,7 +16,7 @@ from rlops.provision.plan import Live, Plan, build_plan, data_loss_refusals
 from rlops.spec.load import SpecError, load_text
 from rlops.spec.model import GcpEnvironment
 from rlops.state.lock import Lock
-from rlops.state.record import ResourceRecord
+from rlops.state.record import AppliedSpec, ResourceRecord
 
 
 class Refused(Failure):
@@ -43,6 +44,12 @@ class Environment:
     @property
     def desired(self) -> list[resources.Resource]:
         return resources.topological(resources.build(self.name, self.spec))
+
+    @property
+    def digest(self) -> str:
+        """The spec's meaning, not its text: comments and key order do not change it."""
+        canonical = json.dumps(self.spec.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(canonical.encode()).hexdigest()
 
 
 def workspace(env: Environment, connection: Connection, bucket, adapters: dict | None = None) -> engine.Workspace:
@@ -226,9 +233,13 @@ class Session:
                     sync.delete_all(api, self.env.name, self.report)
                 runner.settle(live)
                 runner.run(plan)
+            applied = AppliedSpec(self.bucket, self.env.spec.state.prefix, self.env.name)
             if operation == "apply":
                 # What the cloud steps changed (a new cluster, Lustre's address) is read again; otherwise it stands.
                 self._sync_cluster(engine.read_live([space])[self.env.name] if plan.has_changes else live)
+                applied.mark(self.env.digest)
+            else:
+                applied.clear()
             return plan
 
     def _sync_cluster(self, live: dict[str, Live]) -> None:

@@ -40,3 +40,29 @@ class ResourceRecord:
         except gexc.PreconditionFailed as error:
             raise RuntimeError(f"the resource record {self.blob.name} was changed by someone else during this apply; "
                                "re-run it (the lock should have prevented this)") from error
+
+
+class AppliedSpec:
+    """The digest of the spec an environment's last complete apply carried out.
+
+    A push to main applies every environment whose spec differs from it, so the environments a
+    push of several commits changed, and an apply that failed last time, are all applied; nothing
+    depends on which commit came before.
+    """
+
+    def __init__(self, bucket, prefix: str, environment: str):
+        self.blob = bucket.blob(f"{prefix}/environments/{environment}/applied.json")
+
+    def digest(self) -> str | None:
+        content, _ = read_json(self.blob)
+        return (content or {}).get("spec_sha256")
+
+    def mark(self, digest: str) -> None:
+        _, generation = read_json(self.blob)
+        write_json(self.blob, {"spec_sha256": digest}, if_generation_match=generation)
+
+    def clear(self) -> None:
+        try:
+            self.blob.bucket.blob(self.blob.name).delete()
+        except gexc.NotFound:
+            pass
