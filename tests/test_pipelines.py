@@ -231,3 +231,17 @@ def test_a_push_applies_every_environment_its_commits_changed_and_only_those(wor
     reworded = push(workspace, "comment", [("h200.yaml", "Replace the project", "Replace the GCP project")])
     assert applied(reworded) == set() and "is applied as its spec says" in reworded.stdout
     assert len(gcp.mutations()) == before
+
+
+def test_a_failed_apply_fails_the_build_and_the_next_push_finishes_it(workspace, cloud_fakes):
+    gcp, _ = cloud_fakes
+    git("rm", "--quiet", "environments/b200-spot.yaml", cwd=workspace)  # the fake cluster API serves one cluster
+    git("commit", "--quiet", "-m", "one GCP environment", cwd=workspace)
+    gcp.fail_next(1, status=403, match="POST /compute/v1/projects/rlops-h200-example/global/firewalls")
+    failed = push(workspace, "grow h200", [("h200.yaml", "max_nodes: 2}", "max_nodes: 3}")])
+    assert failed.returncode == 1
+    assert "== apply h200" in failed.stdout and "insert firewall rl-gvnic-internal" in failed.stderr
+    # The next push changes only the local environment; h200 is still not applied, so it is applied now.
+    finished = push(workspace, "local only", [("local.yaml", "timeout: 2m", "timeout: 3m")])
+    assert applied(finished) == {"h200"}
+    assert "firewall" in " ".join(r.path for r in gcp.mutations() if r.method == "POST")
