@@ -341,6 +341,9 @@ def test_an_idle_pool_is_reaped_and_a_train_message_brings_it_back(local):
     assert done.startswith("scaled down:")
     assert "ray-worker-0" not in local.registry() and not worker.alive()
     assert local.rlops("reap", "local").stdout.startswith("keeping the GPU pool: already scaled down")
+    again = local.rlops("up", "local")  # as `apply` on GKE, `up` leaves a reaped pool down
+    assert "ray-worker-0: not started: the reaper scaled the GPU pool down" in again.stdout + again.stderr
+    assert "ray-worker-0" not in local.registry()
     assert any(e["type"] == "scaled-down" for e in local.events())
     local.rlops("train", "local", "--recipe", "tiny-arith", "--run", "after-reap", "--set", "max_steps=2")
     record = local.tick_until("after-reap", lambda r: r["state"] == "SUCCEEDED")

@@ -95,6 +95,10 @@ class Stack:
             if name in running:
                 self.report(f"{name}: running (pid {running[name].pid})")
                 continue
+            if name in self._pool_names() and self._pool_scaled_down():
+                self.report(f"{name}: not started: the reaper scaled the GPU pool down; the next train message "
+                            "starts it")
+                continue
             if name == "pubsub" and not pubsub_available():
                 self.report("pubsub: the emulator is not installed (google-cloud-cli's pubsub-emulator); "
                             "`rlops train` will post to the train function directly")
@@ -232,6 +236,18 @@ class Stack:
             self.report(f"{name}: {'stopped' if was_running else 'was not running'} (pid {process.pid}) "
                         f"in {time.monotonic() - began:.1f}s")
         shutil.rmtree(self._ray_temp(), ignore_errors=True)
+
+    def _pool_scaled_down(self) -> bool:
+        """What the state bucket says of the GPU pool, as on GKE, where `apply` leaves a reaped pool at zero too."""
+        from google.auth.credentials import AnonymousCredentials
+        from google.cloud import storage
+
+        from rlops.reaper.service import PoolState
+
+        os.environ["STORAGE_EMULATOR_HOST"] = self.service_env()["STORAGE_EMULATOR_HOST"]
+        bucket = storage.Client(project=LOCAL_PROJECT, credentials=AnonymousCredentials()).bucket(self.env.state.bucket)
+        state, _ = PoolState(bucket, self.env.state.prefix, self.name).read()
+        return bool(state.get("scaled_down"))
 
     def _pool_names(self) -> list[str]:
         return [f"ray-worker-{i}" for i in range(self.env.local.gpu_pool.workers)]

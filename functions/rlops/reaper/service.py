@@ -23,8 +23,12 @@ ACTIVE = ("PENDING", "RUNNING")
 
 
 class PoolState:
-    def __init__(self, site):
-        self.blob = site.records.bucket.blob(f"{site.records.folder.rsplit('/runs/', 1)[0]}/pool.json")
+    def __init__(self, bucket, prefix: str, environment: str):
+        self.blob = bucket.blob(f"{prefix}/environments/{environment}/pool.json")
+
+    @classmethod
+    def of(cls, site) -> "PoolState":
+        return cls(site.records.bucket, site.env.state.prefix, site.name)
 
     def read(self) -> tuple[dict, int]:
         content, generation = read_json(self.blob)
@@ -51,7 +55,7 @@ def picture(site, state: dict, now: float) -> Picture:
 
 def reap(site, dry_run: bool = False) -> tuple[Decision, list[str]]:
     """Decide, and unless `dry_run`, scale down; (the decision, what was or would be done)."""
-    pool = PoolState(site)
+    pool = PoolState.of(site)
     state, generation = pool.read()
     now = time.time()
     if generation == 0:  # first look at this environment: idleness is measured from now
@@ -74,7 +78,7 @@ def reap(site, dry_run: bool = False) -> tuple[Decision, list[str]]:
 
 def wake(site) -> bool:
     """Record a train message's acceptance and bring a scaled-down pool back; True if it was down."""
-    pool = PoolState(site)
+    pool = PoolState.of(site)
     for attempt in range(10):
         time.sleep(random.uniform(0, 0.05 * attempt))  # concurrent deliveries of one message take turns
         state, generation = pool.read()
