@@ -460,21 +460,30 @@ def test_a_gke_environments_idle_pool_is_reaped_at_once_and_woken_by_a_train_mes
     assert "node pool gpu-pool: resize to 0 nodes" in capsys.readouterr().out
     assert not [r for r in gcp.requests if r.path.endswith(":setSize")]
 
-    decision, actions = reap(site)
-    assert decision.scale_down and "node pool gpu-pool: resize to 0 nodes" in actions
+    gcp.fail_next(1, status=403, match=":setSize")  # the scale-down stops after the RayCluster, before the pool
+    with pytest.raises(Exception, match="setSize|permission"):
+        reap(site)
+    decision, actions = reap(site)  # the next tick finishes it
+    assert decision.reason == "finishing a scale-down that stopped part way"
+    assert "node pool gpu-pool: resize to 0 nodes" in actions
     cluster = kube.get("rayclusters", "ray-cluster", "default")
     assert [g["replicas"] for g in cluster["spec"]["workerGroupSpecs"]] == [0]
-    resizes = [r for r in gcp.requests if r.path.endswith(":setSize")]
+    resizes = [r for r in gcp.requests if r.path.endswith(":setSize") and 200 <= r.status < 300]
     assert len(resizes) == 1 and not (resizes[0].body or {}).get("nodeCount")
+    assert reap(site)[0].reason == "already scaled down"
     capsys.readouterr()
     assert cli.main(["plan", "h200", "--detailed-exitcode"]) == 0, "a reaped pool must not be drift"
 
     data = json.dumps({"environment": "h200", "recipe": "gemma3-27b-gsm8k", "run": "after-reap", "overrides": {},
                        "requested_by": "tests"}).encode()
+    gcp.fail_next(1, status=403, match=":setSize")  # the wake stops part way: the message is delivered again
+    with pytest.raises(Exception, match="setSize|permission"):
+        service.handle_train(data)
     assert service.handle_train(data) == "submitted"
     cluster = kube.get("rayclusters", "ray-cluster", "default")
     assert [g["replicas"] for g in cluster["spec"]["workerGroupSpecs"]] == [2]
-    assert [(r.body or {}).get("nodeCount") for r in gcp.requests if r.path.endswith(":setSize")] == [None, 2]
+    assert [(r.body or {}).get("nodeCount") for r in gcp.requests
+            if r.path.endswith(":setSize") and 200 <= r.status < 300] == [None, 2]
 
 
 def test_a_gke_environment_hashes_its_checkpoints_in_a_ray_job_where_they_are(local, h200_on_local_ray, tmp_path):

@@ -1,9 +1,11 @@
 """What the `reap` function does, and the wake `train` does before it submits.
 
 The pool's state is `PREFIX/environments/ENV/pool.json` in the state bucket: whether it is scaled
-down, since when, and when a train message last woke it. Both sides write it with the generation
-they read as a precondition, and act only after their write landed: a train message accepted after
-the reaper looked makes the reaper's write fail, so it scales nothing down.
+down, since when, when a train message last woke it, and whether the last scale finished. Both
+sides write it with the generation they read as a precondition, and act only after their write
+landed: a train message accepted after the reaper looked makes the reaper's write fail, so it
+scales nothing down. A scale that stopped part way (an API error) is finished by the next tick
+(down) or by the train message's redelivery (up).
 
 Scaling down: locally, the GPU-pool Ray worker nodes are stopped; on GKE the RayCluster's GPU worker
 groups go to 0 replicas and the GPU node pools are resized to 0 at once (billing stops now, not
@@ -63,13 +65,18 @@ def reap(site, dry_run: bool = False) -> tuple[Decision, list[str]]:
         if not dry_run:
             pool.write(state, 0)
         return Decision(False, "first look at this environment: idleness counts from now"), []
-    decision = decide(picture(site, state, now), site.env.idle.timeout_seconds)
     actions = _actions(site, down=True)
+    if state.get("scaled_down") and not state.get("scaled", True):
+        # The last scale-down stopped part way (an API error, a timeout): this tick finishes it.
+        if not dry_run:
+            _scale_and_mark(site, pool, down=True)
+        return Decision(True, "finishing a scale-down that stopped part way", state.get("since")), actions
+    decision = decide(picture(site, state, now), site.env.idle.timeout_seconds)
     if not decision.scale_down or dry_run:
         return decision, actions if decision.scale_down else []
-    if not pool.write({**state, "scaled_down": True, "since": now}, generation):
+    if not pool.write({**state, "scaled_down": True, "since": now, "scaled": False}, generation):
         return Decision(False, "a train message arrived while deciding"), []
-    _scale(site, down=True)
+    _scale_and_mark(site, pool, down=True)
     site.publish({"type": "scaled-down", "environment": site.name, "reason": decision.reason, "at": now,
                   "actions": actions})
     emit("INFO", "GPU pool scaled down", environment=site.name, reason=decision.reason, actions=actions)
@@ -77,22 +84,33 @@ def reap(site, dry_run: bool = False) -> tuple[Decision, list[str]]:
 
 
 def wake(site) -> bool:
-    """Record a train message's acceptance and bring a scaled-down pool back; True if it was down."""
+    """Record a train message's acceptance and bring a scaled-down pool back; True if it was down.
+
+    A wake that stopped part way (`scaled` false) is finished by the message's redelivery.
+    """
     pool = PoolState.of(site)
     for attempt in range(10):
         time.sleep(random.uniform(0, 0.05 * attempt))  # concurrent deliveries of one message take turns
         state, generation = pool.read()
         now = time.time()
-        was_down = bool(state.get("scaled_down"))
-        woken = {**state, "accepted_at": now, **({"scaled_down": False, "since": None, "woken_at": now}
-                                                 if was_down else {})}
+        must_scale = bool(state.get("scaled_down")) or not state.get("scaled", True)
+        woken = {**state, "accepted_at": now,
+                 **({"scaled_down": False, "since": None, "woken_at": now, "scaled": False} if must_scale else {})}
         if pool.write(woken, generation):
-            if was_down:
-                _scale(site, down=False)
+            if must_scale:
+                _scale_and_mark(site, pool, down=False)
                 site.publish({"type": "woken", "environment": site.name, "at": now})
                 emit("INFO", "GPU pool woken for a train message", environment=site.name)
-            return was_down
+            return must_scale
     raise RuntimeError(f"{pool.blob.name} keeps changing; the message will be delivered again")
+
+
+def _scale_and_mark(site, pool: PoolState, down: bool) -> None:
+    """Scale, then record that the scale finished, unless the other side has changed the wish meanwhile."""
+    _scale(site, down)
+    state, generation = pool.read()
+    if bool(state.get("scaled_down")) == down:
+        pool.write({**state, "scaled": True}, generation)
 
 
 def _actions(site, down: bool) -> list[str]:
