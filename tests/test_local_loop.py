@@ -414,6 +414,12 @@ def test_a_gke_environment_reaches_its_ray_head_through_the_api_servers_service_
         time.sleep(1)
     assert record["state"] == "FAILED" and record["attempts"][0]["failure"]["kind"] == "code"
     assert len(record["attempts"]) == 1
+    # A running job's progress comes from the end of its output, read on the driver's node through the proxy.
+    ray = service.open_site("h200", env).ray
+    whole = ray.logs(job.submission_id)
+    assert whole.count("\n") == 3
+    assert ray.tail(job.submission_id, job.driver_node_id, 2) == "".join(whole.splitlines(keepends=True)[-2:])
+    assert any(r.path.endswith("/proxy/api/v0/logs/file") for r in kube.requests)
     received = subscriber.pull(request={"subscription": events, "max_messages": 20}, timeout=10).received_messages
     published = [json.loads(m.message.data) for m in received]
     assert {(e["type"], e.get("state")) for e in published} >= {("submitted", None), ("state-changed", "FAILED")}

@@ -1,6 +1,7 @@
 """The in-cluster objects: valid against the real schemas, carrying the seeds' settings, and fixing their defects."""
 
 import json
+import subprocess
 
 import jsonschema
 import kubernetes_validate
@@ -161,6 +162,35 @@ def test_lustre_volume_network_mapping_and_installer(name):
     assert spec["initContainers"][0]["image"].endswith("nccl-plugin-gib:v1.1.1")
     assert spec["hostNetwork"] and spec["hostPID"] and spec["priorityClassName"] == "system-node-critical"
     assert all(o["metadata"]["labels"]["rlops-managed-by"] == "rlops" for o in objs.values())
+
+
+def worker_start(tmp_path, nccl_env_script: str) -> subprocess.CompletedProcess:
+    """The worker container's command as the pod would run it, with /usr/local under tmp_path, a recording
+    ldconfig, and KubeRay's generated `ray start` standing in as a command that prints what it inherits."""
+    _, objs = rendered("h200")
+    (group,) = objs[("RayCluster", "ray-cluster")]["spec"]["workerGroupSpecs"]
+    assert group["template"]["metadata"]["annotations"]["ray.io/overwrite-container-cmd"] == "true"
+    (worker,) = group["template"]["spec"]["containers"]
+    root = tmp_path / "usr-local"
+    (root / "gib" / "scripts").mkdir(parents=True)
+    (root / "gib" / "scripts" / "set_nccl_env.sh").write_text(nccl_env_script)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "ldconfig").write_text(f"#!/bin/sh\necho \"$@\" >> {tmp_path}/ldconfig.calls\n")
+    (bin_dir / "ldconfig").chmod(0o755)
+    command = [part.replace("/usr/local/", f"{root}/") for part in worker["command"] + worker["args"]]
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "LD_LIBRARY_PATH": "/usr/local/nvidia/lib64",
+           "KUBERAY_GEN_RAY_START_CMD": 'echo "ray start with NCCL_FROM_GIB=$NCCL_FROM_GIB LD=$LD_LIBRARY_PATH"'}
+    return subprocess.run(command, env=env, capture_output=True, text=True, timeout=30)
+
+
+def test_the_worker_starts_ray_with_the_gib_settings_and_not_at_all_when_they_fail(tmp_path):
+    started = worker_start(tmp_path / "ok", "export NCCL_FROM_GIB=yes\n")
+    assert started.returncode == 0, started.stderr
+    gib_lib = tmp_path / "ok" / "usr-local" / "gib" / "lib64"
+    assert started.stdout.splitlines()[-1] == f"ray start with NCCL_FROM_GIB=yes LD={gib_lib}:/usr/local/nvidia/lib64"
+    failed = worker_start(tmp_path / "bad", "false\nexport NCCL_FROM_GIB=yes\n")
+    assert failed.returncode != 0 and "ray start" not in failed.stdout
 
 
 def test_render_redacts_secrets_and_a_planted_token_stays_in_the_secret_alone(capsys, monkeypatch):

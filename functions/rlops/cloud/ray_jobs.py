@@ -6,6 +6,8 @@ submitted" — two deliveries of one message may race between the look-up and th
 """
 
 import json
+import urllib.error
+import urllib.parse
 import urllib.request
 from dataclasses import dataclass, field
 
@@ -56,6 +58,21 @@ class RayJobs:
 
     def logs(self, submission_id: str) -> str:
         return self.client.get_job_logs(submission_id)
+
+    def tail(self, submission_id: str, driver_node_id: str, lines: int) -> str:
+        """The last `lines` lines of the job's output, read on the driver's node (the job API reads them all).
+
+        `format=text`: Ray 2.33-2.44 put a status byte before each chunk unless asked not to; later
+        versions always send text and ignore the parameter.
+        """
+        query = urllib.parse.urlencode({"submission_id": submission_id, "node_id": driver_node_id, "lines": lines,
+                                        "format": "text"})
+        request = urllib.request.Request(f"{self.address}/api/v0/logs/file?{query}", headers=self.headers)
+        try:
+            with urllib.request.urlopen(request, timeout=30) as response:
+                return response.read().decode("utf-8", "replace")
+        except (urllib.error.URLError, OSError) as error:
+            raise RuntimeError(f"the last {lines} lines of {submission_id}: {error}") from error
 
     def nodes(self) -> list[dict]:
         return nodes(self.address, self.headers)

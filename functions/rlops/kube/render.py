@@ -143,7 +143,7 @@ def _worker_group(env: GcpEnvironment, pool: GpuPool) -> dict:
     group["rayStartParams"] = {"num-gpus": str(pool.accelerator.count)}
     template = group["template"]
     if env.ray.multi_nic:
-        template["metadata"]["annotations"] = multi_nic_annotations(len(env.networks.rdma.subnet_cidrs))
+        template["metadata"]["annotations"].update(multi_nic_annotations(len(env.networks.rdma.subnet_cidrs)))
     spec = template["spec"]
     spec["serviceAccountName"] = env.cluster.service_account.name
     spec["nodeSelector"] = {"cloud.google.com/gke-accelerator": pool.accelerator.type,

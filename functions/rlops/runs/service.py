@@ -14,6 +14,7 @@ from rlops.cloud.ray_jobs import RayJobs
 from rlops.logs import emit
 from rlops.runs import jobs, message, policy, progress, records
 
+TAIL_LINES = 2000  # NeMo RL prints a few dozen lines a step: a tick sees the last dozens of steps
 
 @dataclass
 class Site:
@@ -218,16 +219,24 @@ def _advance(site: Site, record: dict, attempts: dict[int, dict], nodes: list[di
 
 
 def _update_progress(site: Site, record: dict, current: dict, job: dict, runner: str) -> str:
-    """Step, reward and checkpoint from the job's output and its checkpoint directory; the output."""
+    """Step, reward and checkpoint from the job's output and its checkpoint directory; the output.
+
+    A long run's output is megabytes: once what its beginning says is known (the first step, a
+    resume), a tick reads only its end. The whole output is read at the end, to be kept.
+    """
+    whole = (job["status"] in policy.TERMINAL or not job.get("driver_node_id")
+             or (runner == "trl" and current.get("first_step") is None))
     try:
-        text = site.ray.logs(job["submission_id"])
+        text = (site.ray.logs(job["submission_id"]) if whole
+                else site.ray.tail(job["submission_id"], job["driver_node_id"], TAIL_LINES))
     except RuntimeError as error:  # the driver's node is gone, and its logs with it
         emit("INFO", "job logs unavailable", submission_id=job["submission_id"], error=str(error)[-200:])
         text = ""
     found = progress.from_logs(runner, text)
-    for key in ("first_step", "resumed_from"):
-        if found[key] is not None:
-            current[key] = found[key]
+    if whole:
+        for key in ("first_step", "resumed_from"):
+            if found[key] is not None:
+                current[key] = found[key]
     if found["step"] is not None:
         record["step"], record["reward"] = found["step"], found["reward"]
     directory = Path(record["checkpoint_dir"])
