@@ -32,7 +32,7 @@ def run(*argv) -> int:
 def applied(name: str) -> bool:
     """Whether the state bucket says the environment's current spec was applied completely."""
     _, env = cli._load_gcp(name)
-    return AppliedSpec(cli._bucket(env), env.spec.state.prefix, env.name).digest() == env.digest
+    return (AppliedSpec(cli._bucket(env), env.spec.state.prefix, env.name).read() or {}).get("spec_sha256") == env.digest
 
 
 def bodies(fake, method: str, path_end: str) -> list[dict]:

@@ -216,11 +216,11 @@ def applied(done: subprocess.CompletedProcess) -> set[str]:
 
 def test_a_push_applies_every_environment_its_commits_changed_and_only_those(workspace, cloud_fakes):
     gcp, _ = cloud_fakes
-    git("rm", "--quiet", "environments/b200-spot.yaml", cwd=workspace)  # the fake cluster API serves one cluster
-    git("commit", "--quiet", "-m", "one GCP environment", cwd=workspace)
     first = push(workspace, "grow h200", [("h200.yaml", "autoscaling: {min_nodes: 0, max_nodes: 2}",
                                            "autoscaling: {min_nodes: 0, max_nodes: 3}")])
     assert applied(first) == {"h200"}  # local has no cloud to apply
+    assert "b200-spot was never applied (or was destroyed) and this push did not touch" in first.stderr
+    assert not any("rlops-b200-example" in r.path for r in gcp.mutations())
     before = len(gcp.mutations())
     # Two commits in one push: COMMIT_SHA^ alone would see only the second, which changes local.
     both = push(workspace, "two commits", [("h200.yaml", "max_nodes: 3", "max_nodes: 4"),
@@ -231,12 +231,16 @@ def test_a_push_applies_every_environment_its_commits_changed_and_only_those(wor
     reworded = push(workspace, "comment", [("h200.yaml", "Replace the project", "Replace the GCP project")])
     assert applied(reworded) == set() and "is applied as its spec says" in reworded.stdout
     assert len(gcp.mutations()) == before
+    # Destroyed on purpose: a later push that does not touch its file leaves it destroyed.
+    subprocess.run([str(workspace / ".venv" / "bin" / "rlops"), "destroy", "h200", "--yes"], cwd=workspace, check=True,
+                   capture_output=True)
+    after_destroy = push(workspace, "local again", [("local.yaml", "timeout: 3m", "timeout: 4m")])
+    assert applied(after_destroy) == set()
+    assert "h200 was never applied (or was destroyed)" in after_destroy.stderr
 
 
 def test_a_failed_apply_fails_the_build_and_the_next_push_finishes_it(workspace, cloud_fakes):
     gcp, _ = cloud_fakes
-    git("rm", "--quiet", "environments/b200-spot.yaml", cwd=workspace)  # the fake cluster API serves one cluster
-    git("commit", "--quiet", "-m", "one GCP environment", cwd=workspace)
     gcp.fail_next(1, status=403, match="POST /compute/v1/projects/rlops-h200-example/global/firewalls")
     failed = push(workspace, "grow h200", [("h200.yaml", "max_nodes: 2}", "max_nodes: 3}")])
     assert failed.returncode == 1

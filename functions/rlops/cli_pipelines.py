@@ -31,7 +31,7 @@ def _changed(args) -> int:
             continue
         (deleted if status == "D" else changed).append(name.stem)
     if args.unapplied:
-        changed = _unapplied(folder)
+        changed = _unapplied(folder, touched=set(changed))
     elif args.gcp_only:
         changed = [name for name in changed if _is_gcp(folder / f"{name}.yaml")]
     for name in sorted(changed):
@@ -47,10 +47,10 @@ def _changed(args) -> int:
     return 0
 
 
-def _unapplied(folder: Path) -> list[str]:
-    """Environments whose spec differs from the one their last complete apply carried out (or never applied).
+def _unapplied(folder: Path, touched: set[str]) -> list[str]:
+    """GCP environments to apply: those `touched` and those applied before whose spec has changed since.
 
-    An invalid spec is listed too: `rlops validate`, which runs next, reports it.
+    An invalid spec that was touched is listed too: `rlops validate`, which runs next, reports it.
     """
     from rlops.cli import _bucket
     from rlops.provision.service import Environment
@@ -62,11 +62,17 @@ def _unapplied(folder: Path) -> list[str]:
     for path in environments.spec_files(folder):
         loaded = load(path)
         if loaded.problems:
-            names.append(path.stem)
-        elif not isinstance(loaded.environment, LocalEnvironment):
-            env = Environment(loaded.name, loaded.environment)
-            if AppliedSpec(_bucket(env), env.spec.state.prefix, env.name).digest() != env.digest:
-                names.append(env.name)
+            names += [path.stem] if path.stem in touched else []
+            continue
+        if isinstance(loaded.environment, LocalEnvironment):
+            continue
+        env = Environment(loaded.name, loaded.environment)
+        applied = AppliedSpec(_bucket(env), env.spec.state.prefix, env.name).read()
+        if applied is None and env.name not in touched:
+            print(f"rlops changed: {env.name} was never applied (or was destroyed) and this push did not touch "
+                  f"environments/{path.name}; left alone", file=sys.stderr)
+        elif applied is None or applied.get("spec_sha256") != env.digest:
+            names.append(env.name)
     return names
 
 
@@ -107,8 +113,8 @@ def add_commands(commands) -> None:
     changed.add_argument("--until", default="HEAD", metavar="GIT_REV")
     changed.add_argument("--gcp-only", action="store_true", help="leave out local environments (nothing to apply)")
     changed.add_argument("--unapplied", action="store_true",
-                         help="instead of the spec files that changed: the GCP environments whose spec differs from "
-                              "their last complete apply (reads the state buckets); deletions still come from --since")
+                         help="the GCP environments to apply: those changed since --since, and those applied before whose "
+                              "spec differs from their last complete apply (reads the state buckets)")
     changed.set_defaults(run=_changed)
 
     github = commands.add_parser("github", help="the pull request's plan comment and approval label")

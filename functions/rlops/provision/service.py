@@ -210,6 +210,9 @@ class Session:
         from rlops.kube import sync
 
         with self._lock(operation):
+            applied = AppliedSpec(self.bucket, self.env.spec.state.prefix, self.env.name)
+            if operation == "apply":
+                applied.mark_attempt()  # from here on, pushes to main retry it until an apply completes
             # Planned again under the lock: what another apply did while we waited is part of it.
             space = workspace(self.env, self.connection, self.bucket)
             live = engine.read_live([space])[self.env.name]
@@ -226,20 +229,19 @@ class Session:
             api = cluster_api(self.env, live)
             if operation == "destroy" and api is not None:
                 plan.cluster_objects = [f"- {ref}" for ref in sync.owned_refs(api, self.env.name)]
+            if plan.has_changes and not confirm(plan):
+                raise Refused(f"{operation} not confirmed; nothing was changed")
+            if operation == "destroy":
+                applied.clear()  # no push builds back what is being destroyed, even if this destroy stops part way
             if plan.has_changes:
-                if not confirm(plan):
-                    raise Refused(f"{operation} not confirmed; nothing was changed")
                 if operation == "destroy" and api is not None:
                     sync.delete_all(api, self.env.name, self.report)
                 runner.settle(live)
                 runner.run(plan)
-            applied = AppliedSpec(self.bucket, self.env.spec.state.prefix, self.env.name)
             if operation == "apply":
                 # What the cloud steps changed (a new cluster, Lustre's address) is read again; otherwise it stands.
                 self._sync_cluster(engine.read_live([space])[self.env.name] if plan.has_changes else live)
                 applied.mark(self.env.digest)
-            else:
-                applied.clear()
             return plan
 
     def _sync_cluster(self, live: dict[str, Live]) -> None:

@@ -43,19 +43,27 @@ class ResourceRecord:
 
 
 class AppliedSpec:
-    """The digest of the spec an environment's last complete apply carried out.
+    """Which spec an environment's last complete apply carried out (`applied.json`).
 
-    A push to main applies every environment whose spec differs from it, so the environments a
-    push of several commits changed, and an apply that failed last time, are all applied; nothing
-    depends on which commit came before.
+    The object exists from an environment's first apply on, with `spec_sha256` null until one
+    completes; destroy removes it. A push to main applies the environments its last commit touched
+    and every environment that has the object with another digest than its spec's: so the commits
+    before the last one in a push count too, and an apply that failed is tried again; an
+    environment that was never applied, or was destroyed, is left alone until its file changes.
     """
 
     def __init__(self, bucket, prefix: str, environment: str):
         self.blob = bucket.blob(f"{prefix}/environments/{environment}/applied.json")
 
-    def digest(self) -> str | None:
-        content, _ = read_json(self.blob)
-        return (content or {}).get("spec_sha256")
+    def read(self) -> dict | None:
+        """None when the environment was never applied (or was destroyed since)."""
+        return read_json(self.blob)[0]
+
+    def mark_attempt(self) -> None:
+        try:
+            write_json(self.blob, {"spec_sha256": None}, if_generation_match=0)
+        except gexc.PreconditionFailed:
+            pass  # applied before: the record of the last complete apply stays until this one completes
 
     def mark(self, digest: str) -> None:
         _, generation = read_json(self.blob)
