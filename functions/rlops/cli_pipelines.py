@@ -52,6 +52,8 @@ def _unapplied(folder: Path, touched: set[str]) -> list[str]:
 
     An invalid spec that was touched is listed too: `rlops validate`, which runs next, reports it.
     """
+    from google.api_core.exceptions import GoogleAPICallError
+
     from rlops.cli import _bucket
     from rlops.provision.service import Environment
     from rlops.spec.load import load
@@ -67,7 +69,11 @@ def _unapplied(folder: Path, touched: set[str]) -> list[str]:
         if isinstance(loaded.environment, LocalEnvironment):
             continue
         env = Environment(loaded.name, loaded.environment)
-        applied = AppliedSpec(_bucket(env), env.spec.state.prefix, env.name).read()
+        record = AppliedSpec(_bucket(env), env.spec.state.prefix, env.name)
+        try:
+            applied = record.read()
+        except GoogleAPICallError as error:
+            raise Failure(f"{path}: cannot read gs://{env.spec.state.bucket}/{record.blob.name}: {error.message}") from error
         if applied is None and env.name not in touched:
             print(f"rlops changed: {env.name} was never applied (or was destroyed) and this push did not touch "
                   f"environments/{path.name}; left alone", file=sys.stderr)
