@@ -1,6 +1,6 @@
 """The reaper's decision over random job traces: never with work pending or running; never much later than due."""
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from rlops.reaper.policy import Picture, decide
@@ -43,8 +43,10 @@ def simulate(jobs: list[tuple[float, float]], offset: float):
     return downs
 
 
-@settings(max_examples=300, deadline=None)
+# Derandomized: the same 300 traces on every run, so that CI passes or fails on the code, not on the draw.
+@settings(max_examples=300, deadline=None, derandomize=True)
 @given(traces(), st.floats(0, TICK))
+@example(jobs=[(0.0, 929.9999999999999)], offset=0.0)  # quiet_from + TIMEOUT rounds up to the tick itself
 def test_never_with_a_job_pending_or_running_and_at_most_one_tick_late(jobs, offset):
     downs = simulate(jobs, offset)
     for at, idle_since in downs:
@@ -54,7 +56,8 @@ def test_never_with_a_job_pending_or_running_and_at_most_one_tick_late(jobs, off
     # Every quiet stretch (no job pending or running) longer than timeout + tick has its scale-down in time.
     for quiet_from, quiet_to in quiet_stretches(jobs):
         if quiet_to - quiet_from > TIMEOUT + TICK:
-            assert any(quiet_from + TIMEOUT < at <= quiet_from + TIMEOUT + TICK for at, _ in downs), \
+            # Differences, as the policy computes idleness: a sum like quiet_from + TIMEOUT can round onto a tick.
+            assert any(TIMEOUT < at - quiet_from <= TIMEOUT + TICK for at, _ in downs), \
                 (quiet_from, quiet_to, downs)
 
 
