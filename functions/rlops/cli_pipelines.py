@@ -73,7 +73,8 @@ def _unapplied(folder: Path, touched: set[str]) -> list[str]:
         try:
             applied = record.read()
         except GoogleAPICallError as error:
-            raise Failure(f"{path}: cannot read gs://{env.spec.state.bucket}/{record.blob.name}: {error.message}") from error
+            where = f"gs://{env.spec.state.bucket}/{record.blob.name}"
+            raise Failure(f"{path}: cannot read {where}: {error.message}") from error
         if applied is None and env.name not in touched:
             print(f"rlops changed: {env.name} was never applied (or was destroyed) and this push did not touch "
                   f"environments/{path.name}; left alone", file=sys.stderr)
@@ -119,8 +120,8 @@ def add_commands(commands) -> None:
     changed.add_argument("--until", default="HEAD", metavar="GIT_REV")
     changed.add_argument("--gcp-only", action="store_true", help="leave out local environments (nothing to apply)")
     changed.add_argument("--unapplied", action="store_true",
-                         help="the GCP environments to apply: those changed since --since, and those applied before whose "
-                              "spec differs from their last complete apply (reads the state buckets)")
+                         help="the GCP environments to apply: those changed since --since, and those applied "
+                              "before whose spec differs from their last complete apply (reads the state buckets)")
     changed.set_defaults(run=_changed)
 
     github = commands.add_parser("github", help="the pull request's plan comment and approval label")

@@ -16,6 +16,7 @@ from rlops.runs import jobs, message, policy, progress, records
 
 TAIL_LINES = 2000  # NeMo RL prints a few dozen lines a step: a tick sees the last dozens of steps
 
+
 @dataclass
 class Site:
     """One environment's runs: its spec, its Ray head, its run records and its events topic."""
