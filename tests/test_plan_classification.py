@@ -394,10 +394,6 @@ def test_a_resource_to_adopt_on_a_replaced_network_is_not_left_standing():
         ("address/rl-lustre-range", "connection/rl-net", "lustre_instance/rl-lustre"), R)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "node pools are keyed node_pool/NAME, not by cluster: renaming the cluster plans its pools as "
-    "REPLACE with the new cluster's dependencies, so the old cluster's delete is not ordered after "
-    "(or instead of) the deletes of the pools that live in it"))
 def test_renaming_the_cluster_deletes_its_pools_before_it_or_with_it():
     from rlops.provision.engine import steps_for  # the apply's step order; imported here, it is slow to import
 

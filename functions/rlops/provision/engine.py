@@ -117,9 +117,10 @@ def steps_for(plan: Plan) -> list[Step]:
     for step in steps.values():
         key = step.change.key
         if step.verb == "delete":
-            # Whatever is built on this goes first.
+            # Whatever is built on this, now or in the spec, goes first.
             step.needs = {("delete", c.key) for c in plan.changes
-                          if (key in c.depends_on or c.kind in DELETED_AFTER.get(step.change.kind, ()))
+                          if (key in c.depends_on or key in c.live_depends_on
+                              or c.kind in DELETED_AFTER.get(step.change.kind, ()))
                           and ("delete", c.key) in steps and c.key != key}
         else:
             step.needs = {(verb, d) for d in step.change.depends_on for verb in ("create", "update", "record")

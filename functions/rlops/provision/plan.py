@@ -52,6 +52,8 @@ class Change:
     destructive: bool = False
     reason: str = ""
     depends_on: tuple[str, ...] = ()
+    # What the live resource stands on: a replaced node pool's old cluster, not its new one.
+    live_depends_on: tuple[str, ...] = ()
 
     @property
     def kind(self) -> str:
@@ -101,6 +103,8 @@ def build_plan(environment: str, desired: list[Resource], live: dict[str, Live])
     by_key: dict[str, Change] = {}
     for resource in desired:
         change = _classify(resource, live.get(resource.key), by_key, plan.errors)
+        if resource.key in live:
+            change.live_depends_on = live[resource.key].depends_on
         by_key[resource.key] = change
         plan.changes.append(change)
     _replace_dependents(plan.changes, by_key, plan.errors)
@@ -108,7 +112,8 @@ def build_plan(environment: str, desired: list[Resource], live: dict[str, Live])
     for key, state in live.items():
         if key not in wanted and state.owned:
             plan.changes.append(Change(key, Action.DELETE, None, destructive=KINDS[key.split("/", 1)[0]].destructive,
-                                       reason="no longer in the spec", depends_on=state.depends_on))
+                                       reason="no longer in the spec", depends_on=state.depends_on,
+                                       live_depends_on=state.depends_on))
     for change in plan.changes:
         if change.action == Action.REPLACE:
             change.destructive = KINDS[change.kind].destructive
