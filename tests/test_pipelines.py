@@ -5,6 +5,7 @@ becomes `$`, as Cloud Build does, and bash runs it in a git workspace with `.ven
 this interpreter's environment. The `install` steps (pip) and the gcloud steps are not run here.
 """
 
+import itertools
 import json
 import os
 import re
@@ -74,6 +75,43 @@ def test_every_rlops_command_and_flag_a_pipeline_runs_exists(name):
 def fill(script: str, values: dict[str, str]) -> str:
     script = REFERENCE.sub(lambda m: values[m.group(1) or m.group(2)], script)
     return script.replace("$$", "$")
+
+
+def gcloud_calls(script: str) -> list[list[str]]:
+    """Each gcloud command of a filled-in script as words; a `$name` the script assigns is expanded to each value."""
+    joined = script.replace("\\\n", " ")
+    assigned: dict[str, list[list[str]]] = {}
+    for name, quoted, bare in re.findall(r"^\s*(\w+)=(?:\"([^\"]*)\"|([a-z][\w-]*)\s*$)", joined, re.M):
+        assigned.setdefault(name, []).append((quoted or bare).split())
+    calls = []
+    for line in joined.splitlines():
+        for found in re.finditer(r"\bgcloud\s+([^|;&>)]*)", line):
+            variants: list[list[str]] = [[]]
+            for word in found.group(1).split():
+                variable = re.fullmatch(r"\"?\$\{?(\w+)\}?\"?", word)
+                values = assigned.get(variable.group(1)) if variable else None
+                variants = [v + value for v in variants for value in (values or [[word.strip("\"'")]])]
+            calls += variants
+    return calls
+
+
+@pytest.mark.skipif(shutil.which("gcloud") is None, reason="google-cloud-cli is not installed")
+@pytest.mark.parametrize("name", ["plan.yaml", "apply.yaml", "deploy.yaml"])
+def test_every_gcloud_command_and_flag_a_pipeline_runs_exists(name):
+    """Never run here against GCP, the gcloud lines are at least checked against gcloud's own help."""
+    build = load(name)
+    values = {key: "x" for key in BUILT_IN} | {k: str(v) for k, v in build.get("substitutions", {}).items()}
+    helps: dict[tuple[str, ...], set[str]] = {}
+    for step_script in scripts(build).values():
+        for words in gcloud_calls(fill(step_script, values)):
+            path = tuple(itertools.takewhile(lambda w: re.fullmatch(r"[a-z][a-z0-9-]*", w), words))
+            if path not in helps:
+                shown = subprocess.run(["gcloud", *path, "--help"], capture_output=True, text=True, timeout=120,
+                                       env={**os.environ, "CLOUDSDK_CORE_DISABLE_PROMPTS": "1"})
+                assert shown.returncode == 0, (path, shown.stderr[-500:])
+                helps[path] = set(re.findall(r"--[a-z][a-z0-9-]*", re.sub(r"\x1b\[[0-9;]*m", "", shown.stdout)))
+            flags = {word.split("=", 1)[0] for word in words if word.startswith("--")}
+            assert flags <= helps[path], (name, " ".join(path), flags - helps[path])
 
 
 def git(*args, cwd) -> str:
