@@ -37,7 +37,6 @@ def train(cloud_event) -> None:
 
 def _each_environment(cloud_event, what: str, act) -> None:
     """A tick, `{"environment": NAME}` for one environment or `{}` for every deployed one: `act(site)` for each."""
-    from rlops import environments
     from rlops.logs import emit
     from rlops.runs import service
 
@@ -46,7 +45,7 @@ def _each_environment(cloud_event, what: str, act) -> None:
     except (ValueError, AttributeError, RecursionError):
         emit("WARNING", f"{what} tick refused: not a JSON object")
         return
-    names = [wanted] if wanted else [path.stem for path in environments.spec_files()]
+    names = [wanted] if wanted else service.ticked_environments()
     for name in names:
         try:
             env = service.load_environment(name)

@@ -450,6 +450,27 @@ def test_rlops_train_publishes_a_gke_environments_message_to_its_train_topic(loc
     assert "not sent: run:" in capsys.readouterr().err
 
 
+def test_a_tick_for_every_environment_covers_the_applied_gcp_ones_only(h200_on_local_ray, capsys, monkeypatch):
+    """Cloud Scheduler's tick names no environment: the example spec never applied and the local one are skipped,
+    not reported as errors every minute."""
+    import base64
+
+    from cloudevents.http import CloudEvent
+
+    import main
+    from rlops import logs
+
+    monkeypatch.setattr(logs, "_stream", None)  # the functions log to stdout, as on Cloud Run
+    capsys.readouterr()
+    main.watch(CloudEvent({"type": "google.cloud.pubsub.topic.v1.messagePublished", "source": "//tests"},
+                          {"message": {"data": base64.b64encode(b"{}").decode(), "messageId": "1"}}))
+    captured = capsys.readouterr()
+    logged = [json.loads(line) for line in (captured.out + captured.err).splitlines() if line.startswith("{")]
+    assert [e["environment"] for e in logged if e["message"] == "watch tick"] == ["h200"]
+    assert [e["environment"] for e in logged if e["message"].startswith("tick skips")] == ["b200-spot"]
+    assert not [e for e in logged if e["severity"] == "ERROR"], logged
+
+
 def test_a_gke_environments_idle_pool_is_reaped_at_once_and_woken_by_a_train_message(h200_on_local_ray, specs,
                                                                                      capsys):
     from rlops import cli

@@ -48,6 +48,38 @@ def load_environment(name: str):
     return loaded.environment
 
 
+def ticked_environments() -> list[str]:
+    """The deployed environments a tick that names none covers: the GCP ones that have cloud resources.
+
+    A local environment is ticked by its own scheduler (`rlops up`), and a spec that was never applied
+    (an example) or was destroyed has no Ray to watch: ticking those would log an error every minute.
+    """
+    from rlops.spec.model import LocalEnvironment
+    from rlops.state.bucket import client
+    from rlops.state.record import ResourceRecord
+
+    names = []
+    for path in environments.spec_files():
+        try:
+            env = load_environment(path.stem)
+        except message.Poison:
+            names.append(path.stem)  # the tick reports why it cannot be loaded
+            continue
+        if isinstance(env, LocalEnvironment):
+            continue
+        try:
+            applied = ResourceRecord(client(env.project.id).bucket(env.state.bucket), env.state.prefix,
+                                     path.stem).load().resources
+        except Exception:  # noqa: BLE001 - an unreadable bucket is the tick's to report, with the environment's name
+            applied = True
+        if applied:
+            names.append(path.stem)
+        else:
+            emit("INFO", "tick skips an environment with no cloud resources (never applied, or destroyed)",
+                 environment=path.stem)
+    return names
+
+
 def open_site(name: str, env) -> Site:
     from rlops.spec.model import LocalEnvironment
     from rlops.state.bucket import client
