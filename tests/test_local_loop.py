@@ -469,6 +469,14 @@ def test_a_tick_for_every_environment_covers_the_applied_gcp_ones_only(h200_on_l
     assert [e["environment"] for e in logged if e["message"] == "watch tick"] == ["h200"]
     assert [e["environment"] for e in logged if e["message"].startswith("tick skips")] == ["b200-spot"]
     assert not [e for e in logged if e["severity"] == "ERROR"], logged
+    # Deployed in the B200 environment's project, the same tick leaves the H200 one to its own project's deployment.
+    monkeypatch.setenv("RLOPS_PROJECT", "rlops-b200-example")
+    main.reap(CloudEvent({"type": "google.cloud.pubsub.topic.v1.messagePublished", "source": "//tests"},
+                         {"message": {"data": base64.b64encode(b"{}").decode(), "messageId": "2"}}))
+    logged = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
+    assert [(e["message"], e["environment"]) for e in logged] == [
+        ("tick skips an environment with no cloud resources (never applied, or destroyed)", "b200-spot"),
+        ("tick skips an environment of another project", "h200")]
 
 
 def test_a_gke_environments_idle_pool_is_reaped_at_once_and_woken_by_a_train_message(h200_on_local_ray, specs,

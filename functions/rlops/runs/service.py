@@ -4,6 +4,7 @@ From a train message to the Ray call: `handle_train` → `message.parse` / `sett
 `jobs.request` → `RayJobs.submit_once` (cloud/ray_jobs.py).
 """
 
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -51,13 +52,15 @@ def load_environment(name: str):
 def ticked_environments() -> list[str]:
     """The deployed environments a tick that names none covers: the GCP ones that have cloud resources.
 
-    A local environment is ticked by its own scheduler (`rlops up`), and a spec that was never applied
+    A local environment is ticked by its own scheduler (`rlops up`), one in another project than
+    RLOPS_PROJECT (the deployment's) by that project's deployment, and a spec that was never applied
     (an example) or was destroyed has no Ray to watch: ticking those would log an error every minute.
     """
     from rlops.spec.model import LocalEnvironment
     from rlops.state.bucket import client
     from rlops.state.record import ResourceRecord
 
+    own_project = os.environ.get("RLOPS_PROJECT")
     names = []
     for path in environments.spec_files():
         try:
@@ -66,6 +69,10 @@ def ticked_environments() -> list[str]:
             names.append(path.stem)  # the tick reports why it cannot be loaded
             continue
         if isinstance(env, LocalEnvironment):
+            continue
+        if own_project and env.project.id != own_project:
+            emit("INFO", "tick skips an environment of another project", environment=path.stem,
+                 project=env.project.id)
             continue
         try:
             applied = ResourceRecord(client(env.project.id).bucket(env.state.bucket), env.state.prefix,
