@@ -66,8 +66,9 @@ class AppliedSpec:
             pass  # applied before: the record of the last complete apply stays until this one completes
 
     def mark(self, digest: str) -> None:
-        _, generation = read_json(self.blob)
-        write_json(self.blob, {"spec_sha256": digest}, if_generation_match=generation)
+        content, generation = read_json(self.blob)
+        if content != {"spec_sha256": digest}:  # an apply that changed nothing writes nothing
+            write_json(self.blob, {"spec_sha256": digest}, if_generation_match=generation)
 
     def clear(self) -> None:
         try:
