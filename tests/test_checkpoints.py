@@ -142,3 +142,26 @@ def test_the_python_fallback_hashes_exactly_like_the_native_library(checkpoint, 
     assert manifest._native_extend() is not None  # this machine's wheel ships libcrc32c
     monkeypatch.setattr(manifest, "_native_extend", lambda: None)
     assert manifest.hash_files(checkpoint, ["model.safetensors", "optimizer.pt"]) == native
+
+
+WITHOUT_GOOGLE_CRC32C = """
+import json, sys
+from pathlib import Path
+sys.modules["google_crc32c"] = None  # as on a cluster image without it
+sys.path[:0] = sys.argv[3:]
+from rlops.checkpoints import manifest
+print(json.dumps(manifest.hash_files(Path(sys.argv[1]), sys.argv[2].split(","))))
+"""
+
+
+def test_an_image_without_google_crc32c_hashes_with_the_library_shipped_with_the_job(checkpoint, tmp_path):
+    names = ["model.safetensors", "optimizer.pt"]
+    shipped = manifest.native_module(tmp_path / "job")  # what the snapshot tick uploads as a py_module
+    assert shipped is not None and shipped.name == "rlops_crc32c"
+    done = subprocess.run([sys.executable, "-c", WITHOUT_GOOGLE_CRC32C, str(checkpoint), ",".join(names),
+                           str(shipped.parent)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == manifest.hash_files(checkpoint, names)
+    alone = subprocess.run([sys.executable, "-c", WITHOUT_GOOGLE_CRC32C, str(checkpoint), ",".join(names)],
+                           capture_output=True, text=True, timeout=120)
+    assert alone.returncode != 0 and "no crc32c implementation here: install google-crc32c" in alone.stderr

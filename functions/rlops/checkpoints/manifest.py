@@ -7,23 +7,30 @@ Files are read with `readinto` into a 1 MiB buffer each worker thread reuses, an
 library google-crc32c ships (libcrc32c, its public `crc32c_extend`) through ctypes, which releases
 the GIL: reading and hashing of several files proceed on several cores at once. (google-crc32c's
 Python `extend` takes only `bytes` and holds the GIL: a copy per chunk, one core.) Where the wheel
-has no such library, the chunks go to the Python `extend`. A path that leaves the checkpoint (a
-symlink out of it, `..` in a manifest) is refused.
+has no such library, the chunks go to the Python `extend`. A Ray job on a cluster whose image has
+no google-crc32c finds the library in the `rlops_crc32c` module the snapshot tick ships with it
+(`native_module`). A path that leaves the checkpoint (a symlink out of it, `..` in a manifest) is
+refused.
 """
 
 import base64
 import ctypes
 import functools
 import hashlib
+import importlib.util
 import json
 import os
+import shutil
 import struct
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 from pathlib import Path, PurePosixPath
 
-import google_crc32c
+try:
+    import google_crc32c
+except ImportError:  # a cluster image without it: the library shipped with the job (rlops_crc32c) does the work
+    google_crc32c = None
 
 from rlops.checkpoints.layout import METRICS_FILE, identify, incomplete_reason
 
@@ -55,15 +62,44 @@ def _files(root: Path) -> list[str]:
     return sorted(found)
 
 
+SHIPPED_MODULE = "rlops_crc32c"
+
+
+def _libraries() -> list[Path]:
+    """libcrc32c where google-crc32c's wheel keeps it, then in the shipped module."""
+    found = []
+    if google_crc32c is not None:
+        found += sorted((Path(google_crc32c.__file__).parent.parent / "google_crc32c.libs").glob("libcrc32c*.so*"))
+    shipped = importlib.util.find_spec(SHIPPED_MODULE)
+    for folder in (shipped.submodule_search_locations or []) if shipped else []:
+        found += sorted(Path(folder).glob("libcrc32c*.so*"))
+    return found
+
+
 @functools.cache
 def _native_extend():
     """libcrc32c's `uint32_t crc32c_extend(uint32_t crc, const uint8_t* data, size_t count)`, or None."""
-    libraries = sorted((Path(google_crc32c.__file__).parent.parent / "google_crc32c.libs").glob("libcrc32c*.so*"))
+    libraries = _libraries()
     if not libraries:
+        if google_crc32c is None:
+            raise ManifestError("no crc32c implementation here: install google-crc32c (or ship rlops_crc32c)")
         return None
     extend = ctypes.CDLL(str(libraries[0])).crc32c_extend
     extend.argtypes, extend.restype = [ctypes.c_uint32, ctypes.c_void_p, ctypes.c_size_t], ctypes.c_uint32
     return extend
+
+
+def native_module(folder: Path) -> Path | None:
+    """Write the `rlops_crc32c` module (libcrc32c and an empty __init__) under `folder`, for a Ray job's
+    py_modules; None where this machine has no libcrc32c to give."""
+    libraries = _libraries()
+    if not libraries:
+        return None
+    module = folder / SHIPPED_MODULE
+    module.mkdir(parents=True, exist_ok=True)
+    (module / "__init__.py").write_text('"""libcrc32c for rlops.checkpoints.manifest, shipped with a Ray job."""\n')
+    shutil.copy2(libraries[0], module / libraries[0].name)
+    return module
 
 
 def _hash(path: Path, buffer: bytearray) -> tuple[int, str]:

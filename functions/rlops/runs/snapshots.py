@@ -111,12 +111,17 @@ def _start_cluster_scan(site) -> None:
     if not runs:
         return
     import shlex
+    import tempfile
 
-    site.ray.submit_once(JobRequest(
-        submission_id=f"rlops.{site.name}.snapshot.{int(now)}",
-        entrypoint=" ".join(shlex.quote(word) for word in ["python", "-m", "rlops.checkpoints.scan", *runs]),
-        metadata={"rlops-environment": site.name, "rlops-kind": "snapshot"},
-        runtime_env={"py_modules": [str(Path(rlops.__file__).parent)]}, entrypoint_num_cpus=1))
+    with tempfile.TemporaryDirectory(prefix="rlops-job-") as staging:  # py_modules are uploaded by the submit
+        # libcrc32c goes along: the cluster's image need not have google-crc32c.
+        native = manifest.native_module(Path(staging))
+        site.ray.submit_once(JobRequest(
+            submission_id=f"rlops.{site.name}.snapshot.{int(now)}",
+            entrypoint=" ".join(shlex.quote(word) for word in ["python", "-m", "rlops.checkpoints.scan", *runs]),
+            metadata={"rlops-environment": site.name, "rlops-kind": "snapshot"},
+            runtime_env={"py_modules": [str(Path(rlops.__file__).parent), *([str(native)] if native else [])]},
+            entrypoint_num_cpus=1))
 
 
 def _link(site, run: str, step: int, name: str, digest: str) -> None:
