@@ -45,13 +45,7 @@ def _each_environment(cloud_event, what: str, act) -> None:
     except (ValueError, AttributeError, RecursionError):
         emit("WARNING", f"{what} tick refused: not a JSON object")
         return
-    names = [wanted] if wanted else service.ticked_environments()
-    for name in names:
-        try:
-            env = service.load_environment(name)
-        except service.message.Poison as poison:
-            emit("WARNING", f"{what} tick for an unknown environment", reason=str(poison))
-            continue
+    for name, env in service.ticked_environments(wanted, what):
         try:
             events = act(service.open_site(name, env))
         except Exception as error:  # one unreachable environment must not starve the others; the next tick retries

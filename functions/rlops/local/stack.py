@@ -91,14 +91,17 @@ class Stack:
         steps += [(f"functions-{target}", self._start_function) for target in SERVED_FUNCTIONS]
         if tick_seconds() > 0:
             steps.append(("scheduler", self._start_scheduler))
+        pool_down = None  # read once storage is up, and only if a GPU-pool worker is to be started
         for name, starter in steps:
             if name in running:
                 self.report(f"{name}: running (pid {running[name].pid})")
                 continue
-            if name in self._pool_names() and self._pool_scaled_down():
-                self.report(f"{name}: not started: the reaper scaled the GPU pool down; the next train message "
-                            "starts it")
-                continue
+            if name in self._pool_names():
+                pool_down = self._pool_scaled_down() if pool_down is None else pool_down
+                if pool_down:
+                    self.report(f"{name}: not started: the reaper scaled the GPU pool down; the next train message "
+                                "starts it")
+                    continue
             if name == "pubsub" and not pubsub_available():
                 self.report("pubsub: the emulator is not installed (google-cloud-cli's pubsub-emulator); "
                             "`rlops train` will post to the train function directly")
@@ -239,14 +242,12 @@ class Stack:
 
     def _pool_scaled_down(self) -> bool:
         """What the state bucket says of the GPU pool, as on GKE, where `apply` leaves a reaped pool at zero too."""
-        from google.auth.credentials import AnonymousCredentials
-        from google.cloud import storage
-
         from rlops.reaper.service import PoolState
+        from rlops.state.bucket import client
 
         os.environ["STORAGE_EMULATOR_HOST"] = self.service_env()["STORAGE_EMULATOR_HOST"]
-        bucket = storage.Client(project=LOCAL_PROJECT, credentials=AnonymousCredentials()).bucket(self.env.state.bucket)
-        state, _ = PoolState(bucket, self.env.state.prefix, self.name).read()
+        state, _ = PoolState(client(LOCAL_PROJECT).bucket(self.env.state.bucket), self.env.state.prefix,
+                             self.name).read()
         return bool(state.get("scaled_down"))
 
     def _pool_names(self) -> list[str]:

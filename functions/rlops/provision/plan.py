@@ -52,7 +52,8 @@ class Change:
     destructive: bool = False
     reason: str = ""
     depends_on: tuple[str, ...] = ()
-    # What the live resource stands on: a replaced node pool's old cluster, not its new one.
+    # What the live resource stands on, where it differs from the spec: a replaced node pool's old cluster.
+    # (A delete's depends_on already is the live one.)
     live_depends_on: tuple[str, ...] = ()
 
     @property
@@ -112,8 +113,7 @@ def build_plan(environment: str, desired: list[Resource], live: dict[str, Live])
     for key, state in live.items():
         if key not in wanted and state.owned:
             plan.changes.append(Change(key, Action.DELETE, None, destructive=KINDS[key.split("/", 1)[0]].destructive,
-                                       reason="no longer in the spec", depends_on=state.depends_on,
-                                       live_depends_on=state.depends_on))
+                                       reason="no longer in the spec", depends_on=state.depends_on))
     for change in plan.changes:
         if change.action == Action.REPLACE:
             change.destructive = KINDS[change.kind].destructive

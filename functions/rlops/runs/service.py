@@ -49,42 +49,45 @@ def load_environment(name: str):
     return loaded.environment
 
 
-def ticked_environments() -> list[str]:
-    """The deployed environments a tick that names none covers: the GCP ones that have cloud resources.
+def ticked_environments(wanted: str | None, what: str) -> list[tuple[str, object]]:
+    """(name, spec) of the environments a `what` tick covers: the one it names, or else every deployed GCP
+    environment that has cloud resources. A spec that does not load is logged and left out.
 
     A local environment is ticked by its own scheduler (`rlops up`), one in another project than
     RLOPS_PROJECT (the deployment's) by that project's deployment, and a spec that was never applied
     (an example) or was destroyed has no Ray to watch: ticking those would log an error every minute.
     """
+    ticked = []
+    for name in [wanted] if wanted else [path.stem for path in environments.spec_files()]:
+        try:
+            env = load_environment(name)
+        except message.Poison as poison:
+            emit("WARNING", f"{what} tick for an unknown environment", reason=str(poison))
+            continue
+        if wanted or _has_cloud_resources(name, env):
+            ticked.append((name, env))
+    return ticked
+
+
+def _has_cloud_resources(name: str, env) -> bool:
     from rlops.spec.model import LocalEnvironment
     from rlops.state.bucket import client
     from rlops.state.record import ResourceRecord
 
+    if isinstance(env, LocalEnvironment):
+        return False
     own_project = os.environ.get("RLOPS_PROJECT")
-    names = []
-    for path in environments.spec_files():
-        try:
-            env = load_environment(path.stem)
-        except message.Poison:
-            names.append(path.stem)  # the tick reports why it cannot be loaded
-            continue
-        if isinstance(env, LocalEnvironment):
-            continue
-        if own_project and env.project.id != own_project:
-            emit("INFO", "tick skips an environment of another project", environment=path.stem,
-                 project=env.project.id)
-            continue
-        try:
-            applied = ResourceRecord(client(env.project.id).bucket(env.state.bucket), env.state.prefix,
-                                     path.stem).load().resources
-        except Exception:  # noqa: BLE001 - an unreadable bucket is the tick's to report, with the environment's name
-            applied = True
-        if applied:
-            names.append(path.stem)
-        else:
-            emit("INFO", "tick skips an environment with no cloud resources (never applied, or destroyed)",
-                 environment=path.stem)
-    return names
+    if own_project and env.project.id != own_project:
+        emit("INFO", "tick skips an environment of another project", environment=name, project=env.project.id)
+        return False
+    try:
+        resources = ResourceRecord(client(env.project.id).bucket(env.state.bucket), env.state.prefix, name).load()
+    except Exception:  # noqa: BLE001 - an unreadable bucket is the tick's to report, with the environment's name
+        return True
+    if not resources.resources:
+        emit("INFO", "tick skips an environment with no cloud resources (never applied, or destroyed)",
+             environment=name)
+    return bool(resources.resources)
 
 
 def open_site(name: str, env) -> Site:
