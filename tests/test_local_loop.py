@@ -120,7 +120,8 @@ def local(tmp_path_factory):
     spec = root / "environments" / "local.yaml"
     text = spec.read_text()
     text = text.replace("max_steps: {type: int, min: 1, max: 50, default: 6}",
-                        f"max_steps: {{type: int, min: 1, max: {LONG_RUN_STEPS}, default: 6}}")
+                        f"max_steps: {{type: int, min: 1, max: {LONG_RUN_STEPS}, default: 6}}\n"
+                        "      pause_while: {type: str, pattern: '[a-z]+'}")
     text = text.replace("recipes:\n", "recipes:\n  broken:\n    runner: trl\n"
                         "    entrypoint: rlops.workloads.no_such_workload\n    model: tiny-from-config\n"
                         "    checkpoint_root: /lustre/checkpoints/broken\n    resume_budget: 2\n", 1)
@@ -348,12 +349,20 @@ def test_an_idle_pool_is_reaped_and_a_train_message_brings_it_back(local):
     local.rlops("train", "local", "--recipe", "tiny-arith", "--run", "after-reap", "--set", "max_steps=2")
     record = local.tick_until("after-reap", lambda r: r["state"] == "SUCCEEDED")
     assert record["step"] == 2 and local.registry()["ray-worker-0"].alive()
-    # While a run is live the pool stays, however long ago the timeout started.
-    local.rlops("train", "local", "--recipe", "tiny-arith", "--run", "busy", "--set", f"max_steps={LONG_RUN_STEPS}")
+    # While a run is live the pool stays, however long ago the timeout started. The run holds after its
+    # first step until the test removes the gate, so it is live for as long as the test looks.
+    gate = local.root / ".rlops/local/lustre/checkpoints/tiny-arith/busy/hold"
+    gate.parent.mkdir(parents=True)
+    gate.touch()
+    local.rlops("train", "local", "--recipe", "tiny-arith", "--run", "busy", "--set", "max_steps=4",
+                "--set", "pause_while=hold")
     local.tick_until("busy", lambda r: r["state"] == "RUNNING")
-    time.sleep(4)
+    time.sleep(4)  # past the 3 s idle timeout
     assert "job(s) pending or running" in local.rlops("reap", "local").stdout
     assert local.registry()["ray-worker-0"].alive()
+    gate.unlink()
+    record = local.tick_until("busy", lambda r: r["state"] == "SUCCEEDED")
+    assert record["step"] == 4
 
 
 @pytest.fixture

@@ -7,6 +7,10 @@ problems generated from the seed; the reward is 1 when the last number of the co
 answer. It saves `checkpoint-N/` every `save_steps` and, started again on the same directory,
 resumes from the newest one, as a preempted run must. Progress goes to stdout as
 `[rlops] step=N reward=R loss=L` lines, which the watcher reads.
+
+`pause_while=NAME` holds the run after each step for as long as a file NAME exists in the output
+directory: whoever made the file decides when the run goes on (the local-loop tests use it to keep
+a run RUNNING exactly as long as they need, instead of hoping it is still running).
 """
 
 import argparse
@@ -14,6 +18,7 @@ import os
 import random
 import re
 import sys
+import time
 
 # Set before transformers/datasets are imported: any hub call fails at once instead of hanging.
 for _offline in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"):
@@ -21,9 +26,9 @@ for _offline in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"
 os.environ["TOKENIZERS_PARALLELISM"] = "false"
 
 SETTINGS = {"max_steps": int, "learning_rate": float, "seed": int, "num_generations": int, "save_steps": int,
-            "max_completion_length": int}
+            "max_completion_length": int, "pause_while": str}
 DEFAULTS = {"max_steps": 6, "learning_rate": 1e-3, "seed": 0, "num_generations": 4, "save_steps": 2,
-            "max_completion_length": 8}
+            "max_completion_length": 8, "pause_while": ""}
 CHARACTERS = "0123456789abcdefghijklmnopqrstuvwxyz ?.,"
 NAMES = ("ann", "bob", "kim", "lee", "max", "sam")
 THINGS = ("apples", "books", "coins", "pens", "shells")
@@ -40,6 +45,8 @@ def parse(argv: list[str]) -> tuple[str, dict]:
         if key not in SETTINGS:
             parser.error(f"unknown setting {key!r}; known: {', '.join(sorted(SETTINGS))}")
         settings[key] = SETTINGS[key](value)
+    if not re.fullmatch(r"(\w[\w.-]*)?", settings["pause_while"]):
+        parser.error(f"pause_while must be a file name in the output directory, not {settings['pause_while']!r}")
     return args.output_dir, settings
 
 
@@ -129,6 +136,14 @@ def main(argv: list[str] | None = None) -> int:
 
         def on_save(self, args, state, control, **kwargs):
             print(f"[rlops] checkpoint step={state.global_step}", flush=True)
+
+        def on_step_end(self, args, state, control, **kwargs):
+            gate = os.path.join(output_dir, settings["pause_while"])
+            if settings["pause_while"] and os.path.exists(gate):
+                print(f"[rlops] paused after step={state.global_step} while {settings['pause_while']} exists",
+                      flush=True)
+                while os.path.exists(gate):
+                    time.sleep(0.05)
 
     last = last_complete_checkpoint(output_dir)
     print(f"[rlops] {'resuming from ' + os.path.basename(last) if last else 'starting fresh'} "
