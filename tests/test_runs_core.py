@@ -82,9 +82,11 @@ def test_a_nemo_rl_job_is_the_seeds_command_with_lustre_paths_and_the_runtime_en
     request = jobs.request("h200", "grpo", recipe, "run-7", {"grpo.max_num_steps": 20, "policy.x": "a b;c"}, "ana",
                            2, "/lustre")
     words = shlex.split(request.entrypoint)
-    assert words[:6] == ["uv", "run", "python", recipe.entrypoint, "--config", recipe.config]
-    assert f"checkpointing.checkpoint_dir={recipe.checkpoint_root}/run-7" in words
-    assert "policy.x=a b;c" in words  # one argument, whatever it contains
+    assert words[:3] == ["cd", "/opt/nemo-rl", "&&"]  # the configs' relative paths are relative to the repository
+    assert words[3:9] == ["uv", "run", "python", recipe.entrypoint, "--config", recipe.config]
+    assert f'checkpointing.checkpoint_dir="{recipe.checkpoint_root}/run-7"' in words
+    assert f'policy.model_name="{recipe.model}"' in words
+    assert 'policy.x="a b;c"' in words  # one argument, whatever it contains
     assert request.runtime_env == {"env_vars": {"HF_HOME": "/lustre/hf", "RAY_OVERRIDE_JOB_RUNTIME_ENV": "1"}}
     assert request.submission_id == "rlops.h200.run-7.2"
 
@@ -94,19 +96,35 @@ TRL_LOG = """[rlops] resuming from checkpoint-4 (max_steps=8, seed=0; HF_TOKEN s
 [rlops] checkpoint step=6
 [rlops] step=6 reward=0.5000 loss=0.1000
 """
-NEMO_LOG = """========================= Step 3/100 =========================
-Saving checkpoint for step 10...
-  • Avg Reward: 0.4375
-Saving checkpoint for step 20...
-  • Avg Reward: 0.5
-"""
+def nemo_output(epochs: int, batches: int, max_steps: int, saves_every: int, stop_after: int) -> str:
+    """What NeMo RL's grpo_train (v0.4.0/v0.5.0 grpo.py) prints, by its own format strings, until the
+    banner of step `stop_after` (whose reward is not printed yet)."""
+    lines, total = [], 0
+    for epoch in range(1, epochs + 1):
+        lines.append(f"\n{'=' * 25} Epoch {epoch}/{epochs} {'=' * 25}")
+        for current in range(1, batches + 1):
+            total += 1
+            lines.append(f"\n{'=' * 25} Step {current}/{min(batches, max_steps)} {'=' * 25}")
+            if total == stop_after:
+                return "\n".join(lines)
+            if total % saves_every == 0:
+                lines.append(f"Saving checkpoint for step {total}...")
+            lines += ["\n📊 Training Results:", f"  • Avg Reward: {total / 100:.4f}", "  • Total step time: 1.00s"]
+    return "\n".join(lines)
 
 
 def test_progress_is_read_from_what_each_runner_prints():
     assert progress.from_logs("trl", TRL_LOG) == {"step": 6, "reward": 0.5, "first_step": 5, "resumed_from": 4,
                                                   "reported_checkpoint": 6}
-    assert progress.from_logs("nemo-rl", NEMO_LOG) == {"step": 20, "reward": 0.5, "first_step": None,
-                                                       "resumed_from": None, "reported_checkpoint": 20}
+    # Each step moves the step; the save line of step 10 is printed before the save and is not a checkpoint.
+    assert progress.from_logs("nemo-rl", nemo_output(1, 50, 20, 10, stop_after=13)) == {
+        "step": 12, "reward": 0.12, "first_step": 1, "resumed_from": None, "reported_checkpoint": None, "epoch": 1}
+    # The step banner counts within an epoch; the global step goes on across epochs.
+    assert progress.from_logs("nemo-rl", nemo_output(3, 4, 100, 5, stop_after=11))["step"] == 10
+    whole = nemo_output(3, 4, 100, 5, stop_after=11)
+    assert progress.from_logs("nemo-rl", whole)["epoch"] == 3
+    tail = whole.split("Epoch 3/3")[1]  # what a later tick reads: the epoch comes from the last one
+    assert progress.from_logs("nemo-rl", tail, epoch=3)["step"] == 10
     assert progress.from_logs("trl", "Runtime env is setting up.")["step"] is None
 
 

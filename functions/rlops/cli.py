@@ -32,7 +32,7 @@ def _validate(args: argparse.Namespace) -> int:
     problems = 0
     for path in files:
         loaded = load(path)
-        for problem in loaded.problems:
+        for problem in loaded.problems + loaded.notices:
             print(problem)
         problems += len(loaded.problems)
         if loaded.environment is not None:

@@ -77,9 +77,13 @@ def _train(args) -> int:
                "requested_by": args.requested_by}
     data = json.dumps(payload).encode()
     try:  # the function checks again; this saves a round trip for a typo
-        message.settings(message.parse(data), message.recipe_of(message.parse(data), env))
+        parsed = message.parse(data)
+        settings = message.settings(parsed, message.recipe_of(parsed, env))
     except message.Poison as poison:
         raise Failure(f"not sent: {poison}") from None
+    if args.dry_run:
+        print(_would_submit(env_name, env, parsed, settings))
+        return 0
     if isinstance(env, LocalEnvironment):
         how = _send_local(_local_stack(args.environment, "train"), data)
     else:
@@ -89,6 +93,41 @@ def _train(args) -> int:
     print(f"train message for run {args.run_name} of {env_name}: {how}")
     print(f"follow it with: rlops status {args.environment} --run {args.run_name} --follow")
     return 0
+
+
+def _would_submit(env_name: str, env, parsed, settings: dict) -> str:
+    """What the train function would submit for this message, like `helm template`: nothing is sent."""
+    import yaml
+
+    from rlops.runs import jobs
+    from rlops.runs.service import placement
+    from rlops.spec import nemo_rl
+
+    recipe = env.recipes[parsed.recipe]
+    lustre, resources = placement(env)
+    job = jobs.request(env_name, parsed.recipe, recipe, parsed.run, settings, parsed.requested_by, 1, lustre,
+                       resources)
+    lines = [f"# rlops train {env_name} --dry-run: nothing was sent",
+             yaml.safe_dump({"submission_id": job.submission_id,
+                             "working_directory": nemo_rl.WORKDIR if recipe.runner == "nemo-rl" else "(Ray's)",
+                             "entrypoint": job.entrypoint, "entrypoint_resources": job.entrypoint_resources,
+                             "runtime_env": job.runtime_env, "metadata": job.metadata,
+                             "secrets_by_name_only": sorted(env.secrets)},
+                            sort_keys=False, width=10**6).rstrip(),
+             "# secrets reach the pods (locally, the Ray nodes) from Kubernetes Secrets, never the job's runtime env"]
+    if recipe.runner == "nemo-rl":
+        tag = nemo_rl.tags().get(nemo_rl.tag_of(env.ray.image) or "")
+        if tag is None:
+            lines.append(f"# {nemo_rl.unsupported(env.ray.image)}")
+        else:
+            composed = nemo_rl.compose(tag, recipe.config, nemo_rl.assignments(
+                recipe, settings, job.metadata[jobs.META_PREFIX + "checkpoint-dir"]))
+            if composed.problems:
+                raise Failure("\n".join(f"{key or recipe.config}: {problem}" for key, problem in composed.problems))
+            lines += [f"# the final config NeMo RL {tag.name} (commit {tag.commit[:12]}) runs with: {recipe.config}",
+                      "# composed as examples/run_grpo_math.py composes it, before logger.log_dir gets its exp_N",
+                      "---", yaml.safe_dump(composed.config, sort_keys=False, width=10**6).rstrip()]
+    return "\n".join(lines)
 
 
 def _send_local(stack, data: bytes) -> str:
@@ -219,6 +258,8 @@ def add_commands(commands) -> None:
     train.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                        help="an override the recipe allows (repeatable)")
     train.add_argument("--requested-by", default=os.environ.get("USER") or "rlops-cli", metavar="WHO")
+    train.add_argument("--dry-run", action="store_true",
+                       help="print the job it would submit (and, for nemo-rl, the composed config); send nothing")
     train.set_defaults(run=_train)
 
     watch = commands.add_parser("watch", help="one watch tick now: record run states, resubmit preempted runs")

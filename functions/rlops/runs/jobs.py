@@ -11,6 +11,7 @@ import shlex
 from pathlib import PurePosixPath
 
 from rlops.cloud.ray_jobs import JobRequest
+from rlops.spec import nemo_rl
 
 LUSTRE = PurePosixPath("/lustre")
 META_PREFIX = "rlops-"
@@ -32,22 +33,28 @@ def _text(value) -> str:
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 
+def command(recipe, settings: dict, directory: str) -> str:
+    """The job's shell command. NeMo RL's example scripts, configs and prompts are paths relative to the
+    repository in the image, so the command starts there, whatever the Ray worker's own directory."""
+    if recipe.runner == "nemo-rl":
+        words = nemo_rl.words(recipe, settings, directory)
+        return f"cd {nemo_rl.WORKDIR} && " + " ".join(shlex.quote(word) for word in words)
+    words = ["python", "-m", recipe.entrypoint, "--output-dir", directory,
+             *(f"{key}={_text(value)}" for key, value in sorted(settings.items()))]
+    return " ".join(shlex.quote(word) for word in words)
+
+
 def request(environment: str, recipe_name: str, recipe, run: str, settings: dict, requested_by: str,
             attempt: int, lustre_root: str, entrypoint_resources: dict[str, float] | None = None) -> JobRequest:
     directory = checkpoint_dir(recipe, run, lustre_root)
-    assignments = [f"{key}={_text(value)}" for key, value in sorted(settings.items())]
     runtime_env: dict = {}
     if recipe.runner == "nemo-rl":
-        words = ["uv", "run", "python", recipe.entrypoint, "--config", recipe.config,
-                 f"checkpointing.checkpoint_dir={directory}", f"logger.log_dir={directory}/logs", *assignments]
         runtime_env = {"env_vars": {"HF_HOME": f"{lustre_root}/hf", "RAY_OVERRIDE_JOB_RUNTIME_ENV": "1"}}
-    else:
-        words = ["python", "-m", recipe.entrypoint, "--output-dir", directory, *assignments]
     metadata = {"environment": environment, "recipe": recipe_name, "run": run, "attempt": str(attempt),
                 "requested-by": requested_by, "checkpoint-dir": directory,
                 "settings": json.dumps(settings, sort_keys=True)}
     return JobRequest(submission_id=submission_id(environment, run, attempt),
-                      entrypoint=" ".join(shlex.quote(word) for word in words),
+                      entrypoint=command(recipe, settings, directory),
                       metadata={META_PREFIX + key: value for key, value in metadata.items()},
                       runtime_env=runtime_env, entrypoint_resources=entrypoint_resources or {})
 

@@ -9,6 +9,7 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, StrictStr, ValidationError
 
+from rlops.spec import nemo_rl
 from rlops.spec.model import DNS_LABEL, OverrideKey, Scalar
 
 MAX_BYTES = 64 * 1024
@@ -58,8 +59,10 @@ def settings(message: TrainMessage, recipe) -> dict:
         problem = allowed.problem_with(value)
         if problem:
             raise Poison(f"overrides.{key}: {problem}")
-    defaults = {k: a.default for k, a in recipe.allowed_overrides.items() if a.default is not None}
-    return {**recipe.overrides, **defaults, **message.overrides}
+        if recipe.runner == "nemo-rl" and nemo_rl.interpolation_in(value):
+            raise Poison(f"overrides.{key}: ${{...}} is an OmegaConf interpolation, which NeMo RL would resolve "
+                         "(it could copy the job's environment into the run); send the value itself")
+    return {**recipe.default_settings(), **message.overrides}
 
 
 def recipe_of(message: TrainMessage, env):

@@ -90,19 +90,30 @@ def _has_cloud_resources(name: str, env) -> bool:
     return bool(resources.resources)
 
 
+def placement(env) -> tuple[str, dict[str, float]]:
+    """Where /lustre is for this environment's jobs, and the Ray resources a run's driver asks for."""
+    from rlops.spec.model import LocalEnvironment
+
+    if isinstance(env, LocalEnvironment):
+        from rlops.local.stack import lustre_directory
+
+        return str(lustre_directory(env)), {env.local.gpu_pool.resource: 1}
+    return "/lustre", {}
+
+
 def open_site(name: str, env) -> Site:
     from rlops.spec.model import LocalEnvironment
     from rlops.state.bucket import client
 
     if isinstance(env, LocalEnvironment):
-        from rlops.local.stack import LOCAL_PROJECT, Stack, lustre_directory
+        from rlops.local.stack import LOCAL_PROJECT, Stack
 
         ray = RayJobs(Stack(name, env, lambda _: None).dashboard_url())
-        project, lustre = LOCAL_PROJECT, str(lustre_directory(env))
-        resources = {env.local.gpu_pool.resource: 1}
+        project = LOCAL_PROJECT
     else:
         ray = RayJobs(*_gke_dashboard(name, env))
-        project, lustre, resources = env.project.id, "/lustre", {}
+        project = env.project.id
+    lustre, resources = placement(env)
     bucket = client(project).bucket(env.state.bucket)
     return Site(name, env, ray, records.RunRecords(bucket, env.state.prefix, name), _publisher(project), lustre,
                 resources, checkpoints_here=isinstance(env, LocalEnvironment))
@@ -275,7 +286,9 @@ def _update_progress(site: Site, record: dict, current: dict, job: dict, runner:
     except RuntimeError as error:  # the driver's node is gone, and its logs with it
         emit("INFO", "job logs unavailable", submission_id=job["submission_id"], error=str(error)[-200:])
         text = ""
-    found = progress.from_logs(runner, text)
+    found = progress.from_logs(runner, text, current.get("epoch", 1))
+    if found.get("epoch"):
+        current["epoch"] = found["epoch"]
     if whole:
         for key in ("first_step", "resumed_from"):
             if found[key] is not None:
@@ -285,6 +298,8 @@ def _update_progress(site: Site, record: dict, current: dict, job: dict, runner:
     directory = Path(record["checkpoint_dir"])
     if site.checkpoints_here and directory.is_dir():  # look at the checkpoints themselves
         record["last_checkpoint"] = progress.last_complete_checkpoint(directory)
-    elif found["reported_checkpoint"] is not None:
+    elif not site.checkpoints_here and record.get("manifests"):  # what the snapshot scan found complete
+        record["last_checkpoint"] = max(map(int, record["manifests"]))
+    elif runner == "trl" and found["reported_checkpoint"] is not None:  # printed once the save is done
         record["last_checkpoint"] = found["reported_checkpoint"]
     return text

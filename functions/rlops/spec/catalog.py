@@ -60,13 +60,6 @@ NEMO_RL_IMAGE_RAY: dict[str, str] = {
     "nvcr.io/nvidia/nemo-rl:v0.5.0": "2.49.2",
 }
 
-# NeMo RL images whose GRPO entry point is examples/run_grpo_math.py; from v0.6.0 it is run_grpo.py.
-NEMO_RL_IMAGES_WITH_RUN_GRPO_MATH = {"nvcr.io/nvidia/nemo-rl:v0.4.0", "nvcr.io/nvidia/nemo-rl:v0.5.0"}
-
-# Overrides rlops itself sets on every run (from the run name and the recipe's model field);
-# a recipe may neither fix nor allow them.
-RESERVED_OVERRIDES = {"checkpointing.checkpoint_dir", "policy.model_name"}
-
 # The RDMA network profile the tutorials use, per zone.
 def rdma_network_profile(zone: str) -> str:
     return f"{zone}-vpc-roce"

@@ -8,7 +8,7 @@ passes: the rules need a structurally valid spec to reason about.
 import difflib
 import re
 import typing
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +33,7 @@ class Loaded:
     file: str
     environment: GcpEnvironment | LocalEnvironment | None
     problems: list[Problem]
+    notices: list[Problem] = field(default_factory=list)  # what could not be checked
 
 
 class SpecError(Failure):
@@ -70,11 +71,13 @@ def _check(doc: Document, name: str) -> Loaded:
                                         f"looks like an inline {kind}; a spec holds only references: store the value in "
                                         "Secret Manager and name it under secrets:"))
     environment = _validate(doc)
+    notices = []
     if environment is not None:
         for finding_path, message in rules.check(environment):
             doc.problems.append(doc.problem(finding_path, message))
+        notices = [doc.problem(path, "not checked: " + message) for path, message in rules.notices(environment)]
     doc.problems.sort(key=lambda p: (p.line, p.column))
-    return Loaded(name, doc.file, None if doc.problems else environment, doc.problems)
+    return Loaded(name, doc.file, None if doc.problems else environment, doc.problems, notices)
 
 
 def load_or_raise(path: Path) -> GcpEnvironment | LocalEnvironment:

@@ -278,6 +278,11 @@ class Recipe(Spec):
     checkpoint_root: AbsolutePath = Field(description="Each run checkpoints into CHECKPOINT_ROOT/RUN.")
     resume_budget: StrictInt = Field(3, ge=0, le=100, description="Resubmissions after preemption.")
 
+    def default_settings(self) -> dict:
+        """What a run is given when its train message sets nothing."""
+        return {**self.overrides,
+                **{key: rule.default for key, rule in self.allowed_overrides.items() if rule.default is not None}}
+
 
 class IdlePolicy(Spec):
     timeout: Duration = "30m"

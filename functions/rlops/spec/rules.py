@@ -9,7 +9,7 @@ import re
 from collections.abc import Callable, Iterator
 from itertools import combinations
 
-from rlops.spec import catalog
+from rlops.spec import catalog, nemo_rl
 from rlops.spec.model import GcpEnvironment, LocalEnvironment
 from rlops.spec.source import format_path
 
@@ -191,9 +191,6 @@ def recipes(env: GcpEnvironment | LocalEnvironment) -> Iterator[Finding]:
         for key in recipe.overrides.keys() & recipe.allowed_overrides.keys():
             yield at + ("allowed_overrides", key), (
                 f"{key} is both fixed in overrides and allowed in a train message; keep it in one of the two")
-        for section in ("overrides", "allowed_overrides"):
-            for key in getattr(recipe, section).keys() & catalog.RESERVED_OVERRIDES:
-                yield at + (section, key), f"rlops sets {key} itself (from checkpoint_root and the run, or from model); remove it"
         for key, rule in recipe.allowed_overrides.items():
             yield from _allowed_override(rule, at + ("allowed_overrides", key))
         if recipe.runner == "nemo-rl":
@@ -201,8 +198,9 @@ def recipes(env: GcpEnvironment | LocalEnvironment) -> Iterator[Finding]:
                 yield at + ("runner",), "nemo-rl needs GPU nodes and its image; the local environment runs runner: trl"
             if recipe.config is None:
                 yield at + ("config",), "nemo-rl needs --config; set config to a YAML path inside the image"
-            if gcp:
-                yield from _entrypoint_matches_image(env.ray.image, recipe.entrypoint, at + ("entrypoint",))
+            if gcp and recipe.config is not None:
+                for path, message in nemo_rl.check_recipe(recipe, _pool_of(env, recipe), env.ray.image):
+                    yield at + path, message
         if gcp:
             mount = env.ray.lustre_mount.rstrip("/") + "/"
             if not recipe.checkpoint_root.startswith(mount):
@@ -244,15 +242,18 @@ def _allowed_override(rule, path: tuple) -> Iterator[Finding]:
             yield path + ("default",), f"the default breaks its own rule: {problem}; change the default or the rule"
 
 
-def _entrypoint_matches_image(image: str, entrypoint: str, path: tuple) -> Iterator[Finding]:
-    tag = re.search(r":v(\d+)\.(\d+)\.\d+$", image)
-    if not tag or "nemo-rl" not in image:
-        return
-    has_math_script = (int(tag[1]), int(tag[2])) < (0, 6)
-    if has_math_script and entrypoint.endswith("examples/run_grpo.py"):
-        yield path, f"{image} has examples/run_grpo_math.py, not run_grpo.py (added in v0.6.0); use examples/run_grpo_math.py"
-    if not has_math_script and entrypoint.endswith("examples/run_grpo_math.py"):
-        yield path, f"examples/run_grpo_math.py was removed in NeMo RL v0.6.0; use examples/run_grpo.py"
+def _pool_of(env: GcpEnvironment, recipe):
+    named = [pool for pool in env.gpu_pools if pool.name == recipe.gpu_pool or recipe.gpu_pool is None]
+    return named[0] if len(named) == 1 else None
+
+
+def notices(env: GcpEnvironment | LocalEnvironment) -> list[Finding]:
+    """What could not be checked; it does not make the spec invalid."""
+    if not isinstance(env, GcpEnvironment):
+        return []
+    reason = nemo_rl.unsupported(env.ray.image)
+    return [(("recipes", name, "config"), reason) for name, recipe in env.recipes.items()
+            if recipe.runner == "nemo-rl" and reason]
 
 
 def secrets_and_idle(env: GcpEnvironment | LocalEnvironment) -> Iterator[Finding]:

@@ -1,0 +1,329 @@
+"""A nemo-rl recipe's final config, composed as NeMo RL's GRPO example scripts compose it, and checked.
+
+The configs are copies of NVIDIA-NeMo/RL's `examples/configs` at each supported tag, shipped in
+`nemo_rl_configs/TAG/` with a SOURCE.json naming the commit and every file's blob. What the
+composition follows, at both tags (`nemo_rl/utils/config.py` is the same at v0.4.0 and v0.5.0):
+
+- `load_config_with_inheritance`: `OmegaConf.load`, then a `defaults:` key (one path or a list)
+  names parents resolved against the directory of the config named on the command line (the
+  same base directory is handed down to every level), merged left to right, the child last.
+- `parse_hydra_overrides`: struct mode on, Hydra's `OverridesParser`, then
+  `ConfigLoaderImpl._apply_overrides_to_config` (a plain key must exist, `+key` must not).
+- `examples/run_grpo_math.py` and `run_grpo.py` register the `mul` resolver and call
+  `OmegaConf.to_container(resolve=True)`.
+
+omegaconf 2.3.0 and hydra-core 1.3.2 are the versions both tags' uv.lock pin.
+"""
+
+import difflib
+import json
+import re
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+WORKDIR = "/opt/nemo-rl"  # where the nemo-rl images hold the repository; its configs name paths relative to it
+CONFIGS = Path(__file__).with_name("nemo_rl_configs")
+_IMAGE_TAG = re.compile(r"/nemo-rl:(v\d+\.\d+\.\d+)$")
+
+# The keys each tag's `load_response_dataset(data_config)` reads for a dataset_name
+# (nemo_rl/data/datasets/response_datasets/__init__.py at the tag; ResponseDataset's optional
+# keys go through get_extra_kwargs). Keys the base config already has are read elsewhere.
+_RESPONSE_DATASET = {"train_data_path", "val_data_path", "input_key", "output_key", "train_split", "val_split"}
+_LOADER_KEYS_V04 = {
+    "open_assistant": set(), "squad": set(), "openmathinstruct2": {"split", "output_key", "prompt_file"},
+    "clevr_cogent": {"split", "prompt_file"},
+    "openai_format": {"train_data_path", "val_data_path", "chat_key", "system_key", "system_prompt", "tool_key",
+                      "use_preserving_dataset"},
+    "OpenMathInstruct-2": set(), "DeepScaler": set(), "DAPOMath17K": set(), "clevr-cogent": {"split"},
+    "refcoco": {"split", "download_dir"}, "geometry3k": {"split"}, "ResponseDataset": _RESPONSE_DATASET,
+}
+LOADER_KEYS: dict[str, dict[str, set[str]]] = {
+    "v0.4.0": _LOADER_KEYS_V04,
+    # v0.5.0 adds two datasets; `set_task_spec` and `set_processor` (raw_dataset.py) read
+    # prompt_file, system_prompt_file and processor, which the base config has.
+    "v0.5.0": {**_LOADER_KEYS_V04, "tulu3_sft_mixture": {"test_size", "prompt_file", "max_samples"},
+               "HelpSteer3": set()},
+}
+# rlops sets these on every run; a recipe may neither fix nor allow them.
+RESERVED = ("checkpointing.checkpoint_dir", "logger.log_dir", "policy.model_name")
+
+
+@dataclass(frozen=True)
+class Tag:
+    name: str
+    commit: str
+    root: Path
+    examples: frozenset[str]  # every path under examples/ at the tag
+    configs: frozenset[str]  # the ones copied here
+
+
+@cache
+def tags() -> dict[str, Tag]:
+    found = {}
+    for source in sorted(CONFIGS.glob("v*/SOURCE.json")):
+        content = json.loads(source.read_text())
+        found[content["tag"]] = Tag(content["tag"], content["commit"], source.parent, frozenset(content["examples"]),
+                                    frozenset(content["copied"]))
+    return found
+
+
+def tag_of(image: str) -> str | None:
+    match = _IMAGE_TAG.search(image)
+    return match[1] if match else None
+
+
+def hydra_value(value: Any) -> str:
+    """A scalar as Hydra's override grammar reads it back as the same value.
+
+    Strings are always quoted: unquoted, Hydra would read `123` as an int and `true` as a bool.
+    Inside quotes Hydra still resolves `${...}`; values carrying one are refused before this.
+    """
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def assignments(recipe, settings: dict, checkpoint_dir: str) -> list[tuple[str, Any]]:
+    """Every override the job passes, in its order: rlops's own keys, then the settings."""
+    return [("checkpointing.checkpoint_dir", checkpoint_dir), ("logger.log_dir", f"{checkpoint_dir}/logs"),
+            ("policy.model_name", recipe.model), *sorted(settings.items())]
+
+
+def words(recipe, settings: dict, checkpoint_dir: str) -> list[str]:
+    """The command the job runs in WORKDIR."""
+    return ["uv", "run", "python", recipe.entrypoint, "--config", recipe.config,
+            *(f"{key}={hydra_value(value)}" for key, value in assignments(recipe, settings, checkpoint_dir))]
+
+
+def interpolation_in(value: Any) -> bool:
+    return isinstance(value, str) and "${" in value
+
+
+@dataclass
+class Composition:
+    config: Any = None  # the resolved final config (plain dicts), when it composed
+    problems: list[tuple[str | None, str]] = field(default_factory=list)  # (override key or None, message)
+
+
+def compose(tag: Tag, config_path: str, overrides: list[tuple[str, Any]]) -> Composition:
+    """Load the config at the tag, apply `overrides` one at a time (so each problem names its key), resolve."""
+    from hydra._internal.config_loader_impl import ConfigLoaderImpl
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from omegaconf import OmegaConf
+
+    result = Composition()
+    try:
+        cfg = _load(tag.root / config_path, (tag.root / config_path).parent)
+    except Exception as error:  # noqa: BLE001 - any failure to load is reported, as NeMo RL would fail
+        result.problems.append((None, f"{config_path} at {tag.name} does not load: {_first_line(error)}"))
+        return result
+    OmegaConf.set_struct(cfg, True)
+    parser = OverridesParser.create()
+    for key, value in overrides:
+        problem = _type_problem(cfg, key, value)
+        if problem:
+            result.problems.append((key, problem))
+            continue
+        try:
+            ConfigLoaderImpl._apply_overrides_to_config(
+                overrides=parser.parse_overrides([f"{key}={hydra_value(value)}"]), cfg=cfg)
+        except Exception as error:  # noqa: BLE001 - Hydra's own refusal, reworded
+            result.problems.append((key, _hydra_problem(cfg, key, error, tag, config_path)))
+    if result.problems:
+        return result
+    _register_resolvers()
+    try:
+        result.config = OmegaConf.to_container(cfg, resolve=True)
+    except Exception as error:  # noqa: BLE001
+        result.problems.append((None, f"the composed config does not resolve: {_first_line(error)}"))
+    return result
+
+
+def _load(path: Path, base_dir: Path):
+    from omegaconf import DictConfig, ListConfig, OmegaConf
+
+    config = OmegaConf.load(path)
+    if not isinstance(config, DictConfig):
+        raise ValueError(f"{path.name} is not a mapping")
+    if "defaults" in config:
+        parents = config.pop("defaults")
+        parents = [str(p) for p in parents] if isinstance(parents, ListConfig) else [str(parents)]
+        merged = OmegaConf.create({})
+        for parent in parents:
+            merged = OmegaConf.merge(merged, _load(Path(parent) if parent.startswith("/") else base_dir / parent,
+                                                   base_dir))
+        config = OmegaConf.merge(merged, config)
+    return config
+
+
+def _register_resolvers() -> None:
+    from omegaconf import OmegaConf
+
+    if not OmegaConf.has_resolver("mul"):
+        OmegaConf.register_new_resolver("mul", lambda a, b: a * b)
+
+
+def _type_problem(cfg, key: str, value: Any) -> str | None:
+    """Why `value` does not fit what the config holds at `key` (None: it fits, or the key is new)."""
+    from omegaconf import OmegaConf
+
+    if key.startswith("+"):
+        return None  # a new key; Hydra refuses it if it is not new
+    try:
+        current = OmegaConf.select(cfg, key, throw_on_missing=False)
+    except Exception:  # noqa: BLE001 - an interpolation that resolves only once the rest is composed
+        return None
+    if current is None or value is None:
+        return None
+    if OmegaConf.is_config(current):
+        return f"the config has a section here, not a value; set the keys under {key} instead"
+    if isinstance(current, bool) != isinstance(value, bool) or not isinstance(
+            value, (int, float) if type(current) is float else type(current)):
+        return f"the config has {_kind(current)} here ({current!r}), not {_kind(value)}; " + (
+            "quote it" if isinstance(current, str) else f"give {_kind(current)}")
+    return None
+
+
+def _kind(value: Any) -> str:
+    return {bool: "a boolean", int: "an integer", float: "a number", str: "a string"}.get(type(value), "a value")
+
+
+def _hydra_problem(cfg, key: str, error: Exception, tag: Tag, config_path: str) -> str:
+    text = _first_line(error)
+    bare = key.lstrip("+")
+    if text.startswith("Could not override"):
+        near = difflib.get_close_matches(bare, list(_leaf_keys(cfg)), n=1, cutoff=0.6)
+        hint = f"did you mean {near[0]}?" if near else f"write +{bare} to add it"
+        return f"{config_path} at {tag.name} has no key {bare}; {hint}"
+    if text.startswith("Could not append"):
+        return f"{config_path} at {tag.name} already has {bare}; drop the +"
+    return f"Hydra refuses it: {text}"
+
+
+def _leaf_keys(cfg, prefix: str = ""):
+    from omegaconf import OmegaConf
+
+    for name in cfg.keys():
+        node = cfg._get_node(name)
+        path = f"{prefix}{name}"
+        yield path
+        if OmegaConf.is_dict(node):
+            yield from _leaf_keys(node, path + ".")
+
+
+def _first_line(error: Exception) -> str:
+    return (str(error).strip().splitlines() or [type(error).__name__])[0]
+
+
+def unsupported(image: str) -> str | None:
+    """Why recipes on this image cannot be checked, or None when rlops has its configs."""
+    if tag_of(image) in tags():
+        return None
+    return (f"rlops has no NeMo RL configs for {image} (it has {', '.join(tags())}); this recipe's config and "
+            "overrides are not checked")
+
+
+def check_recipe(recipe, pool, image: str) -> list[tuple[tuple, str]]:
+    """What is wrong with one nemo-rl recipe on this image, each with its path under the recipe."""
+    problems: list[tuple[tuple, str]] = []
+    for section, values in (("overrides", recipe.overrides), ("allowed_overrides", recipe.allowed_overrides)):
+        for key, value in values.items():
+            if interpolation_in(value) or (section == "allowed_overrides" and interpolation_in(value.default)):
+                problems.append(((section, key), "an OmegaConf interpolation (${...}) is resolved by NeMo RL when it "
+                                                 "loads the config and could copy the job's environment (a token) "
+                                                 "into a run name; write the value itself"))
+            elif key.lstrip("+") in RESERVED:
+                problems.append(((section, key), f"rlops sets {key.lstrip('+')} itself (from checkpoint_root and "
+                                                 "the run, or from model); remove it"))
+    tag = tags().get(tag_of(image) or "")
+    if tag is None:
+        return problems
+    for field_name, path in (("entrypoint", recipe.entrypoint), ("config", recipe.config)):
+        wanted = tag.configs if field_name == "config" else tag.examples
+        if str(PurePosixPath(path)) not in wanted:
+            near = difflib.get_close_matches(path, sorted(wanted), n=1, cutoff=0.5)
+            problems.append(((field_name,), f"{tag.name} has no {path} (under {WORKDIR}, commit {tag.commit[:12]})"
+                                            + (f"; did you mean {near[0]}?" if near else "")))
+    if problems:
+        return problems
+    # First with a sample value for every allowed override a message may leave out, so that each is
+    # checked against the config (its key, its type); then with what a message that sets nothing runs.
+    samples = {"int": 1, "float": 1.0, "bool": True, "str": "x"}
+    every = {**recipe.overrides, **{key: samples[rule.type] if rule.default is None else rule.default
+                                    for key, rule in recipe.allowed_overrides.items()}}
+    checked = compose(tag, recipe.config, assignments(recipe, every, PLACEHOLDER_DIR))
+    for key, message in checked.problems:
+        section = next((s for s in ("overrides", "allowed_overrides") if key in getattr(recipe, s)), None)
+        problems.append(((section, key) if section else ("config",), message))
+    if problems:
+        return problems
+    composed = compose(tag, recipe.config, assignments(recipe, recipe.default_settings(), PLACEHOLDER_DIR))
+    return _semantics(tag, recipe, composed.config, pool)
+
+
+PLACEHOLDER_DIR = "/lustre/RUN"
+
+
+def _semantics(tag: Tag, recipe, config: dict, pool) -> list[tuple[tuple, str]]:
+    """What NeMo RL at the tag would refuse or quietly ignore, read from the composed config."""
+    problems: list[tuple[tuple, str]] = []
+
+    def at(key: str) -> tuple:
+        for section in ("overrides", "allowed_overrides"):
+            for candidate in (key, "+" + key):
+                if candidate in getattr(recipe, section):
+                    return (section, candidate)
+        return ("config",)
+
+    tokenizer = (config["policy"].get("tokenizer") or {}).get("name")
+    if tokenizer not in (None, recipe.model):
+        problems.append((at("policy.tokenizer.name"), f"the tokenizer is {tokenizer}, not the model {recipe.model}; "
+                                                       "set policy.tokenizer.name to the model"))
+    checkpointing = config.get("checkpointing") or {}
+    metric = checkpointing.get("metric_name")
+    if checkpointing.get("enabled") and metric is not None and not str(metric).startswith(("train:", "val:")):
+        problems.append((at("checkpointing.metric_name"),
+                         f"{metric!r}: nemo_rl/algorithms/grpo.py at {tag.name} asserts at the first save that "
+                         "metric_name starts with train: or val:; use e.g. val:accuracy, or null to keep the latest"))
+    cluster = config.get("cluster") or {}
+    if pool is not None:
+        per_node, nodes = cluster.get("gpus_per_node"), cluster.get("num_nodes")
+        if per_node != pool.accelerator.count:
+            problems.append((at("cluster.gpus_per_node"), f"{per_node} GPUs per node, but pool {pool.name}'s nodes "
+                                                           f"have {pool.accelerator.count}; set {pool.accelerator.count}"))
+        elif isinstance(nodes, int) and nodes > pool.ray_worker_replicas:
+            problems.append((at("cluster.num_nodes"), f"{nodes} nodes × {per_node} GPUs, but pool {pool.name} has at "
+                                                       f"most {pool.ray_worker_replicas} Ray workers; use at most "
+                                                       f"{pool.ray_worker_replicas}"))
+    problems += _data_keys(tag, recipe, config.get("data") or {}, at)
+    return problems
+
+
+def _data_keys(tag: Tag, recipe, data: dict, at) -> list[tuple[tuple, str]]:
+    loaders = LOADER_KEYS[tag.name]
+    dataset = data.get("dataset_name")
+    if dataset not in loaders:
+        near = difflib.get_close_matches(str(dataset), list(loaders), n=1, cutoff=0.5)
+        return [(at("data.dataset_name"), f"{tag.name}'s loader has no dataset {dataset!r}; "
+                                          + (f"did you mean {near[0]}?" if near else f"use one of {', '.join(loaders)}"))]
+    problems = []
+    read = loaders[dataset]
+    for section in ("overrides", "allowed_overrides"):
+        for key in getattr(recipe, section):
+            name = key.removeprefix("+data.")
+            if key.startswith("+data.") and "." not in name and name not in read:
+                problems.append(((section, key), f"{tag.name}'s loader does not read data.{name} for dataset_name "
+                                                 f"{dataset} (it reads {', '.join(sorted(read)) or 'no extra keys'}); "
+                                                 "remove it, or pin an image whose loader does"))
+    if dataset == "ResponseDataset" and "train_data_path" not in data:
+        problems.append((at("data.dataset_name"), "ResponseDataset needs +data.train_data_path"))
+    prompt = data.get("prompt_file")
+    if isinstance(prompt, str) and not prompt.startswith("/") and prompt not in tag.examples:
+        problems.append((at("data.prompt_file"), f"{tag.name} has no {prompt} (relative to {WORKDIR})"))
+    return problems
