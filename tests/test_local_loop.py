@@ -408,8 +408,8 @@ def test_a_gke_environment_reaches_its_ray_head_through_the_api_servers_service_
     proxied = [r for r in kube.requests if "/services/ray-cluster-head-svc:dashboard/proxy/api/jobs/" in r.path]
     assert {r.method for r in proxied} >= {"GET", "POST"}
     job = next(j for j in local.ray_jobs() if j.submission_id == "rlops.h200.gke-1.1")
-    assert job.entrypoint.startswith("uv run python examples/run_grpo_math.py --config examples/configs/")
-    assert "checkpointing.checkpoint_dir=/lustre/" in job.entrypoint
+    assert job.entrypoint.startswith("cd /opt/nemo-rl && uv run python examples/run_grpo_math.py --config examples/")
+    assert "'checkpointing.checkpoint_dir=\"/lustre/" in job.entrypoint
     assert job.runtime_env["env_vars"] == {"HF_HOME": "/lustre/hf", "RAY_OVERRIDE_JOB_RUNTIME_ENV": "1"}
 
     # Neither uv nor NeMo RL is here: the job fails in its own code, which the watcher records and does not retry.

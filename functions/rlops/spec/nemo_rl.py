@@ -185,13 +185,13 @@ def _type_problem(cfg, key: str, value: Any) -> str | None:
         return f"the config has a section here, not a value; set the keys under {key} instead"
     if isinstance(current, bool) != isinstance(value, bool) or not isinstance(
             value, (int, float) if type(current) is float else type(current)):
-        return f"the config has {_kind(current)} here ({current!r}), not {_kind(value)}; " + (
+        return f"the config has {_kind(current)} here ({json.dumps(current)}), not {_kind(value)}; " + (
             "quote it" if isinstance(current, str) else f"give {_kind(current)}")
     return None
 
 
 def _kind(value: Any) -> str:
-    return {bool: "a boolean", int: "an integer", float: "a number", str: "a string"}.get(type(value), "a value")
+    return {bool: "a boolean", int: "an integer", float: "a decimal number", str: "a string"}.get(type(value), "a value")
 
 
 def _hydra_problem(cfg, key: str, error: Exception, tag: Tag, config_path: str) -> str:
@@ -290,7 +290,9 @@ def _semantics(tag: Tag, recipe, config: dict, pool) -> list[tuple[tuple, str]]:
     if checkpointing.get("enabled") and metric is not None and not str(metric).startswith(("train:", "val:")):
         problems.append((at("checkpointing.metric_name"),
                          f"{metric!r}: nemo_rl/algorithms/grpo.py at {tag.name} asserts at the first save that "
-                         "metric_name starts with train: or val:; use e.g. val:accuracy, or null to keep the latest"))
+                         "metric_name starts with train: or val:; "
+                         + ("to Hydra None is that string, not null; write null" if metric == "None" else
+                            "use e.g. val:accuracy, or null to keep the latest")))
     cluster = config.get("cluster") or {}
     if pool is not None:
         per_node, nodes = cluster.get("gpus_per_node"), cluster.get("num_nodes")
@@ -322,8 +324,12 @@ def _data_keys(tag: Tag, recipe, data: dict, at) -> list[tuple[tuple, str]]:
                                                  f"{dataset} (it reads {', '.join(sorted(read)) or 'no extra keys'}); "
                                                  "remove it, or pin an image whose loader does"))
     if dataset == "ResponseDataset" and "train_data_path" not in data:
-        problems.append((at("data.dataset_name"), "ResponseDataset needs +data.train_data_path"))
+        problems.append((at("data.dataset_name"), "ResponseDataset reads its rows from data.train_data_path, which "
+                                                  "is not set; add +data.train_data_path (a .jsonl path or URL, or "
+                                                  "a Hugging Face dataset with one config)"))
     prompt = data.get("prompt_file")
     if isinstance(prompt, str) and not prompt.startswith("/") and prompt not in tag.examples:
-        problems.append((at("data.prompt_file"), f"{tag.name} has no {prompt} (relative to {WORKDIR})"))
+        near = difflib.get_close_matches(prompt, sorted(tag.examples), n=1, cutoff=0.6)
+        problems.append((at("data.prompt_file"), f"{tag.name} has no {prompt} (relative to {WORKDIR}); "
+                                                 + (f"did you mean {near[0]}?" if near else "name a file the image has")))
     return problems
