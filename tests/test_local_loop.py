@@ -22,6 +22,7 @@ from rlops.local import processes
 RLOPS = str(Path(sys.executable).parent / "rlops")
 TOKEN = "hf_PLANTEDlocalTOKEN0123456789abcdefXYZ"
 LONG_RUN_STEPS = 120
+IDLE_TIMEOUT_SECONDS = 3  # the local spec's idle timeout in this module
 
 
 class Local:
@@ -77,6 +78,19 @@ class Local:
             time.sleep(1)
         raise AssertionError(f"run {run} did not get there in {timeout}s: {self.record(run)}")
 
+    def wait_past_idle_timeout(self, timeout: float = 60) -> None:
+        """Until the reaper's idle timeout has passed since the last mark it measures from (policy.decide)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            blob = self.bucket().blob("rlops/environments/local/pool.json")
+            state = json.loads(blob.download_as_bytes()) if blob.exists() else {}
+            marks = [state.get("accepted_at"), state.get("woken_at") or state.get("created_at"),
+                     *(j.end_time / 1000 for j in self.ray_jobs() if j.end_time)]
+            if time.time() > max(m for m in marks if m) + IDLE_TIMEOUT_SECONDS:
+                return
+            assert time.monotonic() < deadline, f"the idle clock did not run out in {timeout}s: {state}"
+            time.sleep(0.2)
+
     def post_train(self, data: bytes, envelope: dict | None = None) -> int:
         """What the push subscription does: a messagePublished CloudEvent to the train function."""
         body = json.dumps(envelope or {"message": {"data": base64.b64encode(data).decode(), "messageId": "1",
@@ -125,7 +139,7 @@ def local(tmp_path_factory):
     text = text.replace("recipes:\n", "recipes:\n  broken:\n    runner: trl\n"
                         "    entrypoint: rlops.workloads.no_such_workload\n    model: tiny-from-config\n"
                         "    checkpoint_root: /lustre/checkpoints/broken\n    resume_budget: 2\n", 1)
-    text = text.replace("timeout: 2m", "timeout: 3s")  # the reaper test need not wait two minutes
+    text = text.replace("timeout: 2m", f"timeout: {IDLE_TIMEOUT_SECONDS}s")  # the reaper test need not wait 2 min
     spec.write_text(text)
     stack = Local(root)
     try:
@@ -333,7 +347,7 @@ def test_the_planted_token_is_in_no_job_log_record_or_event(local):
 def test_an_idle_pool_is_reaped_and_a_train_message_brings_it_back(local):
     if "first look" in local.rlops("reap", "local", "--dry-run").stdout:
         local.rlops("reap", "local")  # no train message yet: the first look starts the idle clock
-    time.sleep(4)
+    local.wait_past_idle_timeout()
     dry = local.rlops("reap", "local", "--dry-run").stdout
     assert dry.startswith("would scale down: idle for") and "stop Ray worker node ray-worker-0 (gpu_pool)" in dry
     worker = local.registry()["ray-worker-0"]
@@ -357,7 +371,7 @@ def test_an_idle_pool_is_reaped_and_a_train_message_brings_it_back(local):
     local.rlops("train", "local", "--recipe", "tiny-arith", "--run", "busy", "--set", "max_steps=4",
                 "--set", "pause_while=hold")
     local.tick_until("busy", lambda r: r["state"] == "RUNNING")
-    time.sleep(4)  # past the 3 s idle timeout
+    local.wait_past_idle_timeout()
     assert "job(s) pending or running" in local.rlops("reap", "local").stdout
     assert local.registry()["ray-worker-0"].alive()
     gate.unlink()

@@ -34,8 +34,7 @@ def as_the_job_runs_it(env, recipe, settings: dict, run: str = "r1") -> dict:
     words = shlex.split(request.entrypoint)
     assert words[:3] == ["cd", nemo_rl.WORKDIR, "&&"]
     overrides = words[words.index("--config") + 2:]
-    tag = nemo_rl.tags()[nemo_rl.tag_of(env.ray.image)]
-    cfg = nemo_rl._load(tag.root / recipe.config, (tag.root / recipe.config).parent)
+    cfg = nemo_rl.load_config(nemo_rl.tag_for(env.ray.image), recipe.config)
     OmegaConf.set_struct(cfg, True)
     ConfigLoaderImpl._apply_overrides_to_config(overrides=OverridesParser.create().parse_overrides(overrides), cfg=cfg)
     nemo_rl._register_resolvers()

@@ -116,7 +116,7 @@ def _would_submit(env_name: str, env, parsed, settings: dict) -> str:
                             sort_keys=False, width=10**6).rstrip(),
              "# secrets reach the pods (locally, the Ray nodes) from Kubernetes Secrets, never the job's runtime env"]
     if recipe.runner == "nemo-rl":
-        tag = nemo_rl.tags().get(nemo_rl.tag_of(env.ray.image) or "")
+        tag = nemo_rl.tag_for(env.ray.image)
         if tag is None:
             lines.append(f"# {nemo_rl.unsupported(env.ray.image)}")
         else:

@@ -74,6 +74,11 @@ def tag_of(image: str) -> str | None:
     return match[1] if match else None
 
 
+def tag_for(image: str) -> Tag | None:
+    """The shipped configs of the NeMo RL image's tag; None when rlops has none."""
+    return tags().get(tag_of(image) or "")
+
+
 def hydra_value(value: Any) -> str:
     """A scalar as Hydra's override grammar reads it back as the same value.
 
@@ -119,7 +124,7 @@ def compose(tag: Tag, config_path: str, overrides: list[tuple[str, Any]]) -> Com
 
     result = Composition()
     try:
-        cfg = _load(tag.root / config_path, (tag.root / config_path).parent)
+        cfg = load_config(tag, config_path)
     except Exception as error:  # noqa: BLE001 - any failure to load is reported, as NeMo RL would fail
         result.problems.append((None, f"{config_path} at {tag.name} does not load: {_first_line(error)}"))
         return result
@@ -143,6 +148,21 @@ def compose(tag: Tag, config_path: str, overrides: list[tuple[str, Any]]) -> Com
     except Exception as error:  # noqa: BLE001
         result.problems.append((None, f"the composed config does not resolve: {_first_line(error)}"))
     return result
+
+
+def load_config(tag: Tag, config_path: str):
+    """The config with its `defaults:` chain, before overrides: a fresh copy of one load per process."""
+    from omegaconf import OmegaConf
+
+    return OmegaConf.create(_loaded(tag.root / config_path))
+
+
+@cache
+def _loaded(path: Path) -> dict:
+    """Every spec load (validate, each tick, each train message) composes its recipes: read the files once."""
+    from omegaconf import OmegaConf
+
+    return OmegaConf.to_container(_load(path, path.parent), resolve=False)
 
 
 def _load(path: Path, base_dir: Path):
@@ -223,7 +243,7 @@ def _first_line(error: Exception) -> str:
 
 def unsupported(image: str) -> str | None:
     """Why recipes on this image cannot be checked, or None when rlops has its configs."""
-    if tag_of(image) in tags():
+    if tag_for(image) is not None:
         return None
     return (f"rlops has no NeMo RL configs for {image} (it has {', '.join(tags())}); this recipe's config and "
             "overrides are not checked")
@@ -241,7 +261,7 @@ def check_recipe(recipe, pool, image: str) -> list[tuple[tuple, str]]:
             elif key.lstrip("+") in RESERVED:
                 problems.append(((section, key), f"rlops sets {key.lstrip('+')} itself (from checkpoint_root and "
                                                  "the run, or from model); remove it"))
-    tag = tags().get(tag_of(image) or "")
+    tag = tag_for(image)
     if tag is None:
         return problems
     for field_name, path in (("entrypoint", recipe.entrypoint), ("config", recipe.config)):
