@@ -1,5 +1,6 @@
 """The in-cluster objects through apply against the fake GCP control plane and the fake Kubernetes API."""
 
+import base64
 import json
 
 import pytest
@@ -37,10 +38,12 @@ def test_a_planted_token_reaches_the_secret_write_and_nowhere_else(fakes, capsys
     assert cli.main(["render", "h200"]) == 0
     out = capsys.readouterr()
     for token in PLANTED_TOKENS.values():
-        assert token not in out.out + out.err
-        carriers = [r for r in kube.requests if token in json.dumps(r.body)]
+        encoded = base64.b64encode(token.encode()).decode()
+        assert token not in out.out + out.err and encoded not in out.out + out.err
+        assert not [r for r in kube.requests if token in json.dumps(r.body)]
+        carriers = [r for r in kube.requests if encoded in json.dumps(r.body)]
         assert carriers and all(r.path.endswith("/secrets/ray-cluster-tokens") and r.method == "PATCH" for r in carriers)
-        assert not [r for r in gcp.requests if token in json.dumps(r.body)]
+        assert not [r for r in gcp.requests if token in json.dumps(r.body) or encoded in json.dumps(r.body)]
     cluster = kube.get("rayclusters", "ray-cluster", "default")
     assert not any(token in json.dumps(cluster) for token in PLANTED_TOKENS.values())
 
@@ -88,11 +91,13 @@ def test_a_cluster_that_is_not_ready_in_time_fails_apply_naming_it_and_a_rerun_f
     kube.controller_delay = None  # no controller: nothing ever reports ready
     assert cli.main(["apply", "h200", "--ready-timeout", "0.3"]) == 1
     err = capsys.readouterr().err
-    assert "DaemonSet/kube-system/" in err and "not ready after 0s: 0 of ? nodes installed" in err
+    assert "DaemonSet/kube-system/" in err and "not ready after 0s: the controller has not seen generation 1" in err
     # The objects were written; once the controllers catch up, the same apply finishes without writing again.
+    # (A KubeRay before 1.3 publishes only `state` and observedGeneration.)
     installer = next(key for key in kube.objects if key[0] == "daemonsets")
-    kube.set_status("daemonsets", installer[2], {"desiredNumberScheduled": 2, "numberReady": 2}, installer[1])
-    kube.set_status("rayclusters", "ray-cluster", {"state": "ready"}, "default")
+    kube.set_status("daemonsets", installer[2], {"desiredNumberScheduled": 2, "numberReady": 2,
+                                                 "updatedNumberScheduled": 2, "observedGeneration": 1}, installer[1])
+    kube.set_status("rayclusters", "ray-cluster", {"state": "ready", "observedGeneration": 1}, "default")
     before = len(kube.writes())
     assert cli.main(["apply", "h200", "--ready-timeout", "5"]) == 0
     assert kube.writes()[before:] == []

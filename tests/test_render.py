@@ -1,5 +1,6 @@
 """The in-cluster objects: valid against the real schemas, carrying the seeds' settings, and fixing their defects."""
 
+import base64
 import json
 import subprocess
 
@@ -199,7 +200,8 @@ def test_render_redacts_secrets_and_a_planted_token_stays_in_the_secret_alone(ca
     stream = capsys.readouterr().out
     docs = list(yaml.safe_load_all(stream))
     (secret,) = [d for d in docs if d["kind"] == "Secret"]
-    assert secret["stringData"] == {"HF_TOKEN": "<redacted>", "WANDB_API_KEY": "<redacted>"}
+    assert secret["data"] == {"HF_TOKEN": "<redacted>", "WANDB_API_KEY": "<redacted>"}
     env, objs = rendered("h200", {"HF_TOKEN": PLANTED, "WANDB_API_KEY": "0" * 40})
-    holding = [key for key, obj in objs.items() if PLANTED in json.dumps(obj)]
+    encoded = base64.b64encode(PLANTED.encode()).decode()
+    holding = [key for key, obj in objs.items() if PLANTED in json.dumps(obj) or encoded in json.dumps(obj)]
     assert holding == [("Secret", render.secret_name(env))]

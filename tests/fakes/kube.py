@@ -1,15 +1,18 @@
 """A fake Kubernetes API server for the official kubernetes client, over HTTP on 127.0.0.1.
 
-It serves the kinds rlops applies: get, list (with label selectors), create (409 when present),
-delete (404 when absent), server-side apply (PATCH application/apply-patch+yaml with a field
-manager: the applied fields replace what that manager applied before, the rest is kept),
-resourceVersion and generation (bumped only when the object changes), the status subresource
-(so a test can play the controller: `set_status`), the service proxy
-(`/api/v1/namespaces/NS/services/NAME:PORT/proxy/...`, forwarded to what `services` maps the
-service to: a test points the Ray head's dashboard service at a real local Ray) and a request log.
+It behaves as the real one does for the kinds rlops sends (the rules and their sources are in
+`kube_ssa` and `kube_rules`): discovery of the group-versions it serves (a CRD's kinds only once
+it is installed: `uninstall("ray.io/v1")`), get, list by label selector, create, server-side apply
+with managed fields per manager, conflicts and `force`, `dryRun=All`, updates by JSON patch or PUT
+that move field ownership to their manager, defaulting and quantity canonicalization, the
+immutability and resize rules of PV/PVC/DaemonSet/Secret, deletion held by finalizers, and
+resourceVersion/generation (generation moves only with the spec). Controllers are played on each
+request: the PV binder, the PV/PVC protection controllers, and (with `controller_delay`) the
+DaemonSet and KubeRay status writers. Also the service proxy
+(`/api/v1/namespaces/NS/services/NAME:PORT/proxy/...`, forwarded to what `services` maps to) and a
+request log.
 """
 
-import base64
 import copy
 import itertools
 import json
@@ -19,6 +22,7 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler
 from urllib.parse import parse_qs, urlsplit
 
+from fakes import kube_rules, kube_ssa
 from fakes.jsonhttp import JsonServer, reply
 
 # plural -> (kind, api group/version, namespaced)
@@ -32,6 +36,8 @@ RESOURCES = {
     "gkenetworkparamsets": ("GKENetworkParamSet", "networking.gke.io/v1", False),
     "networks": ("Network", "networking.gke.io/v1", False),
 }
+CONTROLLER_MANAGER = "kube-controller-manager"
+SERVER_FIELDS = ("resourceVersion", "generation", "uid", "managedFields", "creationTimestamp", "deletionTimestamp")
 
 
 @dataclass
@@ -44,13 +50,22 @@ class Request:
     status: int = 0
 
 
+@dataclass
+class Owner:
+    operation: str            # Apply or Update
+    fields: set
+
+
 class FakeKube:
-    def __init__(self, controller_delay: float | None = None):
+    def __init__(self, controller_delay: float | None = None, gpu_nodes: int | None = None):
         # Set: play the controllers too; a DaemonSet or RayCluster reports ready this long after its last change.
         self.controller_delay = controller_delay
+        self.gpu_nodes = gpu_nodes      # None: every worker replica gets a node; a number: that many at most
+        self.served = {kind[1] for kind in RESOURCES.values()}
+        self.storage_classes: dict[str, bool] = {}   # name -> allowVolumeExpansion; "" names none
         self._ready_at: dict[tuple[str, str, str], float] = {}
         self.objects: dict[tuple[str, str, str], dict] = {}   # (plural, namespace or "", name) -> object
-        self.applied: dict[tuple[str, str, str], dict[str, dict]] = {}  # per object: field manager -> its last apply
+        self.owners: dict[tuple[str, str, str], dict[str, Owner]] = {}  # per object: field manager -> its fields
         self.requests: list[Request] = []
         self.services: dict[tuple[str, str], str] = {}  # (namespace, "name:port") -> the URL it proxies to
         self._versions = itertools.count(1)
@@ -79,22 +94,51 @@ class FakeKube:
 
     def get(self, plural: str, name: str, namespace: str = "") -> dict | None:
         with self._lock:
+            self._reconcile()
             found = self.objects.get((plural, namespace, name))
             return copy.deepcopy(found)
 
-    def put(self, obj: dict, plural: str) -> None:
-        """Create an object as another tool would (no field manager of rlops's)."""
+    def put(self, obj: dict, plural: str, manager: str = "kubectl-create") -> None:
+        """Create an object as another tool would (an Update by `manager`, never rlops)."""
         with self._lock:
             key = (plural, obj["metadata"].get("namespace", ""), obj["metadata"]["name"])
-            self.objects[key] = self._stamp(copy.deepcopy(obj), None)
+            status, answer = self._write(key, copy.deepcopy(obj), manager)
+            assert status < 300, answer
+
+    def edit(self, plural: str, name: str, change, namespace: str = "", manager: str = "kubectl-edit") -> dict:
+        """What `kubectl edit` does: read, change (a function of the object), PUT back as `manager`."""
+        with self._lock:
+            key = (plural, namespace, name)
+            edited = copy.deepcopy(self.objects[key])
+            change(edited)
+            status, answer = self._write(key, edited, manager)
+            assert status < 300, answer
+            return copy.deepcopy(answer)
 
     def set_status(self, plural: str, name: str, status: dict, namespace: str = "") -> None:
         """What a controller would write: the DaemonSet's ready counts, the RayCluster's state."""
         with self._lock:
             self.objects[(plural, namespace, name)]["status"] = status
 
+    def uninstall(self, group_version: str) -> None:
+        """The CRD (or the add-on) is not there: its kinds are not served and their objects are gone."""
+        with self._lock:
+            self.served.discard(group_version)
+            for key in [k for k in self.objects if RESOURCES[k[0]][1] == group_version]:
+                self.objects.pop(key)
+                self.owners.pop(key, None)
+
+    def install(self, group_version: str) -> None:
+        with self._lock:
+            self.served.add(group_version)
+
+    def managers(self, plural: str, name: str, namespace: str = "") -> dict[str, set]:
+        with self._lock:
+            return {m: set(o.fields) for m, o in self.owners.get((plural, namespace, name), {}).items()}
+
     def writes(self) -> list[Request]:
-        return [r for r in self.requests if r.method in ("POST", "PUT", "PATCH", "DELETE") and 200 <= r.status < 300]
+        return [r for r in self.requests if r.method in ("POST", "PUT", "PATCH", "DELETE") and 200 <= r.status < 300
+                and r.query.get("dryRun") != "All"]
 
     # -- HTTP -------------------------------------------------------------------------------
     def _handle(self, http: BaseHTTPRequestHandler) -> None:
@@ -111,7 +155,8 @@ class FakeKube:
         request = Request(http.command, parts.path, {k: v[0] for k, v in parse_qs(parts.query).items()}, content_type, body)
         self.requests.append(request)
         with self._lock:
-            status, answer = self._route(request)
+            self._reconcile()
+            status, answer = self._route(request, http.headers.get("User-Agent", ""))
         request.status = status
         reply(http, status, answer)
 
@@ -142,61 +187,64 @@ class FakeKube:
         http.end_headers()
         http.wfile.write(body)
 
-    def _route(self, request: Request) -> tuple[int, dict]:
+    def _route(self, request: Request, user_agent: str) -> tuple[int, dict]:
         parts = [p for p in request.path.split("/") if p]
         # /api/v1/... or /apis/GROUP/VERSION/...
-        rest = parts[2:] if parts[:1] == ["api"] else parts[3:]
+        group_version, rest = ("v1", parts[2:]) if parts[:1] == ["api"] else ("/".join(parts[1:3]), parts[3:])
+        if group_version not in self.served:
+            return _status(404, "NotFound", "the server could not find the requested resource")
+        if not rest and request.method == "GET":
+            return 200, self._discovery(group_version)
         namespace = ""
         if rest[:1] == ["namespaces"] and len(rest) >= 3:
             namespace, rest = rest[1], rest[2:]
-        if not rest or rest[0] not in RESOURCES:
-            return _status(404, "NotFound", f"the server could not find the requested resource ({request.path})")
+        if not rest or rest[0] not in RESOURCES or RESOURCES[rest[0]][1] != group_version:
+            return _status(404, "NotFound", "the server could not find the requested resource")
         plural, name, subresource = rest[0], (rest[1] if len(rest) > 1 else None), (rest[2] if len(rest) > 2 else None)
+        # A request without ?fieldManager is recorded under its User-Agent's product, as the server does.
+        manager = request.query.get("fieldManager") or user_agent.split("/")[0] or "unknown"
+        dry_run = request.query.get("dryRun") == "All"
         if name is None:
             if request.method == "GET":
                 return 200, self._list(plural, namespace, request.query.get("labelSelector", ""))
             if request.method == "POST":
-                return self._create(plural, namespace, request.body)
+                key = (plural, namespace, request.body["metadata"]["name"])
+                if key in self.objects:
+                    return _status(409, "AlreadyExists", f'{plural} "{key[2]}" already exists')
+                return self._write(key, request.body, manager, dry_run=dry_run)
         key = (plural, namespace, name)
-        if request.method == "GET":
-            self._play_controller(key)
-            found = self.objects.get(key)
-            return (200, found) if found else _status(404, "NotFound", f'{plural} "{name}" not found')
-        if request.method == "DELETE":
-            if self.objects.pop(key, None) is None:
-                return _status(404, "NotFound", f'{plural} "{name}" not found')
-            self.applied.pop(key, None)
-            return _status(200, "Success", "deleted")
-        if request.method == "PATCH" and subresource is None and request.content_type.startswith(
-                "application/json-patch+json"):
-            return self._json_patch(key, request.body)
-        if request.method == "PATCH" and subresource is None:
-            return self._apply(plural, namespace, name, request)
-        if request.method in ("PUT", "PATCH") and subresource == "status" and key in self.objects:
-            self.objects[key]["status"] = (request.body or {}).get("status", {})
-            return 200, self.objects[key]
-        return _status(405, "MethodNotAllowed", f"{request.method} {request.path}")
-
-    def _json_patch(self, key: tuple[str, str, str], operations: list[dict]) -> tuple[int, dict]:
-        """RFC 6902 `replace` (what the reaper sends): every path must exist, or nothing changes (422)."""
         current = self.objects.get(key)
+        if request.method == "GET":
+            return (200, current) if current else _not_found(plural, name)
+        if request.method == "DELETE":
+            return self._delete(key) if current else _not_found(plural, name)
+        if subresource == "status" and request.method in ("PUT", "PATCH") and current:
+            current["status"] = (request.body or {}).get("status", {})
+            return 200, current
+        if subresource is not None:
+            return _status(405, "MethodNotAllowed", f"{request.method} {request.path}")
+        if request.method == "PATCH" and request.content_type.startswith("application/apply-patch"):
+            if not request.query.get("fieldManager"):
+                return _status(422, "Invalid", "PatchOptions.meta.k8s.io \"\" is invalid: fieldManager: Required value: "
+                                               "is required for apply patch")
+            return self._apply(key, request.body, manager, request.query.get("force") == "true", dry_run)
         if current is None:
-            return _status(404, "NotFound", f'{key[0]} "{key[2]}" not found')
-        patched = copy.deepcopy(current)
-        for operation in operations:
-            *parents, last = [int(p) if p.isdigit() else p for p in operation["path"].strip("/").split("/")]
-            target = patched
-            try:
-                for part in parents:
-                    target = target[part]
-                target[last]  # noqa: B018 - replace needs the member to exist
-            except (KeyError, IndexError, TypeError):
-                return _status(422, "Invalid", f"the server rejected our request: {operation['path']} does not exist")
-            if operation["op"] != "replace":
-                return _status(422, "Invalid", f"unsupported op {operation['op']}")
-            target[last] = operation["value"]
-        self.objects[key] = self._stamp(patched, current)
-        return 200, self.objects[key]
+            return _not_found(plural, name)
+        if request.method == "PATCH" and request.content_type.startswith("application/json-patch+json"):
+            patched, error = _json_patch(current, request.body)
+            return error or self._write(key, patched, manager, dry_run=dry_run)
+        if request.method == "PUT":
+            if request.body["metadata"].get("resourceVersion") not in (None, current["metadata"]["resourceVersion"]):
+                return _status(409, "Conflict", f'Operation cannot be fulfilled on {plural} "{name}": the object has '
+                                                "been modified; please apply your changes to the latest version and try again")
+            return self._write(key, request.body, manager, dry_run=dry_run)
+        return _status(415, "UnsupportedMediaType", f"the body of the request was in an unknown format ({request.content_type})")
+
+    def _discovery(self, group_version: str) -> dict:
+        resources = [{"name": plural, "kind": kind, "namespaced": namespaced, "singularName": kind.lower(),
+                      "verbs": ["create", "delete", "get", "list", "patch", "update", "watch"]}
+                     for plural, (kind, version, namespaced) in RESOURCES.items() if version == group_version]
+        return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": group_version, "resources": resources}
 
     def _list(self, plural: str, namespace: str, selector: str) -> dict:
         wanted = dict(term.split("=", 1) for term in selector.split(",") if "=" in term)
@@ -207,82 +255,257 @@ class FakeKube:
         return {"apiVersion": version, "kind": f"{kind}List", "metadata": {"resourceVersion": str(next(self._versions))},
                 "items": items}
 
-    def _create(self, plural: str, namespace: str, body: dict) -> tuple[int, dict]:
-        key = (plural, namespace, body["metadata"]["name"])
-        if key in self.objects:
-            return _status(409, "AlreadyExists", f'{plural} "{key[2]}" already exists')
-        self.objects[key] = self._stamp(body, None)
-        return 201, self.objects[key]
-
-    def _apply(self, plural: str, namespace: str, name: str, request: Request) -> tuple[int, dict]:
-        if request.content_type.split(";")[0] != "application/apply-patch+yaml":
-            return _status(415, "UnsupportedMediaType", f"this fake only takes server-side apply, not {request.content_type}")
-        manager = request.query.get("fieldManager")
-        if not manager:
-            return _status(422, "Invalid", "fieldManager is required for apply patch")
-        key = (plural, namespace, name)
-        body = _as_stored(plural, request.body)
-        if body["metadata"].get("name") != name:
+    # -- writes -----------------------------------------------------------------------------
+    def _apply(self, key, config: dict, manager: str, force: bool, dry_run: bool) -> tuple[int, dict]:
+        plural, _, name = key
+        if (config.get("metadata") or {}).get("name") != name:
             return _status(400, "BadRequest", "the name of the object does not match the name on the URL")
+        if RESOURCES[plural][0] != config.get("kind"):
+            return _status(400, "BadRequest", f"the kind {config.get('kind')!r} does not match the URL ({plural})")
+        schema = kube_rules.schema(plural)
+        config = {k: v for k, v in config.items() if k not in ("apiVersion", "kind")}
+        applied = kube_ssa.field_set(config, schema)
         current = self.objects.get(key)
-        others = {m: fields for m, fields in self.applied.get(key, {}).items() if m != manager}
-        if current is not None and not others and manager not in self.applied.get(key, {}):
-            # An object someone else created: what they set stays, ours is merged over it.
-            merged = _merge(_without_server_fields(current), body)
-        else:
-            merged = _merge(*[fields for fields in others.values()], body) if others else copy.deepcopy(body)
-        self.applied.setdefault(key, {})[manager] = copy.deepcopy(body)
-        if current is not None and _without_server_fields(current) == _without_server_fields(merged):
-            return 200, current  # nothing changed: no new resourceVersion
-        merged = self._stamp(merged, current)
-        self.objects[key] = merged
+        owners = copy.deepcopy(self.owners.get(key, {}))
+        live = _without_server_fields(current) if current else {}
+        live.pop("status", None)
+        conflicts = {(other, path) for other, owner in owners.items() if other != manager for path in owner.fields & applied
+                     if kube_ssa.value_at(live, path, schema) != kube_ssa.value_at(config, path, schema)}
+        if conflicts and not force:
+            listed = "; ".join(f'conflict with "{m}": .{_dotted(p)}' for m, p in sorted(conflicts, key=repr))
+            return _status(409, "Conflict", f"Apply failed with {len(conflicts)} conflict(s): {listed}")
+        for other, path in conflicts:
+            owners[other].fields.discard(path)
+        previous = owners.get(manager, Owner("Apply", set())).fields
+        for path in previous - applied:
+            if not any(path in o.fields for m, o in owners.items() if m != manager):
+                kube_ssa.remove(live, path, schema)
+        owners[manager] = Owner("Apply", applied)
+        merged = kube_ssa.merge(live, config, schema)
+        return self._store(key, merged, owners, dry_run)
+
+    def _write(self, key, obj: dict, manager: str, dry_run: bool = False) -> tuple[int, dict]:
+        """An update (create, PUT, JSON patch): its manager takes every field it changed."""
+        schema = kube_rules.schema(key[0])
+        current = self.objects.get(key)
+        before = _without_server_fields(current) if current else {}
+        after = _without_server_fields(obj)
+        for side in (before, after):
+            side.pop("status", None)
+            side.pop("apiVersion", None)
+            side.pop("kind", None)
+        changed = kube_ssa.changed_paths(before, after, schema)
+        owners = copy.deepcopy(self.owners.get(key, {}))
+        for owner in owners.values():
+            owner.fields -= changed
+        owner = owners.setdefault(manager, Owner("Update", set()))
+        owner.fields |= {p for p in changed if kube_ssa.value_at(after, p, schema) is not kube_ssa.MISSING}
+        return self._store(key, after, owners, dry_run)
+
+    def _store(self, key, content: dict, owners: dict[str, Owner], dry_run: bool) -> tuple[int, dict]:
+        plural, namespace, name = key
+        current = self.objects.get(key)
+        if current and current["metadata"].get("deletionTimestamp"):
+            return _status(409, "Conflict", f'{plural} "{name}" is being deleted')  # no change to a terminating object
+        content = {"apiVersion": RESOURCES[plural][1], "kind": RESOURCES[plural][0], **content}
+        if plural == "secrets":
+            _secret_as_stored(content)
+        kube_rules.apply_defaults(plural, content)
+        status = content.pop("status", None)
+        if current:
+            refused = kube_rules.refused_update(plural, current, content, self.storage_classes)
+            if refused:
+                return _status(*refused)
+        stored = self._stamp(content, current, status)
+        if current is None and plural in FINALIZERS:
+            stored["metadata"]["finalizers"] = sorted({*stored["metadata"].get("finalizers", []), FINALIZERS[plural]})
+        stored["metadata"]["managedFields"] = [
+            {"manager": m, "operation": o.operation, "apiVersion": RESOURCES[plural][1], "fieldsType": "FieldsV1",
+             "fieldsV1": kube_ssa.fields_v1(o.fields)} for m, o in sorted(owners.items()) if o.fields]
+        if current and _without_server_fields(current) == _without_server_fields(stored):
+            return 200, current  # a write that changes nothing is not stored: no new resourceVersion
+        if dry_run:
+            return (200 if current else 201), stored
+        self._bump(stored)
+        self.objects[key] = stored
+        self.owners[key] = {m: o for m, o in owners.items() if o.fields}
         if self.controller_delay is not None and plural in ("daemonsets", "rayclusters"):
             self._ready_at[key] = time.monotonic() + self.controller_delay
-        return (200 if current else 201), merged
+        return (200 if current else 201), stored
 
-    def _play_controller(self, key: tuple[str, str, str]) -> None:
-        if key in self._ready_at and time.monotonic() >= self._ready_at[key] and key in self.objects:
-            del self._ready_at[key]
-            self.objects[key]["status"] = ({"state": "ready"} if key[0] == "rayclusters"
-                                           else {"desiredNumberScheduled": 2, "numberReady": 2})
-
-    def _stamp(self, obj: dict, previous: dict | None) -> dict:
+    def _stamp(self, obj: dict, previous: dict | None, status: dict | None) -> dict:
         metadata = obj.setdefault("metadata", {})
-        metadata["resourceVersion"] = str(next(self._versions))
-        metadata["generation"] = (previous or {}).get("metadata", {}).get("generation", 0) + 1
-        metadata.setdefault("uid", f"uid-{metadata['resourceVersion']}")
-        if previous and "status" in previous:
-            obj["status"] = previous["status"]
+        before = (previous or {}).get("metadata", {})
+        metadata["uid"] = before.get("uid") or f"uid-{next(self._versions)}"
+        metadata["creationTimestamp"] = before.get("creationTimestamp") or time.strftime("%Y-%m-%dT%H:%M:%SZ",
+                                                                                         time.gmtime())
+        metadata["generation"] = before.get("generation", 0) + (0 if previous and _spec_of(previous) == _spec_of(obj) else 1)
+        metadata["resourceVersion"] = before.get("resourceVersion", "0")
+        kept = (previous or {}).get("status") or status
+        if kept:
+            obj["status"] = kept
         return obj
 
+    def _delete(self, key) -> tuple[int, dict]:
+        """Deletion waits for the object's finalizers (the protection controllers clear theirs in `_reconcile`)."""
+        current = self.objects[key]
+        if current["metadata"].get("finalizers"):
+            current["metadata"].setdefault("deletionTimestamp", time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+            self._bump(current)
+            return 200, current
+        self.objects.pop(key)
+        self.owners.pop(key, None)
+        self._ready_at.pop(key, None)
+        return _status(200, "Success", "deleted")
 
-def _as_stored(plural: str, body: dict) -> dict:
-    """A Secret's stringData is write-only: the API server keeps it base64-encoded in data."""
-    if plural != "secrets" or "stringData" not in body:
-        return body
-    stored = {k: v for k, v in body.items() if k != "stringData"}
-    stored["data"] = dict(body.get("data") or {}, **{k: base64.b64encode(v.encode()).decode()
-                                                       for k, v in body["stringData"].items()})
-    return stored
+    def _bump(self, obj: dict) -> None:
+        obj["metadata"]["resourceVersion"] = str(next(self._versions))
+
+    # -- controllers --------------------------------------------------------------------------
+    def _reconcile(self) -> None:
+        """What the controllers would have done by now, run before each request."""
+        self._bind_volumes()
+        self._release_protected()
+        now = time.monotonic()
+        for key, due in list(self._ready_at.items()):
+            if now >= due and key in self.objects:
+                del self._ready_at[key]
+                self._publish_status(key)
+
+    def _bind_volumes(self) -> None:
+        """The PV controller (pkg/controller/volume/persistentvolume/pv_controller.go): a claim naming a
+        volume whose claimRef names it (or is empty) is bound; the binder writes the full claimRef (with
+        the claim's uid) into the PV as an update, and both phases become Bound."""
+        for key, claim in self.objects.items():
+            if key[0] != "persistentvolumeclaims" or claim.get("status", {}).get("phase") == "Bound":
+                continue
+            volume = self.objects.get(("persistentvolumes", "", claim["spec"].get("volumeName", "")))
+            if volume is None or volume["metadata"].get("deletionTimestamp"):
+                continue
+            ref = volume["spec"].get("claimRef") or {}
+            if ref and (ref.get("namespace"), ref.get("name")) != (key[1], key[2]):
+                continue
+            if ref.get("uid") not in (None, claim["metadata"]["uid"]):
+                continue
+            bound = copy.deepcopy(volume)
+            bound["spec"]["claimRef"] = {"kind": "PersistentVolumeClaim", "namespace": key[1], "name": key[2],
+                                         "uid": claim["metadata"]["uid"], "apiVersion": "v1",
+                                         "resourceVersion": claim["metadata"]["resourceVersion"]}
+            self._write(("persistentvolumes", "", volume["metadata"]["name"]), bound, CONTROLLER_MANAGER)
+            self.objects[("persistentvolumes", "", volume["metadata"]["name"])]["status"] = {"phase": "Bound"}
+            claim["status"] = {"phase": "Bound", "accessModes": volume["spec"].get("accessModes", []),
+                               "capacity": dict(volume["spec"].get("capacity", {}))}
+
+    def _release_protected(self) -> None:
+        """kubernetes.io/pvc-protection goes once no pod uses the claim (here: no RayCluster's template names
+        it; KubeRay's pods go with their RayCluster), kubernetes.io/pv-protection once no claim is bound to the
+        volume (pkg/controller/volume/pvcprotection, pvprotection)."""
+        for key, obj in list(self.objects.items()):
+            if not obj["metadata"].get("deletionTimestamp"):
+                continue
+            if key[0] == "persistentvolumeclaims" and not any(
+                    k[0] == "rayclusters" and k[1] == key[1] and f'"claimName": "{key[2]}"' in json.dumps(c)
+                    for k, c in self.objects.items()):
+                obj["metadata"]["finalizers"] = [f for f in obj["metadata"]["finalizers"] if f != PVC_PROTECTION]
+            if key[0] == "persistentvolumes" and not any(
+                    k[0] == "persistentvolumeclaims" and c["spec"].get("volumeName") == key[2]
+                    for k, c in self.objects.items()):
+                obj["metadata"]["finalizers"] = [f for f in obj["metadata"]["finalizers"] if f != PV_PROTECTION]
+            if not obj["metadata"]["finalizers"]:
+                self.objects.pop(key)
+                self.owners.pop(key, None)
+
+    def _publish_status(self, key) -> None:
+        """The status a DaemonSet controller or KubeRay (v1.3+, conditions on by default) writes once the
+        pods are up: KubeRay's `state` goes to ready once and stays (raycluster_controller.go
+        calculateStatus); its pod counts; `observedGeneration` is the generation it has seen."""
+        obj = self.objects[key]
+        generation = obj["metadata"]["generation"]
+        if key[0] == "daemonsets":
+            nodes = 2
+            obj["status"] = {"desiredNumberScheduled": nodes, "currentNumberScheduled": nodes, "numberReady": nodes,
+                             "updatedNumberScheduled": nodes, "numberAvailable": nodes, "observedGeneration": generation}
+            return
+        desired = sum(g.get("replicas", 0) * g.get("numOfHosts", 1) for g in obj["spec"].get("workerGroupSpecs", []))
+        ready = desired if self.gpu_nodes is None else min(desired, self.gpu_nodes)
+        previous = obj.get("status") or {}
+        provisioned = ready == desired or any(c["type"] == "RayClusterProvisioned" and c["status"] == "True"
+                                              for c in previous.get("conditions", []))  # once true, it stays
+        state = "ready" if ready == desired or previous.get("state") == "ready" else previous.get("state")
+        obj["status"] = {
+            **({"state": state} if state else {}), "observedGeneration": generation,
+            "desiredWorkerReplicas": desired, "readyWorkerReplicas": ready, "availableWorkerReplicas": ready,
+            "conditions": [
+                {"type": "HeadPodReady", "status": "True", "reason": "HeadPodRunningAndReady"},
+                {"type": "RayClusterProvisioned", "status": "True" if provisioned else "False",
+                 "reason": "AllPodRunningAndReadyFirstTime" if provisioned else "RayClusterPodsProvisioning"}]}
+
+
+PVC_PROTECTION, PV_PROTECTION = "kubernetes.io/pvc-protection", "kubernetes.io/pv-protection"
+# The StorageObjectInUseProtection admission plugin adds these at creation
+# (plugin/pkg/admission/storage/storageobjectinuseprotection).
+FINALIZERS = {"persistentvolumeclaims": PVC_PROTECTION, "persistentvolumes": PV_PROTECTION}
+
+
+def _json_patch(current: dict, operations: list[dict]) -> tuple[dict, tuple[int, dict] | None]:
+    """RFC 6902 test/replace/add/remove; one failed operation and nothing changes (422)."""
+    patched = copy.deepcopy(current)
+    for operation in operations:
+        *parents, last = [int(p) if p.isdigit() else p.replace("~1", "/").replace("~0", "~")
+                          for p in operation["path"].strip("/").split("/")]
+        target = patched
+        try:
+            for part in parents:
+                target = target[part]
+            if operation["op"] == "test":
+                if target[last] != operation["value"]:
+                    return current, _status(422, "Invalid", f"the server rejected our request due to an error in our "
+                                                            f"request: testing value {operation['path']} failed")
+            elif operation["op"] == "replace":
+                target[last]  # noqa: B018 - replace needs the member to exist
+                target[last] = operation["value"]
+            elif operation["op"] == "add":
+                target.insert(last, operation["value"]) if isinstance(target, list) else \
+                    target.__setitem__(last, operation["value"])
+            elif operation["op"] == "remove":
+                del target[last]
+            else:
+                return current, _status(422, "Invalid", f"unsupported op {operation['op']}")
+        except (KeyError, IndexError, TypeError):
+            return current, _status(422, "Invalid", f"the server rejected our request due to an error in our request: "
+                                                    f"{operation['path']} does not exist")
+    return patched, None
+
+
+def _secret_as_stored(secret: dict) -> None:
+    """stringData is write-only: merged into data, base64-encoded, and dropped (core/v1 conversion). Its
+    keys were never fields of the object, so no manager owns them in `data` (kubernetes#108008)."""
+    import base64
+
+    if "stringData" in secret:
+        secret["data"] = dict(secret.get("data") or {}, **{k: base64.b64encode(v.encode()).decode()
+                                                           for k, v in secret.pop("stringData").items()})
 
 
 def _without_server_fields(obj: dict) -> dict:
     clean = copy.deepcopy(obj)
-    clean.pop("status", None)
-    for field in ("resourceVersion", "generation", "uid", "managedFields", "creationTimestamp"):
+    for field in SERVER_FIELDS:
         clean.get("metadata", {}).pop(field, None)
     return clean
 
 
-def _merge(*objects: dict) -> dict:
-    merged: dict = {}
-    for obj in objects:
-        for key, value in obj.items():
-            if isinstance(value, dict) and isinstance(merged.get(key), dict):
-                merged[key] = _merge(merged[key], value)
-            else:
-                merged[key] = copy.deepcopy(value)
-    return merged
+def _spec_of(obj: dict) -> dict:
+    """What moves `metadata.generation`: everything but metadata and status (the registry strategies'
+    PrepareForUpdate; for custom resources, apiextensions' `generation` rule)."""
+    return {k: v for k, v in obj.items() if k not in ("metadata", "status", "apiVersion", "kind")}
+
+
+def _dotted(path: tuple) -> str:
+    return ".".join(f"[{dict(p[1])}]" if isinstance(p, tuple) else p for p in path)
+
+
+def _not_found(plural: str, name: str) -> tuple[int, dict]:
+    return _status(404, "NotFound", f'{plural} "{name}" not found')
 
 
 def _status(code: int, reason: str, message: str) -> tuple[int, dict]:

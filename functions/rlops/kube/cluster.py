@@ -14,6 +14,9 @@ from kubernetes import client
 from rlops.errors import Failure
 
 FIELD_MANAGER = "rlops"
+# The reaper's and the wake's writes of worker replicas: an update under their own name, so the
+# object's managedFields say who set the count (apply keeps it; see sync.keep_live).
+REAPER_FIELD_MANAGER = "rlops-reaper"
 # kind -> (API path prefix, plural, namespaced): the kinds rlops applies.
 KINDS = {
     "Secret": ("/api/v1", "secrets", True),
@@ -25,10 +28,18 @@ KINDS = {
     "GKENetworkParamSet": ("/apis/networking.gke.io/v1", "gkenetworkparamsets", False),
     "Network": ("/apis/networking.gke.io/v1", "networks", False),
 }
+# What serves a kind that may not be there yet.
+SERVED_BY = {
+    "RayCluster": "the Ray operator add-on (cluster.ray_operator), which GKE installs with the cluster",
+    "GKENetworkParamSet": "GKE multi-networking (cluster.multi_networking), on once the cluster is updated",
+    "Network": "GKE multi-networking (cluster.multi_networking), on once the cluster is updated",
+}
 
 
 class KubeError(Failure):
-    pass
+    def __init__(self, message: str, code: int = 0, reason: str = ""):
+        super().__init__(message)
+        self.code, self.reason = code, reason
 
 
 @dataclass(frozen=True)
@@ -74,6 +85,7 @@ def connect(dns_endpoint: str | None) -> "KubeApi":
 class KubeApi:
     def __init__(self, api_client: client.ApiClient):
         self.api = api_client
+        self._served: dict[str, bool] = {}
 
     def _path(self, ref: Ref, collection: bool = False) -> str:
         prefix, plural, namespaced = KINDS[ref.kind]
@@ -97,30 +109,53 @@ class KubeApi:
             return None
         if response.status >= 300:
             raise KubeError(f"Kubernetes API {method} {path}: {response.status} {data.get('reason', '')}: "
-                            f"{data.get('message', '')}")
+                            f"{data.get('message', '')}", response.status, data.get("reason", ""))
         return data
+
+    def served(self, kind: str) -> bool:
+        """Whether the API server serves `kind` now (its group-version's discovery document lists it)."""
+        prefix, plural, _ = KINDS[kind]
+        if not self._served.get(prefix):
+            listed = self._call("GET", prefix)
+            self._served[prefix] = bool(listed) and any(r.get("name") == plural for r in listed.get("resources", []))
+        return self._served[prefix]
+
+    def forget_served(self) -> None:
+        self._served.clear()
 
     def get(self, ref: Ref) -> dict | None:
         return self._call("GET", self._path(ref))
 
     def list_labelled(self, kind: str, labels: dict[str, str]) -> list[dict]:
+        """The objects of `kind` with these labels; none while the kind is not served."""
+        if not self.served(kind):
+            return []
         selector = ",".join(f"{k}={v}" for k, v in sorted(labels.items()))
         listed = self._call("GET", self._path(Ref(kind, ""), collection=True), {"labelSelector": selector})
         return [dict(item, kind=kind) for item in listed.get("items", [])]
 
-    def apply(self, obj: dict) -> dict:
-        return self._call("PATCH", self._path(Ref.of(obj)), {"fieldManager": FIELD_MANAGER, "force": "true"},
-                          body=obj, content_type="application/apply-patch+yaml")
+    def apply(self, obj: dict, dry_run: bool = False) -> dict:
+        """Server-side apply as rlops; `dry_run`: what the server would make of it, changing nothing."""
+        query = {"fieldManager": FIELD_MANAGER, "force": "true", **({"dryRun": "All"} if dry_run else {})}
+        return self._call("PATCH", self._path(Ref.of(obj)), query, body=obj, content_type="application/apply-patch+yaml")
 
-    def set_worker_replicas(self, ref: Ref, sizes: dict[str, int]) -> None:
-        """The reaper's and the wake's write: worker groups' replicas, by JSON patch (apply keeps what is live)."""
-        live = self.get(ref)
+    def set_worker_replicas(self, ref: Ref, sizes: dict[str, int]) -> bool:
+        """The reaper's and the wake's write: worker groups' replicas, by JSON patch. Each replace is preceded
+        by a `test` of the group's name at that index, so a list reordered since the read changes nothing
+        (422) instead of resizing the wrong group. False if the RayCluster is not there."""
+        live = self.get(ref) if self.served(ref.kind) else None
         if live is None:
-            return
-        patch = [{"op": "replace", "path": f"/spec/workerGroupSpecs/{i}/replicas", "value": sizes[group["groupName"]]}
-                 for i, group in enumerate(live["spec"].get("workerGroupSpecs", [])) if group["groupName"] in sizes]
+            return False
+        patch = []
+        for i, group in enumerate(live["spec"].get("workerGroupSpecs", [])):
+            if group["groupName"] in sizes:
+                patch += [{"op": "test", "path": f"/spec/workerGroupSpecs/{i}/groupName", "value": group["groupName"]},
+                          {"op": "replace", "path": f"/spec/workerGroupSpecs/{i}/replicas",
+                           "value": sizes[group["groupName"]]}]
         if patch:
-            self._call("PATCH", self._path(ref), body=patch, content_type="application/json-patch+json")
+            self._call("PATCH", self._path(ref), {"fieldManager": REAPER_FIELD_MANAGER}, body=patch,
+                       content_type="application/json-patch+json")
+        return True
 
     def delete(self, ref: Ref) -> None:
         self._call("DELETE", self._path(ref))

@@ -8,6 +8,7 @@ handle is PROJECT/ZONE/INSTANCE with an empty storage class (G11, G12); tokens c
 by secretKeyRef and HF_HOME is on Lustre (G13).
 """
 
+import base64
 import copy
 import json
 from dataclasses import dataclass
@@ -113,9 +114,12 @@ def service_account(env: GcpEnvironment) -> dict:
 
 
 def secret(env: GcpEnvironment, values: dict[str, str] | None) -> dict:
+    """Tokens as `data`, never `stringData`: a key applied through stringData is owned by no field manager,
+    so removing it from the spec would leave it in the cluster (kubernetes#108008)."""
     (obj,) = base("secret.yaml")
     obj["metadata"].update(name=secret_name(env), namespace=env.ray.namespace)
-    obj["stringData"] = {name: (values[name] if values is not None else REDACTED) for name in sorted(env.secrets)}
+    obj["data"] = {name: (base64.b64encode(values[name].encode()).decode() if values is not None else REDACTED)
+                   for name in sorted(env.secrets)}
     return obj
 
 

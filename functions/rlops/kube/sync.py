@@ -1,34 +1,49 @@
-"""Bringing the cluster's objects to what rlops renders: diff, server-side apply, prune, wait until ready.
+"""Bringing the cluster's objects to what rlops renders: plan by server-side dry run, apply, prune, wait.
 
-Only objects carrying rlops's labels for this environment are changed or pruned; one that exists
-without them is refused, never taken over. Worker replica counts are the idle reaper's to set: the
-live value is kept, so a scaled-down cluster is not "drift".
+The plan is Argo CD's server-side diff: each object is applied with `dryRun=All` under rlops's
+field manager and what the server would store is compared with what it stores now, so defaults,
+canonical quantities and fields other managers own are never drift, while a console edit of a
+field rlops owns is. Only objects carrying rlops's labels for this environment are changed or
+pruned; one that exists without them is refused, never taken over. A kind the server does not
+serve yet (a CRD whose add-on is still coming up) is waited for, never listed or pruned.
+
+Some fields are the cluster's once an object exists, and apply sends back what is live:
+- worker replicas: the idle reaper's and the wake's (manager `rlops-reaper`);
+- a PV's claimRef: the PV binder completes it with the claim's uid;
+- a claim's storage request: a claim with storage class "" cannot be resized (the
+  PersistentVolumeClaimResize admission refuses it); the PV's capacity is what grows.
+A change the server refuses as immutable (a replaced Lustre instance's address in the PV's source)
+is a replacement: the object and what holds it (the claim bound to the PV, the RayCluster whose
+pods mount the claim) are deleted, waited on until gone, and created again.
 """
 
-import base64
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from rlops.kube.cluster import KubeApi, KubeError, Ref
+from rlops.kube.cluster import SERVED_BY, KubeApi, KubeError, Ref
 from rlops.provision.resources import labels_for
 
 # Deleted in this order (and applied in the reverse): what uses a thing goes before it.
 DELETE_ORDER = ["RayCluster", "Secret", "ServiceAccount", "PersistentVolumeClaim", "PersistentVolume", "DaemonSet",
                 "Network", "GKENetworkParamSet"]
+SERVER_METADATA = ("resourceVersion", "generation", "uid", "managedFields", "creationTimestamp", "selfLink")
 
 
 @dataclass
 class ObjectChange:
     ref: Ref
-    action: str                      # create, update, delete
+    action: str                      # create, update, replace, delete, or wait (the kind is not served yet)
     fields: list[str] = field(default_factory=list)
     desired: dict | None = None
+    reason: str = ""
 
     def line(self) -> str:
-        symbol = {"create": "+", "update": "~", "delete": "-"}[self.action]
-        changed = f"  ({', '.join(self.fields)})" if self.fields else ""
-        return f"{symbol} {self.ref}{changed}"
+        symbol = {"create": "+", "update": "~", "replace": "-/+", "delete": "-", "wait": "+"}[self.action]
+        detail = ", ".join(self.fields) or self.reason
+        if self.action == "wait":
+            detail = self.reason
+        return f"{symbol} {self.ref}" + (f"  ({detail})" if detail else "")
 
 
 def owned_by(obj: dict, env_name: str) -> bool:
@@ -36,30 +51,46 @@ def owned_by(obj: dict, env_name: str) -> bool:
     return all(labels.get(k) == v for k, v in labels_for(env_name).items())
 
 
-def keep_live_replicas(desired: dict, live: dict | None) -> None:
-    """The reaper scales worker groups to 0 and `train` back up: apply what is live, not the spec's count."""
-    if live is None or desired["kind"] != "RayCluster":
+def keep_live(desired: dict, live: dict | None) -> None:
+    """The fields that are the cluster's once the object exists (see the module's docstring)."""
+    if live is None:
         return
-    current = {g["groupName"]: g.get("replicas") for g in live.get("spec", {}).get("workerGroupSpecs", [])}
-    for group in desired["spec"]["workerGroupSpecs"]:
-        if current.get(group["groupName"]) is not None:
-            group["replicas"] = current[group["groupName"]]
+    spec, live_spec = desired.get("spec", {}), live.get("spec", {})
+    if desired["kind"] == "RayCluster":
+        current = {g["groupName"]: g.get("replicas") for g in live_spec.get("workerGroupSpecs", [])}
+        for group in spec["workerGroupSpecs"]:
+            if current.get(group["groupName"]) is not None:
+                group["replicas"] = current[group["groupName"]]
+    elif desired["kind"] == "PersistentVolume":
+        bound = live_spec.get("claimRef") or {}
+        wanted = spec.get("claimRef") or {}
+        if (bound.get("namespace"), bound.get("name")) == (wanted.get("namespace"), wanted.get("name")):
+            spec["claimRef"] = bound
+    elif desired["kind"] == "PersistentVolumeClaim":
+        requested = live_spec.get("resources", {}).get("requests", {}).get("storage")
+        if requested:
+            spec["resources"]["requests"]["storage"] = requested
 
 
-def differences(desired, live, path: str = "") -> list[str]:
-    """The paths where `desired` says something `live` does not (fields the server adds are ignored)."""
-    if isinstance(desired, dict) and isinstance(live, dict):
-        return [p for key, value in desired.items() for p in differences(value, live.get(key), f"{path}.{key}".lstrip("."))]
-    return [] if desired == live else [path]
+def shown(obj: dict) -> dict:
+    """An object as the server holds it, without what the server writes about it (metadata, status)."""
+    metadata = {k: v for k, v in obj.get("metadata", {}).items() if k not in SERVER_METADATA}
+    return {**{k: v for k, v in obj.items() if k != "status"}, "metadata": metadata}
 
 
-def comparable(desired: dict) -> dict:
-    """`desired` as the API server shows it back: a Secret's stringData is stored base64-encoded in data."""
-    if desired["kind"] != "Secret":
-        return desired
-    shown = {k: v for k, v in desired.items() if k != "stringData"}
-    shown["data"] = {k: base64.b64encode(v.encode()).decode() for k, v in desired.get("stringData", {}).items()}
-    return shown
+def differences(wanted, live, path: str = "") -> list[str]:
+    """The paths at which two objects differ; list items named by their `name`/`groupName` where they have one.
+    Only paths: a Secret's values never reach a plan."""
+    if isinstance(wanted, dict) and isinstance(live, dict):
+        return [p for key in sorted(set(wanted) | set(live))
+                for p in differences(wanted.get(key), live.get(key), f"{path}.{key}".lstrip("."))]
+    if isinstance(wanted, list) and isinstance(live, list) and len(wanted) == len(live) and wanted != live:
+        return [p for i, (a, b) in enumerate(zip(wanted, live)) for p in differences(a, b, f"{path}[{_label(a, i)}]")]
+    return [] if wanted == live else [path]
+
+
+def _label(item, index: int) -> str:
+    return str(item.get("name") or item.get("groupName") or index) if isinstance(item, dict) else str(index)
 
 
 def plan(api: KubeApi, env_name: str, rendered: list[dict], secret_values_known: bool) -> list[ObjectChange]:
@@ -67,6 +98,10 @@ def plan(api: KubeApi, env_name: str, rendered: list[dict], secret_values_known:
     for desired in rendered:
         ref = Ref.of(desired)
         wanted.add(ref)
+        if not api.served(ref.kind):
+            changes.append(ObjectChange(ref, "wait", desired=desired,
+                                        reason=f"{ref.kind} is not served yet; {SERVED_BY.get(ref.kind, 'its CRD')} serves it"))
+            continue
         live = api.get(ref)
         if live is None:
             changes.append(ObjectChange(ref, "create", desired=desired))
@@ -74,21 +109,68 @@ def plan(api: KubeApi, env_name: str, rendered: list[dict], secret_values_known:
         if not owned_by(live, env_name):
             raise KubeError(f"{ref} exists without rlops's labels for {env_name}; rlops does not take over objects "
                             "it did not create: delete it or rename it in the spec")
-        keep_live_replicas(desired, live)
-        target = comparable(desired)
+        keep_live(desired, live)
         if desired["kind"] == "Secret" and not secret_values_known:
-            # Without the values (a plan never reads them) only the keys can be compared.
-            target = {"data": {k: live.get("data", {}).get(k) for k in desired.get("stringData", {})}}
-        changed = differences(target, live)
+            # A plan never reads the values: only which tokens there are can be compared.
+            changed = [f"data.{k}" for k in sorted(set(desired.get("data", {})) ^ set(live.get("data") or {}))]
+        else:
+            try:
+                changed = differences(shown(api.apply(desired, dry_run=True)), shown(live))
+            except KubeError as error:
+                if error.code != 422 or "immutable" not in str(error):
+                    raise
+                changes.append(ObjectChange(ref, "replace", desired=desired,
+                                            reason=f"the server cannot change it in place: {_said(error)}"))
+                continue
         if changed:
             changes.append(ObjectChange(ref, "update", changed, desired))
+    changes = _with_holders_replaced(changes, rendered)
     changes += [ObjectChange(ref, "delete") for ref in owned_refs(api, env_name) if ref not in wanted]
     return changes
 
 
-def apply(api: KubeApi, changes: list[ObjectChange], report: Callable[[str], None]) -> None:
-    writes = [c for c in changes if c.action != "delete"]
-    writes.sort(key=lambda c: -DELETE_ORDER.index(c.ref.kind))
+def _said(error: KubeError) -> str:
+    return str(error).split(": ", 2)[-1]
+
+
+def _holds(holder: dict, held: Ref) -> bool:
+    """A claim holds the volume it is bound to; a RayCluster's pods hold the claims they mount."""
+    if holder["kind"] == "PersistentVolumeClaim" and held.kind == "PersistentVolume":
+        return holder["spec"].get("volumeName") == held.name
+    if holder["kind"] == "RayCluster" and held.kind == "PersistentVolumeClaim":
+        import json
+
+        return f'"claimName": "{held.name}"' in json.dumps(holder)
+    return False
+
+
+def _with_holders_replaced(changes: list[ObjectChange], rendered: list[dict]) -> list[ObjectChange]:
+    by_ref = {c.ref: c for c in changes}
+    pending = [c.ref for c in changes if c.action == "replace"]
+    while pending:
+        held = pending.pop()
+        for obj in rendered:
+            ref = Ref.of(obj)
+            existing = by_ref.get(ref)
+            if _holds(obj, held) and (existing is None or existing.action == "update"):
+                by_ref[ref] = ObjectChange(ref, "replace", desired=obj, reason=f"it holds {held}, which is replaced")
+                pending.append(ref)
+    return [by_ref.get(Ref.of(obj)) for obj in rendered if Ref.of(obj) in by_ref] + \
+        [c for c in changes if c.desired is None]
+
+
+def apply(api: KubeApi, changes: list[ObjectChange], report: Callable[[str], None], timeout: float = 600.0) -> None:
+    """Waits for kinds not served yet, replaces what cannot change in place (deleting in order and waiting
+    until each is gone), applies the rest, prunes what is no longer rendered."""
+    for change in (c for c in changes if c.action == "wait"):
+        _wait(lambda: (api.forget_served(), api.served(change.ref.kind))[1], timeout, report,
+              f"{change.ref.kind} to be served ({SERVED_BY.get(change.ref.kind, 'its CRD')})")
+    replaced = sorted((c for c in changes if c.action == "replace"), key=lambda c: DELETE_ORDER.index(c.ref.kind))
+    for change in replaced:
+        report(f"replacing {change.ref}: {change.reason}")
+        api.delete(change.ref)
+        _wait(lambda: api.get(change.ref) is None, timeout, report, f"{change.ref} to be gone")
+    writes = sorted((c for c in changes if c.desired is not None), key=lambda c: -DELETE_ORDER.index(c.ref.kind))
     for change in writes:
         api.apply(change.desired)
         report(f"applied {change.ref} ({change.action})")
@@ -98,8 +180,24 @@ def apply(api: KubeApi, changes: list[ObjectChange], report: Callable[[str], Non
         report(f"deleted {change.ref} (rlops's, no longer rendered)")
 
 
+def _wait(done: Callable[[], bool], timeout: float, report: Callable[[str], None], what: str,
+          max_poll_seconds: float = 5.0, progress_seconds: float = 30.0) -> None:
+    started = last_report = time.monotonic()
+    delay = 0.05
+    while not done():
+        elapsed = time.monotonic() - started
+        if elapsed > timeout:
+            raise KubeError(f"gave up after {timeout:.0f}s waiting for {what}; a re-run of apply continues from here")
+        if time.monotonic() - last_report >= progress_seconds:
+            report(f"[{elapsed:6.1f}s] waiting for {what}")
+            last_report = time.monotonic()
+        time.sleep(delay)
+        delay = min(max_poll_seconds, delay * 1.5)
+
+
 def owned_refs(api: KubeApi, env_name: str) -> list[Ref]:
-    """Everything rlops applied to the cluster for this environment, in delete order (RayCluster first)."""
+    """Everything rlops applied to the cluster for this environment, in delete order (RayCluster first);
+    kinds the server does not serve have nothing to list."""
     return [Ref.of(obj) for kind in DELETE_ORDER for obj in api.list_labelled(kind, labels_for(env_name))]
 
 
@@ -109,35 +207,65 @@ def delete_all(api: KubeApi, env_name: str, report: Callable[[str], None]) -> No
         report(f"deleted {ref}")
 
 
+@dataclass(frozen=True)
+class Readiness:
+    ready: bool
+    what: str
+
+
 def wait_ready(api: KubeApi, rendered: list[dict], report: Callable[[str], None], timeout: float,
-               max_poll_seconds: float = 5.0, progress_seconds: float = 30.0) -> None:
-    """The gIB installer ready on every GPU node, then the RayCluster ready; progress, and a timeout that names what is not."""
+               min_workers: dict[str, int] | None = None, max_poll_seconds: float = 5.0,
+               progress_seconds: float = 30.0) -> None:
+    """The gIB installer rolled out to every GPU node, then the RayCluster's head ready and at least
+    `min_workers` (per worker group) of its workers; progress, and a timeout that names what is not."""
     started = last_report = time.monotonic()
-    delay = 0.1
     for obj in rendered:
         if obj["kind"] not in ("DaemonSet", "RayCluster"):
             continue
         ref = Ref.of(obj)
+        delay = 0.05
         while True:
-            live = api.get(ref) or {}
-            status = live.get("status") or {}
-            ready, what = _readiness(obj["kind"], status)
-            if ready:
-                report(f"ready: {ref} ({what})")
+            readiness = readiness_of(api.get(ref) or {}, min_workers or {})
+            if readiness.ready:
+                report(f"ready: {ref} ({readiness.what})")
                 break
             elapsed = time.monotonic() - started
             if elapsed > timeout:
-                raise KubeError(f"{ref} not ready after {timeout:.0f}s: {what}")
+                raise KubeError(f"{ref} not ready after {timeout:.0f}s: {readiness.what}")
             if time.monotonic() - last_report >= progress_seconds:
-                report(f"[{elapsed:6.1f}s] waiting for {ref}: {what}")
+                report(f"[{elapsed:6.1f}s] waiting for {ref}: {readiness.what}")
                 last_report = time.monotonic()
             time.sleep(delay)
             delay = min(max_poll_seconds, delay * 1.5)
 
 
-def _readiness(kind: str, status: dict) -> tuple[bool, str]:
-    if kind == "DaemonSet":
-        wanted, ready = status.get("desiredNumberScheduled"), status.get("numberReady", 0)
-        return wanted is not None and ready >= wanted, f"{ready} of {wanted if wanted is not None else '?'} nodes installed"
-    state = status.get("state", "not reported")
-    return state == "ready", f"state {state}"
+def readiness_of(live: dict, min_workers: dict[str, int]) -> Readiness:
+    """From what the controllers publish about the object's current generation; a status about an older
+    generation (`observedGeneration` behind) says nothing about this one."""
+    status = live.get("status") or {}
+    generation = live.get("metadata", {}).get("generation")
+    if status.get("observedGeneration") is None or (generation and status["observedGeneration"] < generation):
+        return Readiness(False, f"the controller has not seen generation {generation} yet")
+    if live.get("kind") == "DaemonSet":
+        wanted = status.get("desiredNumberScheduled", 0)
+        updated, ready = status.get("updatedNumberScheduled", 0), status.get("numberReady", 0)
+        return Readiness(updated >= wanted and ready >= wanted,
+                         f"{min(updated, ready)} of {wanted} nodes installed with the current template")
+    return _ray_cluster_readiness(live, status, min_workers)
+
+
+def _ray_cluster_readiness(live: dict, status: dict, min_workers: dict[str, int]) -> Readiness:
+    """KubeRay >= 1.3 publishes conditions (HeadPodReady) and readyWorkerReplicas; 1.1-1.2 only `state`,
+    which goes to ready once and stays (raycluster_controller.go calculateStatus)."""
+    groups = live.get("spec", {}).get("workerGroupSpecs", [])
+    needed = sum(min(g.get("replicas", 0), min_workers.get(g["groupName"], g.get("replicas", 0)))
+                 * g.get("numOfHosts", 1) for g in groups)
+    desired = status.get("desiredWorkerReplicas", sum(g.get("replicas", 0) * g.get("numOfHosts", 1) for g in groups))
+    conditions = {c["type"]: c for c in status.get("conditions", [])}
+    if "HeadPodReady" not in conditions:
+        return Readiness(status.get("state") == "ready", f"state {status.get('state', 'not reported')}")
+    head = conditions["HeadPodReady"]["status"] == "True"
+    ready = status.get("readyWorkerReplicas", status.get("availableWorkerReplicas", 0))
+    what = (f"head {'ready' if head else 'not ready (' + conditions['HeadPodReady'].get('reason', '') + ')'}, "
+            f"{ready} of {desired} workers ready, {needed} needed")
+    return Readiness(head and ready >= needed, what)

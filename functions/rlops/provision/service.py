@@ -253,8 +253,9 @@ class Session:
         changes = sync.plan(api, self.env.name, rendered, secret_values_known=True)
         if changes:
             self.report("cluster objects: " + ", ".join(c.line() for c in changes))
-        sync.apply(api, changes, self.report)
-        sync.wait_ready(api, rendered, self.report, self.ready_timeout)
+        sync.apply(api, changes, self.report, self.ready_timeout)
+        sync.wait_ready(api, rendered, self.report, self.ready_timeout,
+                        {pool.name: pool.autoscaling.min_nodes for pool in self.env.spec.gpu_pools})
 
 
 def dry_run(env: Environment, live: dict[str, Live] | None) -> list[str]:
