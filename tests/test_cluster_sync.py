@@ -148,3 +148,67 @@ def test_a_cluster_without_a_dns_endpoint_is_refused_with_the_fix(monkeypatch):
     monkeypatch.delenv("RLOPS_KUBE_API", raising=False)
     with pytest.raises(cluster.KubeError, match="cluster.dns_endpoint: true"):
         cluster.connect(None)
+
+
+@pytest.mark.parametrize("env_name", ["h200", "b200-spot"])
+def test_after_apply_a_plan_is_clean_a_console_edit_is_drift_and_the_reapers_replicas_are_not(fakes, capsys, env_name):
+    from rlops.kube.cluster import KubeApi, Ref
+    from kubernetes import client
+
+    gcp, kube = fakes
+    assert cli.main(["apply", env_name]) == 0
+    installer = next(obj for key, obj in kube.objects.items() if key[0] == "daemonsets")
+    container = installer["spec"]["template"]["spec"]["initContainers"][0]
+    assert container["terminationMessagePolicy"] == "File" and container["imagePullPolicy"], "the fake did not default"
+    capsys.readouterr()
+    assert cli.main(["plan", env_name, "--detailed-exitcode"]) == 0, capsys.readouterr().out
+
+    # The reaper's write: its own field manager, and not drift.
+    api = KubeApi(client.ApiClient(client.Configuration(host=kube.url)))
+    _, namespace, name = next(key for key in kube.objects if key[0] == "rayclusters")
+    cluster = kube.get("rayclusters", name, namespace)
+    assert api.set_worker_replicas(Ref("RayCluster", name, namespace),
+                                   {g["groupName"]: 0 for g in cluster["spec"]["workerGroupSpecs"]})
+    assert "rlops-reaper" in kube.managers("rayclusters", name, namespace)
+    assert cli.main(["plan", env_name, "--detailed-exitcode"]) == 0, capsys.readouterr().out
+
+    # A console edit of a field rlops owns is drift, named by its path.
+    def new_image(obj):
+        obj["spec"]["headGroupSpec"]["template"]["spec"]["containers"][0]["image"] = "example.com/ray:edited"
+
+    kube.edit("rayclusters", name, new_image, namespace=namespace)
+    capsys.readouterr()
+    assert cli.main(["plan", env_name, "--detailed-exitcode"]) == 2
+    assert "headGroupSpec.template.spec.containers[ray-head].image" in capsys.readouterr().out
+    assert cli.main(["apply", env_name]) == 0
+    applied = kube.get("rayclusters", name, namespace)["spec"]
+    assert applied["headGroupSpec"]["template"]["spec"]["containers"][0]["image"] != "example.com/ray:edited"
+    assert all(g["replicas"] == 0 for g in applied["workerGroupSpecs"])
+
+
+def test_a_token_removed_from_the_spec_is_removed_from_the_cluster(fakes, specs):
+    gcp, kube = fakes
+    assert cli.main(["apply", "h200"]) == 0
+    assert set(kube.get("secrets", "ray-cluster-tokens", "default")["data"]) == {"HF_TOKEN", "WANDB_API_KEY"}
+    spec = specs / "h200.yaml"
+    text = spec.read_text()
+    spec.write_text(text.replace("  WANDB_API_KEY:\n    secret_manager: projects/rlops-h200-example/secrets/"
+                                 "wandb-api-key/versions/latest\n", ""))
+    assert cli.main(["apply", "h200"]) == 0
+    assert set(kube.get("secrets", "ray-cluster-tokens", "default")["data"]) == {"HF_TOKEN"}
+
+
+def test_a_kind_not_served_yet_is_said_in_the_plan_waited_for_by_apply_and_never_pruned(fakes, capsys):
+    gcp, kube = fakes
+    assert cli.main(["apply", "h200"]) == 0
+    kube.uninstall("networking.gke.io/v1")
+    capsys.readouterr()
+    assert cli.main(["plan", "h200", "--detailed-exitcode"]) == 2
+    out = capsys.readouterr().out
+    assert "Network/rdma-0  (Network is not served yet; GKE multi-networking" in out
+    assert "- Network" not in out
+    assert cli.main(["apply", "h200", "--ready-timeout", "0.3"]) == 1
+    assert "waiting for GKENetworkParamSet to be served" in capsys.readouterr().err
+    kube.install("networking.gke.io/v1")
+    assert cli.main(["apply", "h200"]) == 0
+    assert kube.get("networks", "rdma-0") is not None
