@@ -21,6 +21,7 @@ runs; docs: kubernetes.io/docs/reference/using-api/server-side-apply/):
 """
 
 import copy
+import json
 
 MISSING = object()
 
@@ -160,8 +161,6 @@ def _frozen(value):
 
 def fields_v1(paths: set[tuple]) -> dict:
     """A field set as the API server shows it in `metadata.managedFields[].fieldsV1`."""
-    import json
-
     tree: dict = {}
     for path in sorted(paths, key=repr):
         node = tree

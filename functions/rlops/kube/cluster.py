@@ -37,9 +37,11 @@ SERVED_BY = {
 
 
 class KubeError(Failure):
-    def __init__(self, message: str, code: int = 0, reason: str = ""):
+    """`code` and `said`: the API server's HTTP status and its own message, when it answered."""
+
+    def __init__(self, message: str, code: int = 0, said: str = ""):
         super().__init__(message)
-        self.code, self.reason = code, reason
+        self.code, self.said = code, said
 
 
 @dataclass(frozen=True)
@@ -109,13 +111,14 @@ class KubeApi:
             return None
         if response.status >= 300:
             raise KubeError(f"Kubernetes API {method} {path}: {response.status} {data.get('reason', '')}: "
-                            f"{data.get('message', '')}", response.status, data.get("reason", ""))
+                            f"{data.get('message', '')}", response.status, data.get("message", ""))
         return data
 
     def served(self, kind: str) -> bool:
-        """Whether the API server serves `kind` now (its group-version's discovery document lists it)."""
+        """Whether the API server serves `kind` (its group-version's discovery document lists it), as of the
+        first ask since `forget_served`."""
         prefix, plural, _ = KINDS[kind]
-        if not self._served.get(prefix):
+        if prefix not in self._served:
             listed = self._call("GET", prefix)
             self._served[prefix] = bool(listed) and any(r.get("name") == plural for r in listed.get("resources", []))
         return self._served[prefix]
@@ -127,12 +130,10 @@ class KubeApi:
         return self._call("GET", self._path(ref))
 
     def list_labelled(self, kind: str, labels: dict[str, str]) -> list[dict]:
-        """The objects of `kind` with these labels; none while the kind is not served."""
-        if not self.served(kind):
-            return []
+        """The objects of `kind` with these labels; none while the kind is not served (the list is a 404)."""
         selector = ",".join(f"{k}={v}" for k, v in sorted(labels.items()))
         listed = self._call("GET", self._path(Ref(kind, ""), collection=True), {"labelSelector": selector})
-        return [dict(item, kind=kind) for item in listed.get("items", [])]
+        return [dict(item, kind=kind) for item in (listed or {}).get("items", [])]
 
     def apply(self, obj: dict, dry_run: bool = False) -> dict:
         """Server-side apply as rlops; `dry_run`: what the server would make of it, changing nothing."""
@@ -142,8 +143,8 @@ class KubeApi:
     def set_worker_replicas(self, ref: Ref, sizes: dict[str, int]) -> bool:
         """The reaper's and the wake's write: worker groups' replicas, by JSON patch. Each replace is preceded
         by a `test` of the group's name at that index, so a list reordered since the read changes nothing
-        (422) instead of resizing the wrong group. False if the RayCluster is not there."""
-        live = self.get(ref) if self.served(ref.kind) else None
+        (422) instead of resizing the wrong group. False if the RayCluster (or its kind) is not there."""
+        live = self.get(ref)
         if live is None:
             return False
         patch = []

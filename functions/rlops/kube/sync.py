@@ -40,9 +40,7 @@ class ObjectChange:
 
     def line(self) -> str:
         symbol = {"create": "+", "update": "~", "replace": "-/+", "delete": "-", "wait": "+"}[self.action]
-        detail = ", ".join(self.fields) or self.reason
-        if self.action == "wait":
-            detail = self.reason
+        detail = self.reason or ", ".join(self.fields)
         return f"{symbol} {self.ref}" + (f"  ({detail})" if detail else "")
 
 
@@ -100,7 +98,7 @@ def plan(api: KubeApi, env_name: str, rendered: list[dict], secret_values_known:
         wanted.add(ref)
         if not api.served(ref.kind):
             changes.append(ObjectChange(ref, "wait", desired=desired,
-                                        reason=f"{ref.kind} is not served yet; {SERVED_BY.get(ref.kind, 'its CRD')} serves it"))
+                                        reason=f"{ref.kind} is not served yet; {_served_by(ref.kind)} serves it"))
             continue
         live = api.get(ref)
         if live is None:
@@ -117,10 +115,10 @@ def plan(api: KubeApi, env_name: str, rendered: list[dict], secret_values_known:
             try:
                 changed = differences(shown(api.apply(desired, dry_run=True)), shown(live))
             except KubeError as error:
-                if error.code != 422 or "immutable" not in str(error):
+                if error.code != 422 or "immutable" not in error.said:
                     raise
                 changes.append(ObjectChange(ref, "replace", desired=desired,
-                                            reason=f"the server cannot change it in place: {_said(error)}"))
+                                            reason=f"the server cannot change it in place: {error.said}"))
                 continue
         if changed:
             changes.append(ObjectChange(ref, "update", changed, desired))
@@ -129,8 +127,8 @@ def plan(api: KubeApi, env_name: str, rendered: list[dict], secret_values_known:
     return changes
 
 
-def _said(error: KubeError) -> str:
-    return str(error).split(": ", 2)[-1]
+def _served_by(kind: str) -> str:
+    return SERVED_BY.get(kind, "its CRD")
 
 
 def _holds(holder: dict, held: Ref) -> bool:
@@ -138,10 +136,15 @@ def _holds(holder: dict, held: Ref) -> bool:
     if holder["kind"] == "PersistentVolumeClaim" and held.kind == "PersistentVolume":
         return holder["spec"].get("volumeName") == held.name
     if holder["kind"] == "RayCluster" and held.kind == "PersistentVolumeClaim":
-        import json
-
-        return f'"claimName": "{held.name}"' in json.dumps(holder)
+        return held.name in _claims_mounted(holder)
     return False
+
+
+def _claims_mounted(ray_cluster: dict) -> set[str]:
+    spec = ray_cluster["spec"]
+    templates = [spec["headGroupSpec"]["template"], *(g["template"] for g in spec.get("workerGroupSpecs", []))]
+    return {volume["persistentVolumeClaim"]["claimName"] for template in templates
+            for volume in template["spec"].get("volumes", []) if "persistentVolumeClaim" in volume}
 
 
 def _with_holders_replaced(changes: list[ObjectChange], rendered: list[dict]) -> list[ObjectChange]:
@@ -162,14 +165,14 @@ def _with_holders_replaced(changes: list[ObjectChange], rendered: list[dict]) ->
 def apply(api: KubeApi, changes: list[ObjectChange], report: Callable[[str], None], timeout: float = 600.0) -> None:
     """Waits for kinds not served yet, replaces what cannot change in place (deleting in order and waiting
     until each is gone), applies the rest, prunes what is no longer rendered."""
-    for change in (c for c in changes if c.action == "wait"):
-        _wait(lambda: (api.forget_served(), api.served(change.ref.kind))[1], timeout, report,
-              f"{change.ref.kind} to be served ({SERVED_BY.get(change.ref.kind, 'its CRD')})")
+    for kind in dict.fromkeys(c.ref.kind for c in changes if c.action == "wait"):
+        _wait_for(lambda: (api.forget_served(), api.served(kind))[1], timeout, report,  # noqa: B023 - called at once
+                  f"{kind} to be served ({_served_by(kind)})")
     replaced = sorted((c for c in changes if c.action == "replace"), key=lambda c: DELETE_ORDER.index(c.ref.kind))
     for change in replaced:
         report(f"replacing {change.ref}: {change.reason}")
         api.delete(change.ref)
-        _wait(lambda: api.get(change.ref) is None, timeout, report, f"{change.ref} to be gone")
+        _wait_for(lambda: api.get(change.ref) is None, timeout, report, f"{change.ref} to be gone")  # noqa: B023
     writes = sorted((c for c in changes if c.desired is not None), key=lambda c: -DELETE_ORDER.index(c.ref.kind))
     for change in writes:
         api.apply(change.desired)
@@ -180,19 +183,28 @@ def apply(api: KubeApi, changes: list[ObjectChange], report: Callable[[str], Non
         report(f"deleted {change.ref} (rlops's, no longer rendered)")
 
 
-def _wait(done: Callable[[], bool], timeout: float, report: Callable[[str], None], what: str,
-          max_poll_seconds: float = 5.0, progress_seconds: float = 30.0) -> None:
-    started = last_report = time.monotonic()
-    delay = 0.05
-    while not done():
+def _wait_until(check: Callable[[], tuple[bool, str]], subject: str, timeout: float, report: Callable[[str], None],
+                started: float | None = None, max_poll_seconds: float = 5.0,
+                progress_seconds: float = 30.0) -> tuple[bool, str]:
+    """Calls `check` (-> done, what it saw) with growing pauses until it is done or `timeout` has passed since
+    `started`; every `progress_seconds` reports what it saw. Returns the last (done, what it saw)."""
+    started = time.monotonic() if started is None else started
+    last_report, delay = time.monotonic(), 0.05
+    while True:
+        done, seen = check()
         elapsed = time.monotonic() - started
-        if elapsed > timeout:
-            raise KubeError(f"gave up after {timeout:.0f}s waiting for {what}; a re-run of apply continues from here")
+        if done or elapsed > timeout:
+            return done, seen
         if time.monotonic() - last_report >= progress_seconds:
-            report(f"[{elapsed:6.1f}s] waiting for {what}")
+            report(f"[{elapsed:6.1f}s] waiting for {subject}" + (f": {seen}" if seen else ""))
             last_report = time.monotonic()
         time.sleep(delay)
         delay = min(max_poll_seconds, delay * 1.5)
+
+
+def _wait_for(condition: Callable[[], bool], timeout: float, report: Callable[[str], None], subject: str) -> None:
+    if not _wait_until(lambda: (condition(), ""), subject, timeout, report)[0]:
+        raise KubeError(f"gave up after {timeout:.0f}s waiting for {subject}; a re-run of apply continues from here")
 
 
 def owned_refs(api: KubeApi, env_name: str) -> list[Ref]:
@@ -214,29 +226,19 @@ class Readiness:
 
 
 def wait_ready(api: KubeApi, rendered: list[dict], report: Callable[[str], None], timeout: float,
-               min_workers: dict[str, int] | None = None, max_poll_seconds: float = 5.0,
-               progress_seconds: float = 30.0) -> None:
+               min_workers: dict[str, int] | None = None) -> None:
     """The gIB installer rolled out to every GPU node, then the RayCluster's head ready and at least
     `min_workers` (per worker group) of its workers; progress, and a timeout that names what is not."""
-    started = last_report = time.monotonic()
-    for obj in rendered:
-        if obj["kind"] not in ("DaemonSet", "RayCluster"):
-            continue
-        ref = Ref.of(obj)
-        delay = 0.05
-        while True:
+    started = time.monotonic()
+    for ref in (Ref.of(obj) for obj in rendered if obj["kind"] in ("DaemonSet", "RayCluster")):
+        def look(ref: Ref = ref) -> tuple[bool, str]:
             readiness = readiness_of(api.get(ref) or {}, min_workers or {})
-            if readiness.ready:
-                report(f"ready: {ref} ({readiness.what})")
-                break
-            elapsed = time.monotonic() - started
-            if elapsed > timeout:
-                raise KubeError(f"{ref} not ready after {timeout:.0f}s: {readiness.what}")
-            if time.monotonic() - last_report >= progress_seconds:
-                report(f"[{elapsed:6.1f}s] waiting for {ref}: {readiness.what}")
-                last_report = time.monotonic()
-            time.sleep(delay)
-            delay = min(max_poll_seconds, delay * 1.5)
+            return readiness.ready, readiness.what
+
+        ready, seen = _wait_until(look, str(ref), timeout, report, started)
+        if not ready:
+            raise KubeError(f"{ref} not ready after {timeout:.0f}s: {seen}")
+        report(f"ready: {ref} ({seen})")
 
 
 def readiness_of(live: dict, min_workers: dict[str, int]) -> Readiness:
