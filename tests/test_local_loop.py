@@ -505,7 +505,7 @@ def test_a_tick_for_every_environment_covers_the_applied_gcp_ones_only(h200_on_l
 def test_a_gke_environments_idle_pool_is_reaped_at_once_and_woken_by_a_train_message(h200_on_local_ray, specs,
                                                                                      capsys):
     from rlops import cli
-    from rlops.reaper.service import reap
+    from rlops.reaper.service import PoolState, ScaleFailed, reap
     from rlops.runs import service
 
     gcp, kube = h200_on_local_ray
@@ -529,19 +529,80 @@ def test_a_gke_environments_idle_pool_is_reaped_at_once_and_woken_by_a_train_mes
     resizes = [r for r in gcp.requests if r.path.endswith(":setSize") and 200 <= r.status < 300]
     assert len(resizes) == 1 and not (resizes[0].body or {}).get("nodeCount")
     assert reap(site)[0].reason == "already scaled down"
-    capsys.readouterr()
+    captured = capsys.readouterr()  # the CLI above sent log lines to stderr from then on
+    logged = [json.loads(line) for line in (captured.out + captured.err).splitlines() if line.startswith("{")]
+    (savings,) = [e["savings"] for e in logged if e["message"] == "GPU pool scaled down"]  # once it finished
+    assert "reservation h200-reservation is billed whether" in savings[0]
     assert cli.main(["plan", "h200", "--detailed-exitcode"]) == 0, "a reaped pool must not be drift"
 
     data = json.dumps({"environment": "h200", "recipe": "gemma3-27b-gsm8k", "run": "after-reap", "overrides": {},
                        "requested_by": "tests"}).encode()
-    gcp.fail_next(1, status=403, match=":setSize")  # the wake stops part way: the message is delivered again
-    with pytest.raises(Exception, match="setSize|permission"):
+    # The wake's resize is accepted, then its operation ends in a stockout: the message is delivered again.
+    gcp.fail_operations(1, "SET_NODE_POOL_SIZE", 8, "GCE_STOCKOUT: The zone 'projects/rlops-h200-example/zones/"
+                        "us-central1-b' does not have enough resources available to fulfill the request.")
+    with pytest.raises(ScaleFailed, match="node pool gpu-pool: resize to 2 nodes failed: GCE_STOCKOUT"):
         service.handle_train(data)
+    state, _ = PoolState.of(site).read()
+    assert state["scaled"] is False and "GCE_STOCKOUT" in state["error"]
     assert service.handle_train(data) == "submitted"
+    state, _ = PoolState.of(site).read()
+    assert state["scaled"] is True and "error" not in state
     cluster = kube.get("rayclusters", "ray-cluster", "default")
     assert [g["replicas"] for g in cluster["spec"]["workerGroupSpecs"]] == [2]
     assert [(r.body or {}).get("nodeCount") for r in gcp.requests
-            if r.path.endswith(":setSize") and 200 <= r.status < 300] == [None, 2]
+            if r.path.endswith(":setSize") and 200 <= r.status < 300] == [None, 2, 2]
+
+
+def test_the_reaper_and_apply_take_turns_on_the_environments_lock(h200_on_local_ray, specs):
+    """workerGroupSpecs is an atomic list: an apply that read replicas before a scale-down and applied after it
+    would undo it. Both ways of the race: apply holds the lock and the tick waits its turn; the reaper holds it and
+    apply waits, then plans again and keeps what the reaper did."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from rlops.provision import service as provision
+    from rlops.reaper.service import PoolState, reap
+    from rlops.runs import service
+    from rlops.state.lock import Lock
+
+    gcp, kube = h200_on_local_ray
+    spec = specs / "h200.yaml"
+    spec.write_text(spec.read_text().replace("timeout: 30m", "timeout: 1s"))
+    site = service.open_site("h200", service.load_environment("h200"))
+    assert not reap(site)[0].scale_down  # the first look starts the clock
+    time.sleep(1.5)  # the idle timeout itself
+    replicas = lambda: [g["replicas"] for g in kube.get("rayclusters", "ray-cluster", "default")["spec"]  # noqa: E731
+                        ["workerGroupSpecs"]]
+    resizes = lambda: [r for r in gcp.requests if r.path.endswith(":setSize") and 200 <= r.status < 300]  # noqa: E731
+
+    applying_elsewhere = Lock(site.records.bucket, site.env.state.prefix, "h200", operation="apply")
+    applying_elsewhere.acquire(0)  # what `rlops apply h200` takes first
+    with applying_elsewhere:
+        decision, actions = reap(site)
+        assert not decision.scale_down and decision.reason.startswith("not this tick: environment h200 is locked")
+        assert "(apply since" in decision.reason and actions == []
+        assert replicas() == [2] and not resizes()
+
+    said: list[str] = []
+    session = provision.Session(provision.Environment("h200", site.env), provision.connection_from_environment(),
+                                site.records.bucket, said.append)
+    with ThreadPoolExecutor(2) as threads:
+        with gcp.holding_operations():  # the reaper's resize drains nodes for a while, under the lock
+            reaping = threads.submit(reap, site)
+            _until(lambda: replicas() == [0] and resizes(), "the reaper to patch the RayCluster and resize")
+            applying = threads.submit(session.apply)
+            _until(lambda: any(line.startswith("waiting for the lock on h200") for line in said), "apply to wait")
+            assert not reaping.done()
+        assert reaping.result(timeout=60)[0].scale_down
+        applying.result(timeout=120)
+    assert replicas() == [0], "apply undid the reaper's scale-down"
+    assert PoolState.of(site).read()[0]["scaled"] is True
+
+
+def _until(condition, what: str, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"gave up after {timeout}s waiting for {what}"
+        time.sleep(0.05)
 
 
 def test_a_gke_environment_hashes_its_checkpoints_in_a_ray_job_where_they_are(local, h200_on_local_ray, tmp_path):

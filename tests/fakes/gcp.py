@@ -18,6 +18,8 @@ node pools carry one extra key, "cluster", naming their cluster.
 """
 
 import base64
+import contextlib
+import functools
 import ipaddress
 import itertools
 import json
@@ -130,6 +132,8 @@ class FakeGcp:
         self._creating: dict[str, dict[str, dict]] = {kind: {} for kind in KINDS}  # Compute inserts not done yet
         self._operations: dict[str, Operation] = {}
         self._fail_next: list[tuple[int, str | None]] = []
+        self._failing_operations: list[tuple[str, OperationFailed]] = []
+        self._holding = False
         self._faults = itertools.count()
         self._ids = itertools.count(1)
         self._routes = [(method, re.compile(pattern), handler) for method, pattern, handler in
@@ -164,6 +168,23 @@ class FakeGcp:
         """The next `count` requests whose "METHOD path" contains `match` fail with `status`."""
         with self._lock:
             self._fail_next += [(status, match)] * count
+
+    def fail_operations(self, count: int, kind: str, code: int, message: str) -> None:
+        """The next `count` operations of `kind` (operationType) are accepted and then end DONE with this error,
+        as a resize that meets a stockout does."""
+        with self._lock:
+            self._failing_operations += [(kind, OperationFailed(code, message))] * count
+
+    @contextlib.contextmanager
+    def holding_operations(self):
+        """Operations stay RUNNING while this lasts (a resize that drains nodes for minutes), then finish."""
+        with self._lock:
+            self._holding = True
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._holding = False
 
     def mutations(self) -> list[Request]:
         """Accepted requests that create, change or delete something (not operation polls or waits)."""
@@ -253,12 +274,19 @@ class FakeGcp:
     # -- operations -----------------------------------------------------------------------------
     def _start(self, api: str, kind: str, target: str, on_done=None, *, scope: str = "", name: str = "") -> Operation:
         name = name or f"operation-{int(time.time() * 1000)}-{next(self._ids)}-{self._random.getrandbits(32):08x}"
+        for i, (failing_kind, failure) in enumerate(self._failing_operations):
+            if failing_kind == kind:
+                del self._failing_operations[i]
+                on_done = functools.partial(_raise, failure)
+                break
         operation = Operation(name, api, kind, target, time.time(), self.operation_seconds, on_done, scope)
         self._operations[name] = operation
         return operation
 
     def _advance(self) -> None:
         """Finish, in the order they started, the operations whose time has come."""
+        if self._holding:
+            return
         now = time.time()
         for operation in self._operations.values():
             if not operation.done and operation.started + operation.seconds <= now:
@@ -611,6 +639,9 @@ class FakeGcp:
                   "selfLink": f"{GKE}/projects/{project}/locations/{location}/operations/{operation.name}"}
         if operation.done:
             answer["endTime"] = _timestamp(operation.started + operation.seconds)
+            if operation.error:  # container v1 Operation: `error` (google.rpc.Status), `statusMessage` deprecated
+                answer["error"] = {"code": operation.error.code, "message": operation.error.message}
+                answer["statusMessage"] = operation.error.message
         return answer
 
     def _gke_operation(self, request, project, location, op):
@@ -956,6 +987,10 @@ def _check_rules(firewall: dict) -> None:
 def _check_autoscaling(scaling: dict) -> None:
     if scaling.get("enabled") and int(scaling.get("minNodeCount", 0)) > int(scaling.get("maxNodeCount", 0)):
         raise invalid("Autoscaling minNodeCount must not be greater than maxNodeCount.")
+
+
+def _raise(error: Exception):
+    raise error
 
 
 def _gke_version(requested: str | None) -> str:

@@ -173,6 +173,24 @@ class Pending:
     def poll(self) -> tuple[bool, str | None]:
         return self._poll()
 
+    def wait(self, timeout: float | None = None, first_poll_seconds: float = 0.2,
+             max_poll_seconds: float = 5.0) -> str | None:
+        """Poll, often at first (most operations finish in seconds), until done; its error message or None.
+        Raises `OperationTimeout` once `timeout` seconds have passed without it finishing."""
+        started, delay = time.monotonic(), first_poll_seconds
+        while True:
+            done, error = self.poll()
+            if done:
+                return error
+            if timeout is not None and time.monotonic() - started > timeout:
+                raise OperationTimeout(f"{self.description}: not finished after {timeout:.0f}s")
+            time.sleep(delay)
+            delay = min(max_poll_seconds, delay * 1.5)
+
+
+class OperationTimeout(Failure):
+    pass
+
 
 
 def last_segment(url: str | None) -> str | None:

@@ -160,10 +160,10 @@ class ContainerAdapter:
             updates.append(("version", gke.ClusterUpdate(desired_master_version=d["min_master_version"])))
         return self._sequence(name, updates)
 
-    def resize_pool(self, name: str, node_count: int) -> None:
-        """The reaper's and the wake's resize, at once: not an apply step, so its operation is not awaited."""
-        call(API, f"resize node pool {name} to {node_count}", self.client.set_node_pool_size,
-             request=gke.SetNodePoolSizeRequest(name=self._pool_path(name), node_count=node_count))
+    def resize_pool(self, name: str, node_count: int) -> Pending:
+        """The reaper's and the wake's resize: at once, not through the cluster autoscaler."""
+        return self._wait(call(API, f"resize node pool {name} to {node_count}", self.client.set_node_pool_size,
+                               request=gke.SetNodePoolSizeRequest(name=self._pool_path(name), node_count=node_count)))
 
     def _sequence(self, name: str, updates: list) -> Pending:
         remaining = list(updates)

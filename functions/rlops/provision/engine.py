@@ -247,15 +247,9 @@ class Runner:
         return Pending(f"{change.key} to appear", visible)
 
     def _wait(self, pending: Pending) -> None:
-        delay = self.first_poll_seconds
-        while True:
-            is_done, error = pending.poll()
-            if is_done:
-                if error:
-                    raise ApplyFailed(f"{pending.description} failed: {error}")
-                return
-            time.sleep(delay)
-            delay = min(self.max_poll_seconds, delay * 1.5)
+        error = pending.wait(first_poll_seconds=self.first_poll_seconds, max_poll_seconds=self.max_poll_seconds)
+        if error:
+            raise ApplyFailed(f"{pending.description} failed: {error}")
 
 
 def dry_run(plan: Plan, workspace: Workspace, transcript: list) -> None:

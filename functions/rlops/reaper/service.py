@@ -1,15 +1,20 @@
 """What the `reap` function does, and the wake `train` does before it submits.
 
 The pool's state is `PREFIX/environments/ENV/pool.json` in the state bucket: whether it is scaled
-down, since when, when a train message last woke it, and whether the last scale finished. Both
-sides write it with the generation they read as a precondition, and act only after their write
-landed: a train message accepted after the reaper looked makes the reaper's write fail, so it
-scales nothing down. A scale that stopped part way (an API error) is finished by the next tick
-(down) or by the train message's redelivery (up).
+down, since when, when a train message last woke it, and whether the last scale finished (and if
+not, why). Both sides write it with the generation they read as a precondition, and act only after
+their write landed: a train message accepted after the reaper looked makes the reaper's write fail,
+so it scales nothing down. A scale that stopped part way (an API error, a failed resize) is
+finished by the next tick (down) or by the train message's redelivery (up).
 
 Scaling down: locally, the GPU-pool Ray worker nodes are stopped; on GKE the RayCluster's GPU worker
-groups go to 0 replicas and the GPU node pools are resized to 0 at once (billing stops now, not
-after the cluster autoscaler's ten minutes). Waking restores the spec's sizes.
+groups go to 0 replicas and the GPU node pools are resized to 0 at once (their VMs stop, not after
+the cluster autoscaler's ten minutes), each resize awaited: GKE runs one operation per cluster.
+Waking restores the spec's sizes.
+
+Apply and the scaling share the environment's lock: the RayCluster's `workerGroupSpecs` is an atomic
+list, so an apply that read the replicas before a scale and applied after it would undo the scale.
+A reap tick that finds the lock held does nothing and looks again next tick; a wake waits for it.
 """
 
 import random
@@ -17,11 +22,20 @@ import time
 
 from google.api_core import exceptions as gexc
 
+from rlops.errors import Failure
 from rlops.logs import emit
-from rlops.reaper.policy import Decision, Picture, decide
+from rlops.reaper.policy import Decision, Picture, decide, savings
 from rlops.state.bucket import read_json, write_json
+from rlops.state.lock import Lock, LockHeld
 
 ACTIVE = ("PENDING", "RUNNING")
+# A tick runs in a function with 540 s; a resize still running after this is finished by the next tick.
+RESIZE_TIMEOUT_SECONDS = 400.0
+WAKE_LOCK_TIMEOUT_SECONDS = 120.0
+
+
+class ScaleFailed(Failure):
+    pass
 
 
 class PoolState:
@@ -66,20 +80,24 @@ def reap(site, dry_run: bool = False) -> tuple[Decision, list[str]]:
             pool.write(state, 0)
         return Decision(False, "first look at this environment: idleness counts from now"), []
     actions = _actions(site, down=True)
-    if state.get("scaled_down") and not state.get("scaled", True):
-        # The last scale-down stopped part way (an API error, a timeout): this tick finishes it.
-        if not dry_run:
-            _scale_and_mark(site, pool, down=True)
-        return Decision(True, "finishing a scale-down that stopped part way", state.get("since")), actions
-    decision = decide(picture(site, state, now), site.env.idle.timeout_seconds)
+    unfinished = state.get("scaled_down") and not state.get("scaled", True)
+    decision = Decision(True, "finishing a scale-down that stopped part way", state.get("since")) if unfinished \
+        else decide(picture(site, state, now), site.env.idle.timeout_seconds)
     if not decision.scale_down or dry_run:
         return decision, actions if decision.scale_down else []
-    if not pool.write({**state, "scaled_down": True, "since": now, "scaled": False}, generation):
-        return Decision(False, "a train message arrived while deciding"), []
-    _scale_and_mark(site, pool, down=True)
+    try:
+        lock = _lock(site, "reap", timeout=0)
+    except LockHeld as held:
+        return Decision(False, f"not this tick: {held}"), []
+    with lock:
+        if not unfinished:
+            if not pool.write({**state, "scaled_down": True, "since": now, "scaled": False}, generation):
+                return Decision(False, "a train message arrived while deciding"), []
+        _scale_and_mark(site, pool, down=True)
+    saved = savings(site.env)
     site.publish({"type": "scaled-down", "environment": site.name, "reason": decision.reason, "at": now,
-                  "actions": actions})
-    emit("INFO", "GPU pool scaled down", environment=site.name, reason=decision.reason, actions=actions)
+                  "actions": actions, "savings": saved})
+    emit("INFO", "GPU pool scaled down", environment=site.name, reason=decision.reason, actions=actions, savings=saved)
     return decision, actions
 
 
@@ -98,18 +116,38 @@ def wake(site) -> bool:
                  **({"scaled_down": False, "since": None, "woken_at": now, "scaled": False} if must_scale else {})}
         if pool.write(woken, generation):
             if must_scale:
-                _scale_and_mark(site, pool, down=False)
+                with _lock(site, "wake", timeout=WAKE_LOCK_TIMEOUT_SECONDS):
+                    _scale_and_mark(site, pool, down=False)
                 site.publish({"type": "woken", "environment": site.name, "at": now})
                 emit("INFO", "GPU pool woken for a train message", environment=site.name)
             return must_scale
     raise RuntimeError(f"{pool.blob.name} keeps changing; the message will be delivered again")
 
 
+def _lock(site, operation: str, timeout: float) -> Lock:
+    lock = Lock(site.records.bucket, site.env.state.prefix, site.name, operation=operation)
+    lock.acquire(timeout, on_wait=lambda held: emit("INFO", f"{operation} waits for the environment's lock",
+                                                     environment=site.name, held_by=held.get("operation")))
+    return lock
+
+
 def _scale_and_mark(site, pool: PoolState, down: bool) -> None:
-    """Scale, then record that the scale finished, unless the other side has changed the wish meanwhile."""
-    _scale(site, down)
+    """Scale, then record that it finished, or why not, unless the other side has changed the wish meanwhile."""
+    try:
+        _scale(site, down)
+    except Exception as error:
+        state, generation = pool.read()
+        if bool(state.get("scaled_down")) == down:
+            pool.write({**state, "scaled": False, "error": f"{type(error).__name__}: {error}", "error_at": time.time()},
+                       generation)
+        emit("ERROR", f"GPU pool scale-{'down' if down else 'up'} stopped part way; "
+                      f"{'the next tick' if down else 'the message redelivery'} finishes it",
+             environment=site.name, error=str(error))
+        raise
     state, generation = pool.read()
     if bool(state.get("scaled_down")) == down:
+        state.pop("error", None)
+        state.pop("error_at", None)
         pool.write({**state, "scaled": True}, generation)
 
 
@@ -155,5 +193,8 @@ def _scale_gke(site, down: bool) -> None:
         sizes = {p.name: 0 if down else p.ray_worker_replicas for p in env.gpu_pools}
         api.set_worker_replicas(ref, sizes)
     if "node-pools" in env.idle.scale_down:
-        for pool in env.gpu_pools:
-            adapter.resize_pool(pool.name, 0 if down else pool.autoscaling.min_nodes or pool.ray_worker_replicas)
+        for pool in env.gpu_pools:  # one at a time: GKE refuses a second operation on a cluster while one runs
+            size = 0 if down else pool.autoscaling.min_nodes or pool.ray_worker_replicas
+            error = adapter.resize_pool(pool.name, size).wait(RESIZE_TIMEOUT_SECONDS)
+            if error:
+                raise ScaleFailed(f"node pool {pool.name}: resize to {size} nodes failed: {error}")

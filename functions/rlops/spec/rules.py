@@ -271,6 +271,10 @@ def secrets_and_idle(env: GcpEnvironment | LocalEnvironment) -> Iterator[Finding
             yield ("secrets", name, "secret_manager"), "the local environment has no Secret Manager; use env: VAR or file: PATH"
     if not gcp and "node-pools" in env.idle.scale_down:
         yield ("idle", "scale_down"), "the local environment has no node pools; use [ray-workers]"
+    if gcp and "node-pools" in env.idle.scale_down and "ray-workers" not in env.idle.scale_down:
+        yield ("idle", "scale_down"), (
+            "[node-pools] alone saves nothing: the RayCluster's workers stay, go Pending on the removed nodes, and "
+            "GKE's cluster autoscaler brings the nodes back for them; use [ray-workers, node-pools]")
     if gcp and "node-pools" in env.idle.scale_down:
         for i, pool in enumerate(env.gpu_pools):
             if pool.autoscaling.min_nodes > 0:
