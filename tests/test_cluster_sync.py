@@ -212,3 +212,83 @@ def test_a_kind_not_served_yet_is_said_in_the_plan_waited_for_by_apply_and_never
     kube.install("networking.gke.io/v1")
     assert cli.main(["apply", "h200"]) == 0
     assert kube.get("networks", "rdma-0") is not None
+
+
+def test_lustre_grown_in_place_and_replaced_reaches_the_cluster_and_the_next_plan_is_clean(fakes, specs, capsys):
+    """Growing keeps the PVC's request (a claim of class "" cannot be resized: PersistentVolumeClaimResize) and
+    grows the PV; a replaced instance has a new address, which a PV's source cannot take (immutable), so the
+    PV, its claim and the RayCluster that mounts it are replaced, in the order the API allows."""
+    gcp, kube = fakes
+    assert cli.main(["apply", "h200"]) == 0
+    pv = kube.get("persistentvolumes", "rl-lustre-pv")
+    first_ip = pv["spec"]["csi"]["volumeAttributes"]["ip"]
+    spec = specs / "h200.yaml"
+    spec.write_text(spec.read_text().replace("capacity_gib: 18000", "capacity_gib: 36000"))
+    capsys.readouterr()
+    assert cli.main(["plan", "h200", "--detailed-exitcode"]) == 2
+    assert cli.main(["apply", "h200"]) == 0, capsys.readouterr().err
+    assert kube.get("persistentvolumes", "rl-lustre-pv")["spec"]["capacity"]["storage"] == "36000Gi"
+    assert kube.get("persistentvolumeclaims", "rl-lustre-pvc", "default")["status"]["phase"] == "Bound"
+    capsys.readouterr()
+    assert cli.main(["plan", "h200", "--detailed-exitcode"]) == 0, capsys.readouterr().out
+
+    cluster_uid = kube.get("rayclusters", "ray-cluster", "default")["metadata"]["uid"]
+    spec.write_text(spec.read_text().replace("throughput_mb_per_tib: 500", "throughput_mb_per_tib: 250")
+                    .replace("deletion_policy: retain", "deletion_policy: delete"))
+    assert cli.main(["apply", "h200", "--delete-data"]) == 0, capsys.readouterr().err
+    out = capsys.readouterr().out
+    replaced = kube.get("persistentvolumes", "rl-lustre-pv")
+    assert replaced["spec"]["csi"]["volumeAttributes"]["ip"] != first_ip
+    assert replaced["status"]["phase"] == "Bound"
+    assert kube.get("rayclusters", "ray-cluster", "default")["metadata"]["uid"] != cluster_uid, out
+    assert cli.main(["plan", "h200", "--detailed-exitcode"]) == 0, capsys.readouterr().out
+
+
+def test_a_spot_shortfall_is_ready_with_the_pools_min_nodes_and_says_how_many_of_how_many(fakes, specs, capsys):
+    """Eight Spot B200 workers asked for, three nodes granted: ready once the head and min_nodes workers are."""
+    gcp, kube = fakes
+    kube.grant_gpu_nodes(3)
+    assert cli.main(["apply", "b200-spot", "--ready-timeout", "20"]) == 0
+    assert "ready: RayCluster/default/ray-a4-gpu-spot (head ready, 3 of 8 workers ready, 0 needed)" in \
+        capsys.readouterr().out
+    spec = specs / "b200-spot.yaml"
+    spec.write_text(spec.read_text().replace("autoscaling: {min_nodes: 0, max_nodes: 8}",
+                                             "autoscaling: {min_nodes: 4, max_nodes: 8}")
+                    .replace("scale_down: [ray-workers, node-pools]", "scale_down: [ray-workers]"))
+    assert cli.main(["apply", "b200-spot", "--ready-timeout", "1"]) == 1
+    assert "not ready after 1s: head ready, 3 of 8 workers ready, 4 needed" in capsys.readouterr().err
+    kube.grant_gpu_nodes(4)
+    assert cli.main(["apply", "b200-spot", "--ready-timeout", "20"]) == 0
+
+
+def test_the_reapers_patch_cannot_resize_the_wrong_group_when_the_list_was_reordered_meanwhile(fakes):
+    """Its replace is by index in an atomic list; a `test` of the group's name at that index makes a write that
+    landed between its read and its patch fail the whole patch (RFC 6902) instead of resizing another group."""
+    from kubernetes import client
+
+    from rlops.kube.cluster import KubeApi, KubeError, Ref
+
+    gcp, kube = fakes
+    assert cli.main(["apply", "h200"]) == 0
+    ref = Ref("RayCluster", "ray-cluster", "default")
+
+    def second_group(obj):
+        groups = obj["spec"]["workerGroupSpecs"]
+        groups.append({**groups[0], "groupName": "eval-group", "replicas": 1})
+
+    kube.edit("rayclusters", ref.name, second_group, namespace=ref.namespace)
+    api = KubeApi(client.ApiClient(client.Configuration(host=kube.url)))
+    read = api.get
+
+    def read_then_someone_reorders(target):
+        seen = read(target)
+        kube.edit("rayclusters", ref.name, lambda obj: obj["spec"]["workerGroupSpecs"].reverse(),
+                  namespace=ref.namespace)
+        return seen
+
+    api.get = read_then_someone_reorders
+    with pytest.raises(KubeError) as refused:
+        api.set_worker_replicas(ref, {"gpu-pool": 0})
+    assert refused.value.code == 422
+    groups = kube.get("rayclusters", ref.name, ref.namespace)["spec"]["workerGroupSpecs"]
+    assert {g["groupName"]: g["replicas"] for g in groups} == {"eval-group": 1, "gpu-pool": 2}

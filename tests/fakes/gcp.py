@@ -134,6 +134,7 @@ class FakeGcp:
         self._fail_next: list[tuple[int, str | None]] = []
         self._failing_operations: list[tuple[str, OperationFailed]] = []
         self._holding = False
+        self._lustre_hosts = itertools.count(3)
         self._faults = itertools.count()
         self._ids = itertools.count(1)
         self._routes = [(method, re.compile(pattern), handler) for method, pattern, handler in
@@ -877,7 +878,7 @@ class FakeGcp:
         """An address inside the peering's first allocated range, as the service producer would take."""
         allocated = self._store["address"].get(connection["reservedPeeringRanges"][0], {})
         network = ipaddress.ip_network(_range_of(allocated) or "10.0.0.0/24", strict=False)
-        return str(network[2 + len(self._store["lustre_instance"])])
+        return str(network[next(self._lustre_hosts)])  # a replaced instance gets a new address
 
     def _get_instance(self, request, project, location, name):
         return self._instance(project, location, name)

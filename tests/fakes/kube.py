@@ -115,6 +115,14 @@ class FakeKube:
             assert status < 300, answer
             return copy.deepcopy(answer)
 
+    def grant_gpu_nodes(self, count: int | None) -> None:
+        """The GPU nodes the cloud has granted change (Spot capacity came or went): KubeRay recounts the ready
+        workers of every RayCluster, as its pods become ready or are lost."""
+        with self._lock:
+            self.gpu_nodes = count
+            for key in [k for k in self.objects if k[0] == "rayclusters"]:
+                self._publish_status(key)
+
     def set_status(self, plural: str, name: str, status: dict, namespace: str = "") -> None:
         """What a controller would write: the DaemonSet's ready counts, the RayCluster's state."""
         with self._lock:

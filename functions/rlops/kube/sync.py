@@ -17,6 +17,7 @@ is a replacement: the object and what holds it (the claim bound to the PV, the R
 pods mount the claim) are deleted, waited on until gone, and created again.
 """
 
+import copy
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -49,11 +50,15 @@ def owned_by(obj: dict, env_name: str) -> bool:
     return all(labels.get(k) == v for k, v in labels_for(env_name).items())
 
 
-def keep_live(desired: dict, live: dict | None) -> None:
-    """The fields that are the cluster's once the object exists (see the module's docstring)."""
+def keep_live(rendered: dict, live: dict | None, replacing: bool = False) -> dict:
+    """The object to send: `rendered` with the fields that are the cluster's once it exists (see the module's
+    docstring). A replacement keeps only the replicas: its claim and request are the new object's own."""
+    desired = copy.deepcopy(rendered)
     if live is None:
-        return
+        return desired
     spec, live_spec = desired.get("spec", {}), live.get("spec", {})
+    if replacing and desired["kind"] != "RayCluster":
+        return desired
     if desired["kind"] == "RayCluster":
         current = {g["groupName"]: g.get("replicas") for g in live_spec.get("workerGroupSpecs", [])}
         for group in spec["workerGroupSpecs"]:
@@ -68,6 +73,7 @@ def keep_live(desired: dict, live: dict | None) -> None:
         requested = live_spec.get("resources", {}).get("requests", {}).get("storage")
         if requested:
             spec["resources"]["requests"]["storage"] = requested
+    return desired
 
 
 def shown(obj: dict) -> dict:
@@ -92,22 +98,22 @@ def _label(item, index: int) -> str:
 
 
 def plan(api: KubeApi, env_name: str, rendered: list[dict], secret_values_known: bool) -> list[ObjectChange]:
-    changes, wanted = [], set()
-    for desired in rendered:
-        ref = Ref.of(desired)
+    changes, wanted, lives = [], set(), {}
+    for obj in rendered:
+        ref = Ref.of(obj)
         wanted.add(ref)
         if not api.served(ref.kind):
-            changes.append(ObjectChange(ref, "wait", desired=desired,
+            changes.append(ObjectChange(ref, "wait", desired=obj,
                                         reason=f"{ref.kind} is not served yet; {_served_by(ref.kind)} serves it"))
             continue
-        live = api.get(ref)
+        live = lives[ref] = api.get(ref)
         if live is None:
-            changes.append(ObjectChange(ref, "create", desired=desired))
+            changes.append(ObjectChange(ref, "create", desired=obj))
             continue
         if not owned_by(live, env_name):
             raise KubeError(f"{ref} exists without rlops's labels for {env_name}; rlops does not take over objects "
                             "it did not create: delete it or rename it in the spec")
-        keep_live(desired, live)
+        desired = keep_live(obj, live)
         if desired["kind"] == "Secret" and not secret_values_known:
             # A plan never reads the values: only which tokens there are can be compared.
             changed = [f"data.{k}" for k in sorted(set(desired.get("data", {})) ^ set(live.get("data") or {}))]
@@ -117,12 +123,12 @@ def plan(api: KubeApi, env_name: str, rendered: list[dict], secret_values_known:
             except KubeError as error:
                 if error.code != 422 or "immutable" not in error.said:
                     raise
-                changes.append(ObjectChange(ref, "replace", desired=desired,
+                changes.append(ObjectChange(ref, "replace", desired=keep_live(obj, live, replacing=True),
                                             reason=f"the server cannot change it in place: {error.said}"))
                 continue
         if changed:
             changes.append(ObjectChange(ref, "update", changed, desired))
-    changes = _with_holders_replaced(changes, rendered)
+    changes = _with_holders_replaced(changes, rendered, lives)
     changes += [ObjectChange(ref, "delete") for ref in owned_refs(api, env_name) if ref not in wanted]
     return changes
 
@@ -147,7 +153,8 @@ def _claims_mounted(ray_cluster: dict) -> set[str]:
             for volume in template["spec"].get("volumes", []) if "persistentVolumeClaim" in volume}
 
 
-def _with_holders_replaced(changes: list[ObjectChange], rendered: list[dict]) -> list[ObjectChange]:
+def _with_holders_replaced(changes: list[ObjectChange], rendered: list[dict],
+                           lives: dict[Ref, dict | None]) -> list[ObjectChange]:
     by_ref = {c.ref: c for c in changes}
     pending = [c.ref for c in changes if c.action == "replace"]
     while pending:
@@ -156,7 +163,8 @@ def _with_holders_replaced(changes: list[ObjectChange], rendered: list[dict]) ->
             ref = Ref.of(obj)
             existing = by_ref.get(ref)
             if _holds(obj, held) and (existing is None or existing.action == "update"):
-                by_ref[ref] = ObjectChange(ref, "replace", desired=obj, reason=f"it holds {held}, which is replaced")
+                by_ref[ref] = ObjectChange(ref, "replace", desired=keep_live(obj, lives.get(ref), replacing=True),
+                                           reason=f"it holds {held}, which is replaced")
                 pending.append(ref)
     return [by_ref.get(Ref.of(obj)) for obj in rendered if Ref.of(obj) in by_ref] + \
         [c for c in changes if c.desired is None]
