@@ -90,6 +90,7 @@ class ContainerAdapter:
             "ray_operator": addons.ray_operator_config.enabled,
             "lustre_csi_driver": addons.lustre_csi_driver_config.enabled,
             "lustre_legacy_port": addons.lustre_csi_driver_config.enable_legacy_lustre_port,
+            "lustre_multi_nic": not addons.lustre_csi_driver_config.disable_multi_nic,
             "dns_endpoint": cluster.control_plane_endpoints_config.dns_endpoint_config.allow_external_traffic,
             # Not a setting: where rlops reaches the Kubernetes API.
             "dns_endpoint_host": cluster.control_plane_endpoints_config.dns_endpoint_config.endpoint or None,
@@ -146,7 +147,7 @@ class ContainerAdapter:
                                    request=request))
         # GKE applies one desired_* field per update call, so each changed group is its own operation.
         updates = []
-        if {"ray_operator", "lustre_csi_driver", "lustre_legacy_port"} & set(changed):
+        if {"ray_operator", "lustre_csi_driver", "lustre_legacy_port", "lustre_multi_nic"} & set(changed):
             updates.append(("add-ons", gke.ClusterUpdate(desired_addons_config=self._addons(d))))
         if "release_channel" in changed:
             updates.append(("release channel", gke.ClusterUpdate(
@@ -224,7 +225,8 @@ class ContainerAdapter:
         return gke.AddonsConfig(
             ray_operator_config=gke.RayOperatorConfig(enabled=d["ray_operator"]),
             lustre_csi_driver_config=gke.LustreCsiDriverConfig(enabled=d["lustre_csi_driver"],
-                                                               enable_legacy_lustre_port=d["lustre_legacy_port"]))
+                                                               enable_legacy_lustre_port=d["lustre_legacy_port"],
+                                                               disable_multi_nic=not d["lustre_multi_nic"]))
 
     @staticmethod
     def _endpoints(d: dict) -> gke.ControlPlaneEndpointsConfig:

@@ -38,7 +38,7 @@ KINDS = {k.name: k for k in [
     Kind("cluster", "container", {
         "location": I, "network": I, "workload_pool": M, "datapath_provider": I, "enable_multi_networking": I,
         "use_ip_aliases": I, "release_channel": M, "min_master_version": M, "ray_operator": M, "lustre_csi_driver": M,
-        "lustre_legacy_port": M, "dns_endpoint": M}, True),
+        "lustre_legacy_port": M, "lustre_multi_nic": M, "dns_endpoint": M}, True),
     Kind("node_pool", "container", {
         "cluster": I, "machine_type": I, "disk_size_gb": I, "accelerator_type": I, "accelerator_count": I,
         "gpu_driver_version": I, "reservation": I, "spot": I, "additional_networks": I, "node_locations": I,
@@ -122,7 +122,8 @@ def build(env_name: str, env: GcpEnvironment) -> list[Resource]:
         "enable_multi_networking": cluster.multi_networking, "use_ip_aliases": cluster.ip_alias,
         "release_channel": cluster.release_channel, "min_master_version": cluster.version,
         "ray_operator": cluster.addons.ray_operator, "lustre_csi_driver": cluster.addons.lustre_csi_driver,
-        "lustre_legacy_port": cluster.addons.lustre_legacy_port, "dns_endpoint": cluster.dns_endpoint,
+        "lustre_legacy_port": cluster.addons.lustre_legacy_port,
+        "lustre_multi_nic": cluster.addons.lustre_multi_nic, "dns_endpoint": cluster.dns_endpoint,
         "system_pool": _system_pool_fields(env)}, [f"network/{cluster_net}"]))
     graph.append(resource("node_pool", system.name, _system_pool_fields(env), [f"cluster/{cluster.name}"],
                           created_with=f"cluster/{cluster.name}"))

@@ -154,6 +154,10 @@ class ClusterAddons(Spec):
     lustre_csi_driver: StrictBool = True
     lustre_legacy_port: StrictBool = Field(
         True, description="Needed on every node version to reach a Lustre instance with gke_support.")
+    lustre_multi_nic: StrictBool = Field(
+        False, description="Off, and sent as such: GKE 1.35.2-gke.1842000+ turns the Lustre CSI driver's multi-NIC "
+        "on by default, which needs every standard NIC of a node in one VPC, and the GPU nodes' second gVNIC NIC is "
+        "in networks.gvnic, another VPC; Lustre traffic then stays on the primary NIC.")
 
 
 class KubernetesServiceAccount(Spec):

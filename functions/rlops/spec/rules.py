@@ -271,6 +271,10 @@ def secrets_and_idle(env: GcpEnvironment | LocalEnvironment) -> Iterator[Finding
             yield ("secrets", name, "secret_manager"), "the local environment has no Secret Manager; use env: VAR or file: PATH"
     if not gcp and "node-pools" in env.idle.scale_down:
         yield ("idle", "scale_down"), "the local environment has no node pools; use [ray-workers]"
+    if gcp and env.cluster.addons.lustre_multi_nic:
+        yield ("cluster", "addons", "lustre_multi_nic"), (
+            "true needs every standard NIC of a node in one VPC, and the GPU nodes' second gVNIC NIC is in "
+            "networks.gvnic, another VPC, where Lustre cannot be reached; leave it false (Lustre uses the primary NIC)")
     if gcp and "node-pools" in env.idle.scale_down and "ray-workers" not in env.idle.scale_down:
         yield ("idle", "scale_down"), (
             "[node-pools] alone saves nothing: the RayCluster's workers stay, go Pending on the removed nodes, and "
