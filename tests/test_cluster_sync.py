@@ -101,7 +101,7 @@ def test_a_cluster_that_is_not_ready_in_time_fails_apply_naming_it_and_a_rerun_f
     before = len(kube.writes())
     assert cli.main(["apply", "h200", "--ready-timeout", "5"]) == 0
     assert kube.writes()[before:] == []
-    assert "ready: RayCluster/default/ray-cluster (state ready)" in capsys.readouterr().out
+    assert "ready: RayCluster/default/ray-cluster (state ready; 3 pods on the current template)" in capsys.readouterr().out
 
 
 def test_the_dns_endpoint_is_reached_with_the_callers_google_token_and_no_kubeconfig(monkeypatch, tmp_path):
@@ -249,7 +249,7 @@ def test_a_spot_shortfall_is_ready_with_the_pools_min_nodes_and_says_how_many_of
     gcp, kube = fakes
     kube.grant_gpu_nodes(3)
     assert cli.main(["apply", "b200-spot", "--ready-timeout", "20"]) == 0
-    assert "ready: RayCluster/default/ray-a4-gpu-spot (head ready, 3 of 8 workers ready, 0 needed)" in \
+    assert "ready: RayCluster/default/ray-a4-gpu-spot (head ready, 3 of 8 workers ready, 0 needed; 9 pods" in \
         capsys.readouterr().out
     spec = specs / "b200-spot.yaml"
     spec.write_text(spec.read_text().replace("autoscaling: {min_nodes: 0, max_nodes: 8}",
@@ -292,3 +292,59 @@ def test_the_reapers_patch_cannot_resize_the_wrong_group_when_the_list_was_reord
     assert refused.value.code == 422
     groups = kube.get("rayclusters", ref.name, ref.namespace)["spec"]["workerGroupSpecs"]
     assert {g["groupName"]: g["replicas"] for g in groups} == {"eval-group": 1, "gpu-pool": 2}
+
+
+@pytest.mark.parametrize("kuberay, who", [("v1.7.0", "KubeRay's upgradeStrategy Recreate"),
+                                          ("v1.5.2", "this KubeRay has no upgradeStrategy (before v1.6)")])
+def test_a_new_image_reaches_every_pod_whatever_the_kuberay_and_the_next_plan_is_clean(fakes, specs, capsys,
+                                                                                      kuberay, who):
+    """KubeRay never changes a running pod; v1.6+ recreates them all under upgradeStrategy Recreate, an older
+    one's CRD drops the field and rlops deletes the pods for KubeRay to make again (no Ray job runs here:
+    the head service has no endpoint)."""
+    gcp, kube = fakes
+    kube.kuberay = kuberay
+    assert cli.main(["apply", "h200"]) == 0
+    stored = kube.get("rayclusters", "ray-cluster", "default")["spec"]
+    assert ("upgradeStrategy" in stored) == (kuberay == "v1.7.0"), "the fake did not play this KubeRay's CRD"
+    before = {pod["metadata"]["name"] for pod in kube.pods("ray-cluster")}
+    assert len(before) == 3 and all(_images(pod) == {"nvcr.io/nvidia/nemo-rl:v0.5.0"} for pod in kube.pods("ray-cluster"))
+
+    spec = specs / "h200.yaml"
+    spec.write_text(spec.read_text().replace("image: nvcr.io/nvidia/nemo-rl:v0.5.0", "image: nvcr.io/nvidia/nemo-rl:v0.5.1"))
+    capsys.readouterr()
+    assert cli.main(["plan", "h200", "--detailed-exitcode"]) == 2
+    planned = capsys.readouterr().out
+    assert f"every pod restarts ({who}" in planned if kuberay == "v1.7.0" else f"every pod restarts: {who}" in planned
+    assert cli.main(["apply", "h200"]) == 0
+    out = capsys.readouterr().out
+    assert ("recreating the 3 pods of RayCluster/default/ray-cluster" in out) == (kuberay == "v1.5.2")
+    pods = kube.pods("ray-cluster")
+    assert len(pods) == 3 and not before & {pod["metadata"]["name"] for pod in pods}
+    assert all(_images(pod) == {"nvcr.io/nvidia/nemo-rl:v0.5.1"} for pod in pods)
+    assert cli.main(["plan", "h200", "--detailed-exitcode"]) == 0, capsys.readouterr().out
+
+
+def _images(pod: dict) -> set[str]:
+    spec = pod["spec"]
+    return {c["image"] for c in spec.get("containers", []) + spec.get("initContainers", [])}
+
+
+def test_readiness_names_the_pods_still_on_an_older_template(fakes, capsys):
+    """An older KubeRay keeps running pods when the template changes behind rlops's back (a console edit of
+    a pod annotation rlops owns): apply restores the template, and readiness waits for pods made from it."""
+    from rlops.kube import sync
+
+    gcp, kube = fakes
+    kube.kuberay = "v1.5.2"
+    assert cli.main(["apply", "h200"]) == 0
+    cluster = kube.get("rayclusters", "ray-cluster", "default")
+    pods = kube.pods("ray-cluster")
+    assert sync.pods_current(cluster, pods).ready
+
+    def stamp(obj):
+        obj["spec"]["headGroupSpec"]["template"]["metadata"]["annotations"]["rlops-pod-template"] = "edited"
+
+    kube.edit("rayclusters", "ray-cluster", stamp, namespace="default")
+    edited = kube.get("rayclusters", "ray-cluster", "default")
+    readiness = sync.pods_current(edited, kube.pods("ray-cluster"))
+    assert not readiness.ready and readiness.what.startswith("3 of 3 pods still run an older template")

@@ -631,3 +631,44 @@ def test_a_gke_environment_hashes_its_checkpoints_in_a_ray_job_where_they_are(lo
     assert site.records.get("gke-snap")[0]["manifests"]["4"]["digest"] == stored["digest"]
     assert not [j for j in local.ray_jobs() if (j.metadata or {}).get("rlops-kind") == "snapshot"
                 and str(j.status.value) == "SUCCEEDED"], "collected jobs are deleted"
+
+
+def test_a_pod_template_change_waits_for_the_live_ray_job_and_reaches_every_pod_after_it(local, h200_on_local_ray,
+                                                                                         specs, tmp_path, capsys):
+    """A new image restarts every pod of the RayCluster: while a job runs on its head (the real Ray head, through
+    the API server's proxy) apply holds that change, does the rest and fails saying why; once the job has ended
+    the next apply makes it."""
+    from ray.job_submission import JobStatus, JobSubmissionClient
+
+    from rlops import cli
+
+    gcp, kube = h200_on_local_ray
+    ray = JobSubmissionClient(f"http://127.0.0.1:{local.port('ray-head', 'dashboard')}")
+    gate = tmp_path / "hold"
+    gate.touch()
+    job = ray.submit_job(entrypoint=f"python -c 'import os, time\nwhile os.path.exists(\"{gate}\"): time.sleep(0.1)'")
+    deadline = time.monotonic() + 60
+    while ray.get_job_status(job) != JobStatus.RUNNING and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert ray.get_job_status(job) == JobStatus.RUNNING
+    pods = {p["metadata"]["name"] for p in kube.pods("ray-cluster")}
+
+    spec = specs / "h200.yaml"
+    spec.write_text(spec.read_text().replace("image: nvcr.io/nvidia/nemo-rl:v0.5.0", "image: nvcr.io/nvidia/nemo-rl:v0.5.1"))
+    capsys.readouterr()
+    assert cli.main(["apply", "h200"]) == 1
+    err = capsys.readouterr().err
+    assert "held, not applied: RayCluster/default/ray-cluster" in err and job in err
+    live = kube.get("rayclusters", "ray-cluster", "default")["spec"]["headGroupSpec"]["template"]["spec"]
+    assert live["containers"][0]["image"] == "nvcr.io/nvidia/nemo-rl:v0.5.0"
+    assert {p["metadata"]["name"] for p in kube.pods("ray-cluster")} == pods
+
+    gate.unlink()
+    deadline = time.monotonic() + 60
+    while any(j.status in (JobStatus.PENDING, JobStatus.RUNNING) for j in ray.list_jobs()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert ray.get_job_status(job) == JobStatus.SUCCEEDED
+    assert cli.main(["apply", "h200"]) == 0
+    after = kube.pods("ray-cluster")
+    assert not pods & {p["metadata"]["name"] for p in after}
+    assert all(c["image"] == "nvcr.io/nvidia/nemo-rl:v0.5.1" for p in after for c in p["spec"]["containers"])

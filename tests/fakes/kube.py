@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler
 from urllib.parse import parse_qs, urlsplit
 
-from fakes import kube_rules, kube_ssa
+from fakes import kube_rules, kube_ssa, kuberay
 from fakes.jsonhttp import JsonServer, reply
 
 # plural -> (kind, api group/version, namespaced)
@@ -35,6 +35,7 @@ RESOURCES = {
     "rayclusters": ("RayCluster", "ray.io/v1", True),
     "gkenetworkparamsets": ("GKENetworkParamSet", "networking.gke.io/v1", False),
     "networks": ("Network", "networking.gke.io/v1", False),
+    "pods": ("Pod", "v1", True),  # read and deleted only; the fake KubeRay makes them (fakes.kuberay)
 }
 CONTROLLER_MANAGER = "kube-controller-manager"
 SERVER_FIELDS = ("resourceVersion", "generation", "uid", "managedFields", "creationTimestamp", "deletionTimestamp")
@@ -57,10 +58,12 @@ class Owner:
 
 
 class FakeKube:
-    def __init__(self, controller_delay: float | None = None, gpu_nodes: int | None = None):
+    def __init__(self, controller_delay: float | None = None, gpu_nodes: int | None = None,
+                 kuberay: str = "v1.7.0"):
         # Set: play the controllers too; a DaemonSet or RayCluster reports ready this long after its last change.
         self.controller_delay = controller_delay
         self.gpu_nodes = gpu_nodes      # None: every worker replica gets a node; a number: that many at most
+        self.kuberay = kuberay          # the release whose RayCluster CRD and pod controller are played
         self.served = {kind[1] for kind in RESOURCES.values()}
         self.storage_classes: dict[str, bool] = {}   # name -> allowVolumeExpansion; "" names none
         self._ready_at: dict[tuple[str, str, str], float] = {}
@@ -114,6 +117,14 @@ class FakeKube:
             status, answer = self._write(key, edited, manager)
             assert status < 300, answer
             return copy.deepcopy(answer)
+
+    def pods(self, cluster: str, namespace: str = "default") -> list[dict]:
+        """The pods KubeRay runs for a RayCluster, head first."""
+        with self._lock:
+            self._reconcile()
+            found = kuberay.pods_of(self.objects, namespace, cluster).values()
+            return copy.deepcopy(sorted(found, key=lambda pod: (pod["metadata"]["labels"][kuberay.NODE_TYPE_LABEL] != "head",
+                                                                 pod["metadata"]["name"])))
 
     def grant_gpu_nodes(self, count: int | None) -> None:
         """The GPU nodes the cloud has granted change (Spot capacity came or went): KubeRay recounts the ready
@@ -175,8 +186,15 @@ class FakeKube:
         import urllib.request
 
         upstream = self.services.get((namespace, service))
+        name = service.split(":")[0]
         if upstream is None:
-            reply(http, 404, _status(404, "NotFound", f'services "{service.split(":")[0]}" not found')[1])
+            # KubeRay makes NAME-head-svc with the RayCluster; with no ready head pod behind it the API server
+            # answers 503 (pkg/registry/core/service/storage/rest.go ResourceLocation).
+            with self._lock:
+                has_head = any(p == "rayclusters" and ns == namespace and f"{n}-head-svc" == name
+                               for p, ns, n in self.objects)
+            reply(http, *(_status(503, "ServiceUnavailable", f'no endpoints available for service "{name}"')
+                          if has_head else _status(404, "NotFound", f'services "{name}" not found')))
             return
         request = urllib.request.Request(upstream + path + (f"?{query}" if query else ""), data=raw or None,
                                          method=http.command,
@@ -270,8 +288,12 @@ class FakeKube:
             return _status(400, "BadRequest", "the name of the object does not match the name on the URL")
         if RESOURCES[plural][0] != config.get("kind"):
             return _status(400, "BadRequest", f"the kind {config.get('kind')!r} does not match the URL ({plural})")
-        schema = kube_rules.schema(plural)
+        if plural == "pods":
+            return _status(405, "MethodNotAllowed", "the fake serves pods to read and delete; KubeRay makes them")
+        schema = kube_rules.schema(plural, self.kuberay)
         config = {k: v for k, v in config.items() if k not in ("apiVersion", "kind")}
+        if plural in kube_rules.CUSTOM:
+            kube_rules.prune_unknown(config, schema)
         applied = kube_ssa.field_set(config, schema)
         current = self.objects.get(key)
         owners = copy.deepcopy(self.owners.get(key, {}))
@@ -294,10 +316,14 @@ class FakeKube:
 
     def _write(self, key, obj: dict, manager: str, dry_run: bool = False) -> tuple[int, dict]:
         """An update (create, PUT, JSON patch): its manager takes every field it changed."""
-        schema = kube_rules.schema(key[0])
+        if key[0] == "pods":
+            return _status(405, "MethodNotAllowed", "the fake serves pods to read and delete; KubeRay makes them")
+        schema = kube_rules.schema(key[0], self.kuberay)
         current = self.objects.get(key)
         before = _without_server_fields(current) if current else {}
         after = _without_server_fields(obj)
+        if key[0] in kube_rules.CUSTOM:
+            kube_rules.prune_unknown(after, schema)
         for side in (before, after):
             side.pop("status", None)
             side.pop("apiVersion", None)
@@ -318,7 +344,7 @@ class FakeKube:
         content = {"apiVersion": RESOURCES[plural][1], "kind": RESOURCES[plural][0], **content}
         if plural == "secrets":
             _secret_as_stored(content)
-        kube_rules.apply_defaults(plural, content)
+        kube_rules.apply_defaults(plural, content, self.kuberay)
         status = content.pop("status", None)
         if current:
             refused = kube_rules.refused_update(plural, current, content, self.storage_classes)
@@ -374,6 +400,7 @@ class FakeKube:
         """What the controllers would have done by now, run before each request."""
         self._bind_volumes()
         self._release_protected()
+        kuberay.reconcile(self.objects, self.kuberay, self.gpu_nodes)
         now = time.monotonic()
         for key, due in list(self._ready_at.items()):
             if now >= due and key in self.objects:

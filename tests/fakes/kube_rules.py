@@ -6,6 +6,7 @@ What is not modelled: admission webhooks, pods (a RayCluster that names a claim 
 KubeRay makes from it), validation beyond the rules below, and defaults of fields rlops never sends.
 """
 
+import gzip
 import re
 from decimal import Decimal
 from functools import cache
@@ -16,11 +17,15 @@ import yaml
 from fakes.kube_ssa import Schema
 
 SCHEMAS = Path(__file__).resolve().parents[1] / "schemas"
+# The KubeRay releases whose RayCluster CRD the fake can serve (tests/schemas/SOURCES.txt).
+KUBERAY_CRDS = {"v1.7.0": "ray.io_rayclusters.yaml", "v1.5.2": "ray.io_rayclusters-v1.5.2.yaml.gz"}
 
 
 @cache
 def _crd_schema(name: str) -> dict:
-    crd = yaml.safe_load((SCHEMAS / name).read_text())
+    path = SCHEMAS / name
+    crd = yaml.load(gzip.decompress(path.read_bytes()) if name.endswith(".gz") else path.read_text(),
+                    Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     (version,) = [v for v in crd["spec"]["versions"] if v["name"] == "v1"]
     return version["schema"]["openAPIV3Schema"]
 
@@ -48,7 +53,7 @@ def _pod_template() -> dict:
 
 
 @cache
-def schema(plural: str) -> Schema:
+def schema(plural: str, kuberay: str = "v1.7.0") -> Schema:
     # LabelSelector and ObjectReference are `+structType=atomic` (apimachinery meta/v1 types.go,
     # k8s.io/api core/v1 types.go); accessModes and mountOptions are `+listType=atomic`.
     selector = {"x-kubernetes-map-type": "atomic"}
@@ -61,7 +66,7 @@ def schema(plural: str) -> Schema:
         "secrets": {}, "serviceaccounts": {"properties": {"secrets": ATOMIC, "imagePullSecrets": ATOMIC}},
     }
     if plural == "rayclusters":
-        node = dict(_crd_schema("ray.io_rayclusters.yaml"))
+        node = dict(_crd_schema(KUBERAY_CRDS[kuberay]))
     elif plural in ("gkenetworkparamsets", "networks"):
         node = dict(_networking({"gkenetworkparamsets": "GKENetworkParamSet", "networks": "Network"}[plural]))
     else:
@@ -73,11 +78,44 @@ def schema(plural: str) -> Schema:
 CUSTOM = ("rayclusters", "gkenetworkparamsets", "networks")
 
 
+# -- pruning --------------------------------------------------------------------------------------
+
+def prune_unknown(obj: dict, node: Schema) -> list[str]:
+    """A custom resource loses every field its structural schema does not declare, silently (with
+    fieldValidation Warn, the default, only a warning header says so): apiextensions-apiserver
+    pkg/apiserver/schema/pruning/algorithm.go, run on every write (customresource_handler.go). An object
+    node keeps its `properties`, or everything under `additionalProperties` or
+    `x-kubernetes-preserve-unknown-fields`. The root's apiVersion, kind and metadata are ObjectMeta's, not
+    the schema's. Returns the pruned paths."""
+    pruned: list[str] = []
+    body = {k: v for k, v in obj.items() if k not in ("apiVersion", "kind", "metadata")}
+    _prune(body, node, "", pruned)
+    for name in set(obj) - set(body) - {"apiVersion", "kind", "metadata"}:
+        del obj[name]
+    return [path.lstrip(".") for path in pruned]
+
+
+def _prune(value, node: Schema, path: str, pruned: list[str]) -> None:
+    if node.node.get("x-kubernetes-preserve-unknown-fields"):
+        return
+    if isinstance(value, dict):
+        declared = node.node.get("properties") or {}
+        if not node.node.get("additionalProperties"):
+            for key in [k for k in value if k not in declared]:
+                del value[key]
+                pruned.append(f"{path}.{key}")
+        for key, child in value.items():
+            _prune(child, node.field(key), f"{path}.{key}", pruned)
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            _prune(item, node.item(), f"{path}[{index}]", pruned)
+
+
 # -- defaulting -------------------------------------------------------------------------------------
 
-def apply_defaults(plural: str, obj: dict) -> None:
+def apply_defaults(plural: str, obj: dict, kuberay: str = "v1.7.0") -> None:
     if plural in CUSTOM:
-        _schema_defaults(obj, schema(plural))
+        _schema_defaults(obj, schema(plural, kuberay))
         return
     {"daemonsets": _daemonset, "persistentvolumes": _persistent_volume, "persistentvolumeclaims": _claim,
      "secrets": _secret, "serviceaccounts": lambda obj: None}[plural](obj)

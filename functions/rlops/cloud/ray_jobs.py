@@ -12,6 +12,9 @@ import urllib.request
 from dataclasses import dataclass, field
 
 
+ACTIVE = ("PENDING", "RUNNING")  # Ray's job statuses before the job has ended
+
+
 @dataclass(frozen=True)
 class JobRequest:
     submission_id: str
@@ -83,6 +86,23 @@ def nodes(dashboard: str, headers: dict[str, str] | None = None) -> list[dict]:
     request = urllib.request.Request(f"{dashboard}/api/v0/nodes?limit=1000&detail=1", headers=headers or {})
     with urllib.request.urlopen(request, timeout=30) as response:
         return json.load(response)["data"]["result"]["result"]
+
+
+def active_jobs(dashboard: str, headers: dict[str, str] | None = None) -> list[str]:
+    """The ids of the jobs pending or running on a Ray head (Ray's GET /api/jobs/). A head the API server's
+    proxy has no endpoint for (503 "no endpoints available") or no service for (404) runs none."""
+    request = urllib.request.Request(f"{dashboard}/api/jobs/", headers=headers or {})
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            jobs = json.load(response)
+    except urllib.error.HTTPError as error:
+        said = error.read().decode("utf-8", "replace")
+        if error.code == 404 or (error.code == 503 and "no endpoints available" in said):
+            return []
+        raise RuntimeError(f"Ray jobs at {dashboard}: {error.code} {said[:200]}") from error
+    except (urllib.error.URLError, OSError) as error:
+        raise RuntimeError(f"Ray jobs at {dashboard}: {error}") from error
+    return [job.get("submission_id") or job.get("job_id") for job in jobs if job.get("status") in ACTIVE]
 
 
 def alive_nodes(dashboard: str) -> list[dict]:

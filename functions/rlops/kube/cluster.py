@@ -27,6 +27,7 @@ KINDS = {
     "RayCluster": ("/apis/ray.io/v1", "rayclusters", True),
     "GKENetworkParamSet": ("/apis/networking.gke.io/v1", "gkenetworkparamsets", False),
     "Network": ("/apis/networking.gke.io/v1", "networks", False),
+    "Pod": ("/api/v1", "pods", True),  # never applied: KubeRay's, read for readiness and deleted to recreate
 }
 # What serves a kind that may not be there yet.
 SERVED_BY = {
@@ -73,6 +74,13 @@ def access(dns_endpoint: str | None) -> tuple[str, dict[str, str]]:
     credentials, _ = google.auth.default(scopes=["https://www.googleapis.com/auth/cloud-platform"])
     credentials.refresh(google.auth.transport.requests.Request())
     return f"https://{dns_endpoint}", {"Authorization": f"Bearer {credentials.token}"}
+
+
+def ray_dashboard(dns_endpoint: str | None, namespace: str, ray_cluster: str) -> tuple[str, dict[str, str]]:
+    """(URL, headers) of a RayCluster's Ray dashboard through the API server's service proxy (KubeRay's
+    NAME-head-svc), with the caller's credentials."""
+    base, headers = access(dns_endpoint)
+    return f"{base}/api/v1/namespaces/{namespace}/services/{ray_cluster}-head-svc:dashboard/proxy", headers
 
 
 def connect(dns_endpoint: str | None) -> "KubeApi":
@@ -129,10 +137,11 @@ class KubeApi:
     def get(self, ref: Ref) -> dict | None:
         return self._call("GET", self._path(ref))
 
-    def list_labelled(self, kind: str, labels: dict[str, str]) -> list[dict]:
-        """The objects of `kind` with these labels; none while the kind is not served (the list is a 404)."""
+    def list_labelled(self, kind: str, labels: dict[str, str], namespace: str = "") -> list[dict]:
+        """The objects of `kind` with these labels (in `namespace`, or in all); none while the kind is not
+        served (the list is a 404)."""
         selector = ",".join(f"{k}={v}" for k, v in sorted(labels.items()))
-        listed = self._call("GET", self._path(Ref(kind, ""), collection=True), {"labelSelector": selector})
+        listed = self._call("GET", self._path(Ref(kind, "", namespace), collection=True), {"labelSelector": selector})
         return [dict(item, kind=kind) for item in (listed or {}).get("items", [])]
 
     def apply(self, obj: dict, dry_run: bool = False) -> dict:

@@ -10,6 +10,7 @@ by secretKeyRef and HF_HOME is on Lustre (G13).
 
 import base64
 import copy
+import hashlib
 import json
 from dataclasses import dataclass
 from functools import cache
@@ -25,6 +26,7 @@ REDACTED = "<redacted>"
 # Until the Lustre instance exists (a plan from nothing, render --offline) its address is not known.
 UNKNOWN_LUSTRE_IP = "LUSTRE-IP-KNOWN-AFTER-APPLY"
 RDMA_INTERFACES = 8
+TEMPLATE_DIGEST = "rlops-pod-template"  # annotation on every pod template and so on every pod
 
 
 @dataclass(frozen=True)
@@ -137,7 +139,40 @@ def ray_cluster(env: GcpEnvironment) -> dict:
     container["volumeMounts"] = [_lustre_mount(env)]
     head["volumes"] = [_lustre_volume(env)]
     cluster["spec"]["workerGroupSpecs"] = [_worker_group(env, pool) for pool in env.gpu_pools]
+    # KubeRay keeps running pods on their old template; from v1.6 Recreate replaces them all when the
+    # spec changes (the API server of an older KubeRay drops the field, and rlops recreates them: kube.sync).
+    cluster["spec"]["upgradeStrategy"] = {"type": "Recreate"}
+    digest = template_digest(cluster)
+    for template in pod_templates(cluster):
+        template.setdefault("metadata", {}).setdefault("annotations", {})[TEMPLATE_DIGEST] = digest
     return cluster
+
+
+def pod_templates(ray_cluster: dict) -> list[dict]:
+    spec = ray_cluster["spec"]
+    return [spec["headGroupSpec"]["template"], *(group["template"] for group in spec.get("workerGroupSpecs", []))]
+
+
+def pods_made_from(ray_cluster: dict) -> dict:
+    """The part of a RayCluster's spec a change of which makes KubeRay's upgradeStrategy Recreate restart
+    every pod: all but the worker counts, tolerations, scheduling gates and the strategy itself
+    (GenerateHashWithoutReplicasAndWorkersToDelete, ray-operator/controllers/ray/utils/util.go, v1.7.0)."""
+    spec = copy.deepcopy(ray_cluster["spec"])
+    spec.pop("upgradeStrategy", None)
+    for group in spec.get("workerGroupSpecs", []):
+        for count in ("replicas", "minReplicas", "maxReplicas"):
+            group.pop(count, None)
+        group.get("scaleStrategy", {}).pop("workersToDelete", None)
+    for template in pod_templates({"spec": spec}):
+        template.get("spec", {}).pop("tolerations", None)
+        template.get("spec", {}).pop("schedulingGates", None)
+    return spec
+
+
+def template_digest(ray_cluster: dict) -> str:
+    """Every pod carries it (KubeRay copies a template's annotations), so readiness can tell a pod made
+    from an older spec."""
+    return hashlib.sha256(json.dumps(pods_made_from(ray_cluster), sort_keys=True).encode()).hexdigest()[:16]
 
 
 def _worker_group(env: GcpEnvironment, pool: GpuPool) -> dict:

@@ -15,6 +15,13 @@ Some fields are the cluster's once an object exists, and apply sends back what i
 A change the server refuses as immutable (a replaced Lustre instance's address in the PV's source)
 is a replacement: the object and what holds it (the claim bound to the PV, the RayCluster whose
 pods mount the claim) are deleted, waited on until gone, and created again.
+
+KubeRay never changes a running pod when the RayCluster's template changes. From v1.6 the spec's
+`upgradeStrategy: Recreate` makes it recreate every pod; an older KubeRay's CRD has no such field
+(the server drops it, which the dry run shows), and rlops deletes the pods itself so that KubeRay
+makes them again from the new template. Either way every pod of the cluster restarts, so the
+change is held while a Ray job is pending or running, and applied by the first apply after it ends.
+Readiness counts only pods made from the current template (render.TEMPLATE_DIGEST).
 """
 
 import copy
@@ -23,11 +30,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from rlops.kube.cluster import SERVED_BY, KubeApi, KubeError, Ref
+from rlops.kube.render import TEMPLATE_DIGEST, pod_templates, pods_made_from
 from rlops.provision.resources import labels_for
 
 # Deleted in this order (and applied in the reverse): what uses a thing goes before it.
 DELETE_ORDER = ["RayCluster", "Secret", "ServiceAccount", "PersistentVolumeClaim", "PersistentVolume", "DaemonSet",
                 "Network", "GKENetworkParamSet"]
+RAY_CLUSTER_LABEL = "ray.io/cluster"  # on every pod KubeRay makes (ray-operator utils/constant.go)
 SERVER_METADATA = ("resourceVersion", "generation", "uid", "managedFields", "creationTimestamp", "selfLink")
 
 
@@ -38,10 +47,16 @@ class ObjectChange:
     fields: list[str] = field(default_factory=list)
     desired: dict | None = None
     reason: str = ""
+    restarts_pods: str = ""          # who recreates the RayCluster's pods for this update: KubeRay or rlops
 
     def line(self) -> str:
         symbol = {"create": "+", "update": "~", "replace": "-/+", "delete": "-", "wait": "+"}[self.action]
         detail = self.reason or ", ".join(self.fields)
+        if self.restarts_pods:
+            detail += "; every pod restarts" + (
+                " (KubeRay's upgradeStrategy Recreate)" if self.restarts_pods == "KubeRay" else
+                ": this KubeRay has no upgradeStrategy (before v1.6), so rlops deletes the pods for KubeRay to "
+                "make them again") + ", once no Ray job is pending or running"
         return f"{symbol} {self.ref}" + (f"  ({detail})" if detail else "")
 
 
@@ -114,20 +129,24 @@ def plan(api: KubeApi, env_name: str, rendered: list[dict], secret_values_known:
             raise KubeError(f"{ref} exists without rlops's labels for {env_name}; rlops does not take over objects "
                             "it did not create: delete it or rename it in the spec")
         desired = keep_live(obj, live)
+        restarts = ""
         if desired["kind"] == "Secret" and not secret_values_known:
             # A plan never reads the values: only which tokens there are can be compared.
             changed = [f"data.{k}" for k in sorted(set(desired.get("data", {})) ^ set(live.get("data") or {}))]
         else:
             try:
-                changed = differences(shown(api.apply(desired, dry_run=True)), shown(live))
+                after = api.apply(desired, dry_run=True)
             except KubeError as error:
                 if error.code != 422 or "immutable" not in error.said:
                     raise
                 changes.append(ObjectChange(ref, "replace", desired=keep_live(obj, live, replacing=True),
                                             reason=f"the server cannot change it in place: {error.said}"))
                 continue
+            changed = differences(shown(after), shown(live))
+            if desired["kind"] == "RayCluster" and pods_made_from(after) != pods_made_from(live):
+                restarts = "KubeRay" if after["spec"].get("upgradeStrategy", {}).get("type") == "Recreate" else "rlops"
         if changed:
-            changes.append(ObjectChange(ref, "update", changed, desired))
+            changes.append(ObjectChange(ref, "update", changed, desired, restarts_pods=restarts))
     changes = _with_holders_replaced(changes, rendered, lives)
     changes += [ObjectChange(ref, "delete") for ref in owned_refs(api, env_name) if ref not in wanted]
     return changes
@@ -147,10 +166,14 @@ def _holds(holder: dict, held: Ref) -> bool:
 
 
 def _claims_mounted(ray_cluster: dict) -> set[str]:
-    spec = ray_cluster["spec"]
-    templates = [spec["headGroupSpec"]["template"], *(g["template"] for g in spec.get("workerGroupSpecs", []))]
-    return {volume["persistentVolumeClaim"]["claimName"] for template in templates
+    return {volume["persistentVolumeClaim"]["claimName"] for template in pod_templates(ray_cluster)
             for volume in template["spec"].get("volumes", []) if "persistentVolumeClaim" in volume}
+
+
+def template_digest_of(ray_cluster: dict) -> str | None:
+    """The digest a RayCluster's head template carries (None for one rlops made before it stamped one)."""
+    template = ray_cluster["spec"]["headGroupSpec"]["template"]
+    return ((template.get("metadata") or {}).get("annotations") or {}).get(TEMPLATE_DIGEST)
 
 
 def _with_holders_replaced(changes: list[ObjectChange], rendered: list[dict],
@@ -170,9 +193,21 @@ def _with_holders_replaced(changes: list[ObjectChange], rendered: list[dict],
         [c for c in changes if c.desired is None]
 
 
-def apply(api: KubeApi, changes: list[ObjectChange], report: Callable[[str], None], timeout: float = 600.0) -> None:
+class Held(KubeError):
+    """A change that would restart the RayCluster's pods under a live Ray job was not applied."""
+
+
+def apply(api: KubeApi, changes: list[ObjectChange], report: Callable[[str], None], timeout: float = 600.0,
+          active_jobs: Callable[[], list[str]] = lambda: []) -> None:
     """Waits for kinds not served yet, replaces what cannot change in place (deleting in order and waiting
-    until each is gone), applies the rest, prunes what is no longer rendered."""
+    until each is gone), applies the rest, prunes what is no longer rendered. A change that restarts the
+    RayCluster's pods is held (`Held`, after everything else is done) while `active_jobs` names any."""
+    restarting = [c for c in changes if c.restarts_pods]
+    running = active_jobs() if restarting else []
+    held = [f"{c.ref} ({', '.join(c.fields)}) would restart every pod under Ray job(s) {', '.join(running)}, "
+            "pending or running" for c in restarting] if running else []
+    if held:
+        changes = [c for c in changes if not c.restarts_pods]
     for kind in dict.fromkeys(c.ref.kind for c in changes if c.action == "wait"):
         _wait_for(lambda: (api.forget_served(), api.served(kind))[1], timeout, report,  # noqa: B023 - called at once
                   f"{kind} to be served ({_served_by(kind)})")
@@ -185,10 +220,34 @@ def apply(api: KubeApi, changes: list[ObjectChange], report: Callable[[str], Non
     for change in writes:
         api.apply(change.desired)
         report(f"applied {change.ref} ({change.action})")
+        if change.restarts_pods == "rlops":
+            _recreate_pods(api, change.ref, report, timeout)
+        elif change.restarts_pods:
+            report(f"KubeRay recreates the pods of {change.ref} (upgradeStrategy Recreate); no Ray job is pending "
+                   "or running")
     deletes = sorted((c for c in changes if c.action == "delete"), key=lambda c: DELETE_ORDER.index(c.ref.kind))
     for change in deletes:
         api.delete(change.ref)
         report(f"deleted {change.ref} (rlops's, no longer rendered)")
+    if held:
+        raise Held("held, not applied: " + "; ".join(held) + ". Everything else is applied; run apply again once "
+                   "the job(s) have ended (or stop them: `ray job stop`)")
+
+
+def _recreate_pods(api: KubeApi, ref: Ref, report: Callable[[str], None], timeout: float) -> None:
+    """Deletes the RayCluster's pods once KubeRay has seen the new spec: a KubeRay still on the old one
+    would make them again from the old template."""
+    def seen() -> bool:
+        live = api.get(ref) or {}
+        observed = (live.get("status") or {}).get("observedGeneration")
+        return observed is not None and observed >= live.get("metadata", {}).get("generation", 0)
+
+    _wait_for(seen, timeout, report, f"KubeRay to see the new spec of {ref}")
+    pods = api.list_labelled("Pod", {RAY_CLUSTER_LABEL: ref.name}, ref.namespace)
+    report(f"recreating the {len(pods)} pods of {ref}: this KubeRay has no upgradeStrategy (before v1.6) and "
+           "keeps running pods on their old template; no Ray job is pending or running")
+    for pod in pods:
+        api.delete(Ref("Pod", pod["metadata"]["name"], ref.namespace))
 
 
 def _wait_until(check: Callable[[], tuple[bool, str]], subject: str, timeout: float, report: Callable[[str], None],
@@ -240,7 +299,11 @@ def wait_ready(api: KubeApi, rendered: list[dict], report: Callable[[str], None]
     started = time.monotonic()
     for ref in (Ref.of(obj) for obj in rendered if obj["kind"] in ("DaemonSet", "RayCluster")):
         def look(ref: Ref = ref) -> tuple[bool, str]:
-            readiness = readiness_of(api.get(ref) or {}, min_workers or {})
+            live = api.get(ref) or {}
+            readiness = readiness_of(live, min_workers or {})
+            if readiness.ready and ref.kind == "RayCluster":
+                pods = pods_current(live, api.list_labelled("Pod", {RAY_CLUSTER_LABEL: ref.name}, ref.namespace))
+                readiness = Readiness(pods.ready, f"{readiness.what}; {pods.what}")
             return readiness.ready, readiness.what
 
         ready, seen = _wait_until(look, str(ref), timeout, report, started)
@@ -262,6 +325,18 @@ def readiness_of(live: dict, min_workers: dict[str, int]) -> Readiness:
         return Readiness(updated >= wanted and ready >= wanted,
                          f"{min(updated, ready)} of {wanted} nodes installed with the current template")
     return _ray_cluster_readiness(live, status, min_workers)
+
+
+def pods_current(ray_cluster: dict, pods: list[dict]) -> Readiness:
+    """Whether every pod of the cluster (not on its way out) was made from its current template: KubeRay
+    does not replace running pods unless told to (see the module's docstring)."""
+    digest = template_digest_of(ray_cluster)
+    live = [pod for pod in pods if not pod["metadata"].get("deletionTimestamp")]
+    old = [pod["metadata"]["name"] for pod in live
+           if (pod["metadata"].get("annotations") or {}).get(TEMPLATE_DIGEST) != digest]
+    if digest is None or not old:
+        return Readiness(True, f"{len(live)} pods on the current template")
+    return Readiness(False, f"{len(old)} of {len(live)} pods still run an older template ({', '.join(sorted(old))})")
 
 
 def _ray_cluster_readiness(live: dict, status: dict, min_workers: dict[str, int]) -> Readiness:

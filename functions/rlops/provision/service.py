@@ -244,6 +244,14 @@ class Session:
                 applied.mark(self.env.digest)
             return plan
 
+    def _active_jobs(self, live: dict[str, Live]) -> list[str]:
+        from rlops.cloud.ray_jobs import active_jobs
+        from rlops.kube.cluster import ray_dashboard
+
+        cluster = live[f"cluster/{self.env.spec.cluster.name}"]
+        ray = self.env.spec.ray
+        return active_jobs(*ray_dashboard(cluster.fields.get("dns_endpoint_host"), ray.namespace, ray.cluster_name))
+
     def _sync_cluster(self, live: dict[str, Live]) -> None:
         """After the cloud: the cluster's objects by server-side apply, pruned, and waited on until ready."""
         from rlops.kube import sync
@@ -253,7 +261,7 @@ class Session:
         changes = sync.plan(api, self.env.name, rendered, secret_values_known=True)
         if changes:
             self.report("cluster objects: " + ", ".join(c.line() for c in changes))
-        sync.apply(api, changes, self.report, self.ready_timeout)
+        sync.apply(api, changes, self.report, self.ready_timeout, lambda: self._active_jobs(live))
         sync.wait_ready(api, rendered, self.report, self.ready_timeout,
                         {pool.name: pool.autoscaling.min_nodes for pool in self.env.spec.gpu_pools})
 

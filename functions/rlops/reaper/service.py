@@ -22,13 +22,13 @@ import time
 
 from google.api_core import exceptions as gexc
 
+from rlops.cloud.ray_jobs import ACTIVE
 from rlops.errors import Failure
 from rlops.logs import emit
 from rlops.reaper.policy import Decision, Picture, decide, savings
 from rlops.state.bucket import read_json, write_json
 from rlops.state.lock import Lock, LockHeld
 
-ACTIVE = ("PENDING", "RUNNING")
 # A tick runs in a function with 540 s; a resize still running after this is finished by the next tick.
 RESIZE_TIMEOUT_SECONDS = 400.0
 WAKE_LOCK_TIMEOUT_SECONDS = 120.0

@@ -122,16 +122,14 @@ def open_site(name: str, env) -> Site:
 def _gke_dashboard(name: str, env) -> tuple[str, dict[str, str]]:
     """The Ray head's dashboard through the GKE API server's service proxy, with the caller's Google token."""
     from rlops.cloud.container import ContainerAdapter
-    from rlops.kube.cluster import access
+    from rlops.kube.cluster import ray_dashboard
     from rlops.provision.service import connection_from_environment, target_of
 
     cluster = ContainerAdapter(target_of(name, env), connection_from_environment()).read(
         "cluster", env.cluster.name, {})
     if cluster is None:
         raise RuntimeError(f"environment {name}: cluster {env.cluster.name} does not exist; run `rlops apply {name}`")
-    base, headers = access(cluster.fields.get("dns_endpoint_host"))
-    service = f"{env.ray.cluster_name}-head-svc:dashboard"
-    return f"{base}/api/v1/namespaces/{env.ray.namespace}/services/{service}/proxy", headers
+    return ray_dashboard(cluster.fields.get("dns_endpoint_host"), env.ray.namespace, env.ray.cluster_name)
 
 
 def _publisher(project: str) -> Callable[[dict], None]:

@@ -14,6 +14,7 @@ from pathlib import Path
 from google.api_core import exceptions as gexc
 
 from rlops.checkpoints import layout, manifest
+from rlops.cloud.ray_jobs import ACTIVE
 from rlops.logs import emit
 from rlops.runs import policy
 
@@ -80,7 +81,7 @@ def _tick_on_cluster(site) -> list[dict]:
         if meta.get("rlops-environment") != site.name or meta.get("rlops-kind") != "snapshot":
             continue
         status = str(getattr(job.status, "value", job.status))
-        if status in ("PENDING", "RUNNING"):
+        if status in ACTIVE:
             busy = True
             continue
         if status == "SUCCEEDED":
