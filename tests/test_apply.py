@@ -4,6 +4,7 @@ The real Google client libraries send every request over HTTP to tests/fakes/gcp
 assertions read its request log, as a reviewer would read the API's audit log.
 """
 
+import ipaddress
 import json
 import shutil
 
@@ -88,6 +89,12 @@ def test_apply_b200_spot_without_gke_support_opens_the_lnet_port(fake):
     assert lnet[0]["sourceRanges"] == ["10.112.0.0/22"]
     (lustre_request,) = bodies(fake, "POST", "/instances")
     assert lustre_request.get("gkeSupportEnabled", False) is False
+    # The Lustre servers answer from the peered range: it must be the one the LNet firewall admits.
+    (address,) = bodies(fake, "POST", "/global/addresses")
+    assert (address["address"], address["prefixLength"]) == ("10.112.0.0", 22)
+    (instance,) = fake.resources("lustre_instance").values()
+    server = ipaddress.ip_address(instance["mountPoint"].split("@")[0])
+    assert any(server in ipaddress.ip_network(source) for source in lnet[0]["sourceRanges"]), instance["mountPoint"]
     assert run("plan", "b200-spot", "--detailed-exitcode") == 0
 
 
@@ -204,3 +211,21 @@ def test_render_takes_the_lustre_address_from_the_live_instance(fake, capsys):
     assert run("render", "h200") == 0
     ip = fake.resources("lustre_instance")["rl-lustre"]["mountPoint"].split("@")[0]
     assert f"ip: {ip}" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("env_name", ["h200", "b200-spot"])
+def test_in_place_updates_of_networks_and_firewalls_are_requests_google_accepts(fake, specs, capsys, env_name):
+    """The patch paths, through the fake that checks every request against compute.v1's discovery document (a
+    firewall patch needs its `name`)."""
+    assert run("apply", env_name) == 0
+    spec = specs / f"{env_name}.yaml"
+    spec.write_text(spec.read_text().replace("firewall_source_ranges: [192.168.0.0/16]",
+                                             "firewall_source_ranges: [192.168.0.0/16, 172.16.0.0/12]")
+                    .replace("  gvnic:\n", "  gvnic:\n    mtu: 8244\n", 1))
+    capsys.readouterr()
+    assert run("plan", env_name, "--detailed-exitcode") == 2
+    assert run("apply", env_name) == 0, capsys.readouterr().err
+    (firewall,) = [b for b in bodies(fake, "PATCH", "-internal")]
+    assert firewall["name"].endswith("-gvnic-internal") and firewall["sourceRanges"][-1] == "172.16.0.0/12"
+    assert [b["mtu"] for b in bodies(fake, "PATCH", "-gvnic-net")] == [8244]
+    assert run("plan", env_name, "--detailed-exitcode") == 0

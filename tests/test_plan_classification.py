@@ -133,11 +133,14 @@ CASES = [
     ("lustre-grow", "h200", [("capacity_gib: 18000", "capacity_gib: 36000")], {"lustre_instance/rl-lustre": U}, set()),
     ("lustre-throughput-tier", "h200", [("throughput_mb_per_tib: 500", "throughput_mb_per_tib: 1000")],
      {"lustre_instance/rl-lustre": R}, {"lustre_instance/rl-lustre"}),
-    # The add-on flag is mutable, GKE support on the instance is not; no legacy port means an LNet firewall.
+    # The add-on flag is mutable, GKE support on the instance is not; no legacy port means an LNet firewall,
+    # which needs the peered range where the spec says: a range Google picked is replaced, and its peering with it.
     ("gke-support-off", "h200",
      [("lustre_legacy_port: true", "lustre_legacy_port: false"), ("gke_support: true", "gke_support: false"),
       ("prefix_length: 20", "prefix_length: 20\n    address: 10.112.0.0")],
-     {"cluster/rl-h200": U, "lustre_instance/rl-lustre": R, "firewall/rl-lustre-lnet": C}, {"lustre_instance/rl-lustre"}),
+     {"cluster/rl-h200": U, "lustre_instance/rl-lustre": R, "firewall/rl-lustre-lnet": C,
+      "address/rl-lustre-range": R, "connection/rl-net": R},
+     {"lustre_instance/rl-lustre", "address/rl-lustre-range", "connection/rl-net"}),
     ("gke-support-on", "b200-spot",
      [("lustre_legacy_port: false", "lustre_legacy_port: true"), ("gke_support: false", "gke_support: true")],
      {"cluster/ray-a4-gpu-spot": U, "lustre_instance/ray-a4-gpu-spot-lustre": R,

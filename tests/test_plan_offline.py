@@ -48,3 +48,18 @@ def test_a_bad_revision_or_a_base_without_offline_is_a_clean_error(repo, capsys)
     with pytest.raises(SystemExit) as exit_info:
         cli.main(["plan", "h200", "--base", "HEAD"])
     assert exit_info.value.code == 1
+
+
+@pytest.mark.parametrize("command", [["plan", "h200"], ["render", "h200"], ["status", "h200"], ["apply", "h200"],
+                                     ["train", "h200", "--recipe", "gemma3-27b-gsm8k", "--run", "r1"]])
+def test_without_credentials_a_gcp_command_says_what_is_missing_in_one_line(command, monkeypatch, tmp_path, capsys):
+    for name in ("RLOPS_API_ENDPOINTS", "RLOPS_KUBE_API", "PUBSUB_EMULATOR_HOST", "STORAGE_EMULATOR_HOST"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(tmp_path / "no-such-key.json"))
+    monkeypatch.setenv("NO_GCE_CHECK", "True")  # never ask the metadata server: tests stay on loopback
+    monkeypatch.setenv("CLOUDSDK_CONFIG", str(tmp_path))
+    assert cli.main(command) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err, err
+    assert f"rlops {command[0]}: no usable Google credentials" in err
+    assert "gcloud auth application-default login" in err and "GOOGLE_APPLICATION_CREDENTIALS" in err

@@ -9,6 +9,8 @@ import json
 import sys
 from pathlib import Path
 
+from google.auth.exceptions import GoogleAuthError
+
 from rlops import environments
 from rlops.errors import Failure
 
@@ -272,4 +274,9 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_ERROR
     except (Failure, RuntimeError) as error:
         print(f"rlops {args.command}: {error}", file=sys.stderr)
+        return EXIT_ERROR
+    except GoogleAuthError as error:
+        print(f"rlops {args.command}: no usable Google credentials ({str(error).splitlines()[0][:200]}); run `gcloud "
+              "auth application-default login`, or set GOOGLE_APPLICATION_CREDENTIALS to a service account key file",
+              file=sys.stderr)
         return EXIT_ERROR

@@ -38,6 +38,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import google_crc32c
 
+from fakes import google_apis
 from fakes.jsonhttp import JsonServer, reply
 
 KINDS = ("network", "subnetwork", "firewall", "address", "connection", "cluster", "node_pool", "lustre_instance",
@@ -46,7 +47,14 @@ COMPUTE = "https://www.googleapis.com/compute/v1"
 GKE = "https://container.googleapis.com/v1"
 _RFC1035 = re.compile(r"[a-z]([-a-z0-9]{0,61}[a-z0-9])?")
 _GKE_NAME = re.compile(r"[a-z]([-a-z0-9]{0,38}[a-z0-9])?")
-_LUSTRE_STEP = {1000: 9000, 500: 18000, 250: 36000, 125: 72000}  # MB/s/TiB -> minimum and step in GiB
+# Managed Lustre's performance tiers (docs.cloud.google.com/managed-lustre/docs/performance-tiers, read
+# 2026-12): MB/s per TiB -> (minimum and step in GiB, the capacity up to which that step holds, the step above
+# it, the maximum). 0 is the Dynamic tier (Instance.perUnitStorageThroughput: "must not be set or must be set
+# to zero" with dynamicTierOptions.mode DEFAULT_CACHE).
+_LUSTRE_TIERS = {1000: (9000, 1_530_000, 72_000, 10_008_000), 500: (18_000, 3_060_000, 144_000, 20_016_000),
+                 250: (36_000, 6_120_000, 288_000, 40_032_000), 125: (72_000, 12_240_000, 72_000, 12_240_000),
+                 0: (472_000, 84_016_000, 472_000, 84_016_000)}
+_PORTED = {"tcp", "udp", "sctp", "6", "17", "132"}
 _SPECIFIC_RESERVATION = (3, "SPECIFIC_RESERVATION")
 _ADVANCED_DATAPATH = (2, "ADVANCED_DATAPATH")
 
@@ -237,6 +245,12 @@ class FakeGcp:
         if self.latency:
             time.sleep(self.latency)
         self._maybe_fail(request)
+        try:
+            google_apis.check(request.method, request.path, request.query, request.body)
+        except google_apis.Violation as violation:
+            if violation.code == 404:
+                raise ApiError(404, "NOT_FOUND", str(violation), "notFound") from None
+            raise invalid(str(violation)) from None
         for method, pattern, handler in self._routes:
             match = pattern.fullmatch(request.path) if method == request.method else None
             if match:
@@ -391,6 +405,11 @@ class FakeGcp:
         return self._compute_op(project, region, "insert", stored["selfLink"], finish)
 
     def _new_network(self, project, region, body: dict) -> dict:
+        if "autoCreateSubnetworks" not in body and "IPv4Range" not in body:
+            # Network.autoCreateSubnetworks: "Must be set to create a VPC network. If not set, a legacy network is
+            # created" (compute.v1 discovery), and a legacy network needs its IPv4Range.
+            raise invalid("Invalid value for field 'resource.autoCreateSubnetworks': ''. Set it to create a VPC "
+                          "network (a legacy network needs resource.IPv4Range).")
         stored = dict(body, mtu=_mtu(body.get("mtu", 1460)),
                       autoCreateSubnetworks=bool(body.get("autoCreateSubnetworks")),
                       routingConfig=_routing(body.get("routingConfig") or {"routingMode": "REGIONAL"}))
@@ -416,11 +435,11 @@ class FakeGcp:
                     fingerprint=f"{self._random.getrandbits(64):016x}")
 
     def _new_firewall(self, project, region, body: dict) -> dict:
+        _check_rules(body)
         network = self._network_of(body.get("network") or "global/networks/default", "resource.network")
         direction = body.get("direction", "INGRESS")
         if direction not in ("INGRESS", "EGRESS"):
             raise invalid(f"Invalid value for field 'resource.direction': '{direction}'.")
-        _check_rules(body)
         return dict(body, network=self._link(project, "networks", network), direction=direction,
                     priority=body.get("priority", 1000), disabled=bool(body.get("disabled")))
 
@@ -436,16 +455,33 @@ class FakeGcp:
         if purpose == "VPC_PEERING" and not 8 <= prefix <= 29:
             raise invalid(f"Invalid value for field 'resource.prefixLength': '{prefix}'. A VPC_PEERING range needs a "
                           "prefix length between 8 and 29.")
+        if body.get("address"):
+            base = ipaddress.ip_address(body["address"])
+            wanted = ipaddress.ip_network(f"{base}/{prefix}", strict=False)
+            if wanted.network_address != base:
+                raise invalid(f"Invalid value for field 'resource.address': '{base}'. The address of a VPC_PEERING "
+                              f"range must be the first address of its /{prefix}.")
+            self._check_free(network, wanted)
         return dict(body, network=self._link(project, "networks", network), status="RESERVED",
                     address=body.get("address") or self._free_range(network, prefix))
 
-    def _free_range(self, network: str, prefix: int) -> str:
-        """The first /prefix of 10.0.0.0/8 that no subnet or range of the network (or its auto subnets) uses."""
+    def _taken(self, network: str) -> list:
         taken = [ipaddress.ip_network(_range_of(r)) for kind in ("subnetwork", "address")
                  for r in [*self._store[kind].values(), *self._creating[kind].values()]
                  if r.get("network", "").endswith(f"/networks/{network}") and _range_of(r)]
         if self._store["network"][network].get("autoCreateSubnetworks"):
             taken.append(ipaddress.ip_network("10.128.0.0/9"))
+        return taken
+
+    def _check_free(self, network: str, wanted) -> None:
+        used = next((str(t) for t in self._taken(network) if wanted.overlaps(t)), None)
+        if used:
+            raise invalid(f"Invalid value for field 'resource.address': '{wanted}' overlaps {used}, already used in "
+                          f"network {network}.", "conflict")
+
+    def _free_range(self, network: str, prefix: int) -> str:
+        """The first /prefix of 10.0.0.0/8 that no subnet or range of the network (or its auto subnets) uses."""
+        taken = self._taken(network)
         for candidate in ipaddress.ip_network("10.0.0.0/8").subnets(new_prefix=prefix):
             if not any(candidate.overlaps(used) for used in taken):
                 return str(candidate.network_address)
@@ -851,8 +887,10 @@ class FakeGcp:
         if instance_id in self._store["lustre_instance"]:
             raise ApiError(409, "ALREADY_EXISTS", f"Resource '{path}' already exists", "alreadyExists")
         throughput = int(body.get("perUnitStorageThroughput", 0))
-        if throughput not in _LUSTRE_STEP:
-            raise invalid(f"per_unit_storage_throughput {throughput} is not one of {sorted(_LUSTRE_STEP)}.")
+        dynamic = (body.get("dynamicTierOptions") or {}).get("mode") in ("DEFAULT_CACHE", 2)
+        if throughput not in _LUSTRE_TIERS or (throughput == 0) != dynamic:
+            raise invalid(f"per_unit_storage_throughput {throughput} is not one of 125, 250, 500, 1000, or 0 (unset) "
+                          "with dynamic_tier_options.mode DEFAULT_CACHE.")
         _check_capacity(int(body.get("capacityGib", 0)), throughput)
         if not re.fullmatch(r"[A-Za-z][A-Za-z0-9]{0,7}", body.get("filesystem", "")):
             raise invalid(f"filesystem '{body.get('filesystem', '')}' must be 1-8 letters or digits, starting with a "
@@ -899,7 +937,7 @@ class FakeGcp:
             capacity, current = int(body.get("capacityGib", 0)), int(found.get("capacityGib", 0))
             if capacity < current:
                 raise invalid(f"capacity_gib can only grow: {current} -> {capacity}.")
-            _check_capacity(capacity, int(found.get("perUnitStorageThroughput", 0)))
+            _check_capacity(capacity, int(found.get("perUnitStorageThroughput", 0)), current)
             change["capacityGib"] = str(capacity)
         found["state"] = "UPDATING"
 
@@ -978,11 +1016,20 @@ def _check_rules(firewall: dict) -> None:
     for rule in firewall.get("allowed") or firewall.get("denied"):
         if not rule.get("IPProtocol"):
             raise invalid("Invalid value for field 'resource.allowed[].IPProtocol': ''. A protocol is required.")
+        if rule.get("ports") and str(rule["IPProtocol"]).lower() not in _PORTED:
+            # Firewall.allowed[].ports: "only applicable for the UDP or TCP protocol" (compute.v1 discovery;
+            # the firewall docs add SCTP).
+            raise invalid(f"Invalid value for field 'resource.allowed[].ports': {rule['ports']}. Ports can only be "
+                          f"given with {', '.join(sorted(_PORTED))}, not {rule['IPProtocol']}.")
         for port in rule.get("ports", []):
             if not re.fullmatch(r"\d{1,5}(-\d{1,5})?", str(port)):
                 raise invalid(f"Invalid value for field 'resource.allowed[].ports[]': '{port}'.")
     for source in firewall.get("sourceRanges", []):
-        _cidr(source, "resource.sourceRanges[]")
+        try:  # IPv4 or IPv6 CIDRs (Firewall.sourceRanges: "Both IPv4 and IPv6 are supported")
+            ipaddress.ip_network(source, strict=False)
+        except ValueError:
+            raise invalid(f"Invalid value for field 'resource.sourceRanges[]': '{source}'. Invalid IPCidrRange.") \
+                from None
 
 
 def _check_autoscaling(scaling: dict) -> None:
@@ -1021,11 +1068,16 @@ def _without_cluster(pool: dict) -> dict:
     return {key: value for key, value in pool.items() if key != "cluster"}
 
 
-def _check_capacity(capacity: int, throughput: int) -> None:
-    step = _LUSTRE_STEP[throughput]
-    if capacity < step or capacity % step:
-        raise invalid(f"capacity_gib {capacity} is invalid at {throughput} MB/s/TiB: it must be at least {step} and a "
-                      f"multiple of {step}.")
+def _check_capacity(capacity: int, throughput: int, current: int | None = None) -> None:
+    """The tier's minimum, maximum and step; an instance created at or below the step's threshold grows only up
+    to it (managed-lustre/docs/increase-capacity, "Limitations on increasing capacity")."""
+    minimum, threshold, big_step, maximum = _LUSTRE_TIERS[throughput]
+    ceiling = threshold if current is not None and current <= threshold else maximum
+    step = minimum if capacity <= threshold else big_step
+    if capacity < minimum or capacity > ceiling or capacity % step:
+        raise invalid(f"capacity_gib {capacity} is invalid at {throughput or 'the Dynamic tier'} MB/s/TiB: it must be "
+                      f"between {minimum} and {ceiling}, a multiple of {minimum} up to {threshold} and of {big_step} "
+                      "above.")
 
 
 def _snake(path: str) -> str:

@@ -70,7 +70,8 @@ class ComputeAdapter:
             return Live({"network": last_segment(live.network), "direction": live.direction,
                          "source_ranges": list(live.source_ranges), "allowed": allowed}, owned)
         return Live({"network": last_segment(live.network), "purpose": live.purpose,
-                     "address_type": live.address_type, "prefix_length": live.prefix_length}, owned)
+                     "address_type": live.address_type, "prefix_length": live.prefix_length,
+                     "address": live.address}, owned)
 
     # -- create / update / delete -----------------------------------------------------------
     def create(self, resource: Resource) -> Pending:
@@ -93,6 +94,8 @@ class ComputeAdapter:
             return self._global(call(API, f"insert firewall {name}", self.firewalls.insert, project=project, firewall_resource=body))
         body = compute_v1.Address(name=name, description=description, network=self._network_url(d["network"]),
                                   purpose=d["purpose"], address_type=d["address_type"], prefix_length=d["prefix_length"])
+        if d.get("address"):  # the range's base: the LNet firewall admits this range, so Google may not pick another
+            body.address = d["address"]
         return self._global(call(API, f"insert address {name}", self.addresses.insert, project=project, address_resource=body))
 
     def update(self, resource: Resource, changed: list[str]) -> Pending:
@@ -102,7 +105,8 @@ class ComputeAdapter:
             return self._global(call(API, f"patch network {name}", self.networks.patch, project=project, network=name,
                                      network_resource=body))
         if resource.kind == "firewall":
-            body = compute_v1.Firewall(source_ranges=d["source_ranges"], allowed=_allowed(d["allowed"]))
+            # `name` is required in a patch body too (compute.v1 discovery: Firewall.name annotations.required).
+            body = compute_v1.Firewall(name=name, source_ranges=d["source_ranges"], allowed=_allowed(d["allowed"]))
             return self._global(call(API, f"patch firewall {name}", self.firewalls.patch, project=project, firewall=name,
                                      firewall_resource=body))
         raise ValueError(f"{resource.kind} has no in-place update")  # the plan replaces these

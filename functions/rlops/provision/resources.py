@@ -33,7 +33,8 @@ KINDS = {k.name: k for k in [
     Kind("network", "compute", {"auto_create_subnetworks": I, "mtu": M, "network_profile": I, "routing_mode": M}, True),
     Kind("subnetwork", "compute", {"network": I, "region": I, "ip_cidr_range": I}, True),
     Kind("firewall", "compute", {"network": I, "direction": I, "allowed": M, "source_ranges": M}, False),
-    Kind("address", "compute", {"network": I, "purpose": I, "address_type": I, "prefix_length": I}, True),
+    Kind("address", "compute", {"network": I, "purpose": I, "address_type": I, "prefix_length": I, "address": I},
+         True),
     Kind("connection", "servicenetworking", {"network": I, "reserved_peering_ranges": M}, True),
     Kind("cluster", "container", {
         "location": I, "network": I, "workload_pool": M, "datapath_provider": I, "enable_multi_networking": I,
@@ -103,7 +104,8 @@ def build(env_name: str, env: GcpEnvironment) -> list[Resource]:
     psa = nets.private_service_access
     graph += [
         resource("address", psa.range_name, {"network": cluster_net, "purpose": "VPC_PEERING",
-                                             "address_type": "INTERNAL", "prefix_length": psa.prefix_length},
+                                             "address_type": "INTERNAL", "prefix_length": psa.prefix_length,
+                                             "address": psa.address},  # None: Google picks the range
                  [f"network/{cluster_net}"]),
         resource("connection", cluster_net, {"network": cluster_net, "reserved_peering_ranges": [psa.range_name]},
                  [f"address/{psa.range_name}"]),

@@ -49,9 +49,25 @@ CPU_MACHINES: dict[str, CpuMachine] = {
     "n2-highmem-96": CpuMachine(96, 768),
 }
 
-# Managed Lustre: per-unit throughput tier (MB/s per TiB) -> the minimum capacity in GiB,
-# which is also the step capacity grows in (Managed Lustre docs, seed-inventory G7).
-LUSTRE_TIERS: dict[int, int] = {1000: 9000, 500: 18000, 250: 36000, 125: 72000}
+@dataclass(frozen=True)
+class LustreTier:
+    """A Managed Lustre performance tier's capacities in GiB: from `minimum` in steps of `minimum` up to
+    `threshold`, above it in steps of `big_step` up to `maximum`; an instance created at or below the
+    threshold grows only up to it (managed-lustre/docs/performance-tiers and increase-capacity, read 2026-12)."""
+
+    minimum: int
+    threshold: int
+    big_step: int
+    maximum: int
+
+    def step_at(self, capacity: int) -> int:
+        return self.minimum if capacity <= self.threshold else self.big_step
+
+
+# Per-unit throughput (MB/s per TiB) -> its tier. The Dynamic tier (25 MB/s/TiB aggregate) is not offered by rlops.
+LUSTRE_TIERS: dict[int, LustreTier] = {
+    1000: LustreTier(9_000, 1_530_000, 72_000, 10_008_000), 500: LustreTier(18_000, 3_060_000, 144_000, 20_016_000),
+    250: LustreTier(36_000, 6_120_000, 288_000, 40_032_000), 125: LustreTier(72_000, 12_240_000, 72_000, 12_240_000)}
 
 # The Ray each pinned NeMo RL image ships (its pyproject's ray[default] pin). The codelab
 # declares rayVersion 2.54.0 for v0.4.0, which is wrong: KubeRay would run a mismatched autoscaler.

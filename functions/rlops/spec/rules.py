@@ -138,13 +138,18 @@ def cluster_features(env: GcpEnvironment) -> Iterator[Finding]:
 
 def lustre_tier(env: GcpEnvironment) -> Iterator[Finding]:
     lustre = env.lustre
-    step = catalog.LUSTRE_TIERS[lustre.throughput_mb_per_tib]
-    if lustre.capacity_gib < step or lustre.capacity_gib % step:
-        lower = max(step, lustre.capacity_gib // step * step)
+    tier, capacity, speed = catalog.LUSTRE_TIERS[lustre.throughput_mb_per_tib], lustre.capacity_gib, lustre.throughput_mb_per_tib
+    step = tier.step_at(capacity)
+    if capacity < tier.minimum:
+        yield ("lustre", "capacity_gib"), f"at {speed} MB/s/TiB the minimum is {tier.minimum} GiB; use {tier.minimum}"
+    elif capacity > tier.maximum:
+        yield ("lustre", "capacity_gib"), f"at {speed} MB/s/TiB the maximum is {tier.maximum} GiB"
+    elif capacity % step:
+        lower = capacity // step * step
         yield ("lustre", "capacity_gib"), (
-            f"at {lustre.throughput_mb_per_tib} MB/s/TiB capacity goes in steps of {step} GiB from {step}; "
-            f"use {lower} or {lower + step}" if lustre.capacity_gib > step else
-            f"at {lustre.throughput_mb_per_tib} MB/s/TiB the minimum is {step} GiB; use {step}")
+            f"at {speed} MB/s/TiB capacity goes in steps of {step} GiB "
+            f"({'from ' + str(tier.minimum) if step == tier.minimum else 'above ' + str(tier.threshold)}); "
+            f"use {lower} or {lower + step}")
     if not lustre.gke_support and env.networks.private_service_access.address is None:
         yield ("networks", "private_service_access"), (
             "without lustre.gke_support the Lustre servers reach the nodes on port 988 from the peered range, and the "
