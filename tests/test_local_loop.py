@@ -605,7 +605,8 @@ def _until(condition, what: str, timeout: float = 60) -> None:
         time.sleep(0.05)
 
 
-def test_a_gke_environment_hashes_its_checkpoints_in_a_ray_job_where_they_are(local, h200_on_local_ray, tmp_path):
+def test_a_gke_environment_hashes_its_checkpoints_in_a_ray_job_where_they_are(local, h200_on_local_ray, tmp_path,
+                                                                              monkeypatch):
     """The snapshot tick of a GKE environment: a CPU-only Ray job (rlops shipped as a py_module) prints the
     manifests on the cluster; the next tick stores them. Here the cluster's Ray is this module's, through the proxy."""
     from rlops.checkpoints import manifest
@@ -619,6 +620,12 @@ def test_a_gke_environment_hashes_its_checkpoints_in_a_ray_job_where_they_are(lo
                                      "requested-by": "tests", "settings": "{}", "checkpoint-dir": str(run_dir),
                                      "attempt": "1"}, "rlops.h200.gke-snap.1", time.time()))
     assert snapshots.tick(site) == []  # starts the job
+    # A second tick that, racing the first, also found no scan running: the same checkpoints, the same job.
+    started = time.time()
+    with monkeypatch.context() as later:
+        later.setattr(snapshots.time, "time", lambda: started + 61)
+        snapshots._start_cluster_scan(site)
+    assert len([j for j in local.ray_jobs() if (j.metadata or {}).get("rlops-kind") == "snapshot"]) == 1
     deadline = time.monotonic() + 120
     while any((j.metadata or {}).get("rlops-kind") == "snapshot" and str(j.status.value) in ("PENDING", "RUNNING")
               for j in local.ray_jobs()):

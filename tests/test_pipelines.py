@@ -119,9 +119,18 @@ def git(*args, cwd) -> str:
 
 
 @pytest.fixture
-def workspace(tmp_path, monkeypatch):
-    """A clone of a repository whose main holds the seed environments, as Cloud Build checks it out."""
-    origin, work = tmp_path / "origin.git", tmp_path / "workspace"
+def github(tmp_path):
+    """The fake GitHub: its API, and `acme/envs` as a private repository served only to the token."""
+    with FakeGitHub(TOKEN) as server:
+        server.git_root = tmp_path / "github"
+        yield server
+
+
+@pytest.fixture
+def workspace(tmp_path, monkeypatch, github):
+    """The author's clone of `acme/envs`, whose main holds the seed environments; builds check out what it pushes."""
+    origin, work = github.git_root / "acme" / "envs.git", tmp_path / "author"
+    origin.parent.mkdir(parents=True)
     subprocess.run(["git", "init", "--quiet", "--bare", "-b", "main", str(origin)], check=True)
     work.mkdir()
     shutil.copytree(REPO / "environments", work / "environments")
@@ -137,12 +146,36 @@ def workspace(tmp_path, monkeypatch):
     return work
 
 
-def run_step(work: Path, build: dict, step: str, values: dict[str, str], env: dict[str, str]):
+_checkouts = itertools.count()
+
+
+def trigger_checkout(work: Path, github: FakeGitHub, commit: str) -> Path:
+    """What a Cloud Build trigger gives its steps: the commit alone (depth 1), with `origin` the private
+    repository's URL and no credentials for it."""
+    branch = git("rev-parse", "--abbrev-ref", "HEAD", cwd=work)
+    git("push", "--quiet", "--force", "origin", branch, cwd=work)
+    build = work.parent / f"build-{next(_checkouts)}"
+    git("clone", "--quiet", "--depth", "1", "--branch", branch, f"file://{github.git_root}/acme/envs.git", str(build),
+        cwd=work.parent)
+    if git("rev-parse", "HEAD", cwd=build) != commit:  # an older build of the branch
+        git("fetch", "--quiet", "--depth", "1", "origin", commit, cwd=build)
+        git("checkout", "--quiet", "--detach", commit, cwd=build)
+    git("remote", "set-url", "origin", github.clone_url("acme/envs"), cwd=build)
+    (build / ".venv").symlink_to(Path(sys.prefix))
+    return build
+
+
+def run_step(work: Path, github: FakeGitHub, build: dict, step: str, values: dict[str, str],
+             env: dict[str, str] | None = None, commit: str | None = None):
+    """The step's script in a fresh trigger checkout of `commit` (the author's HEAD), with the token Secret
+    Manager gives."""
+    head = commit or git("rev-parse", "HEAD", cwd=work)
     defaults = {k: str(v) for k, v in build.get("substitutions", {}).items()}
     script = fill(scripts(build)[step], {**defaults, "PROJECT_ID": "rlops-ci", "REPO_FULL_NAME": "acme/envs",
-                                         **values})
-    return subprocess.run(["bash", "-ec", script], cwd=work, env={**os.environ, **env}, capture_output=True,
-                          text=True, timeout=300)
+                                         "COMMIT_SHA": head, "SHORT_SHA": head[:7], **values})
+    environment = {**os.environ, "GITHUB_TOKEN": TOKEN, "RLOPS_GITHUB_API": github.url, **(env or {})}
+    return subprocess.run(["bash", "-ec", script], cwd=trigger_checkout(work, github, head), env=environment,
+                          capture_output=True, text=True, timeout=300)
 
 
 def edit(work: Path, name: str, old: str, new: str) -> None:
@@ -157,94 +190,128 @@ def open_pull_request(work: Path, message: str) -> None:
     git("commit", "--quiet", "-am", message, cwd=work)
 
 
-def test_a_pull_requests_plan_is_one_comment_showing_both_changes_and_a_rerun_edits_it(workspace):
+def test_a_pull_requests_plan_is_one_comment_showing_both_changes_and_a_rerun_edits_it(workspace, github):
     edit(workspace, "h200.yaml", "autoscaling: {min_nodes: 0, max_nodes: 2}", "autoscaling: {min_nodes: 0, max_nodes: 3}")
     edit(workspace, "b200-spot.yaml", "capacity_gib: 36000", "capacity_gib: 72000")
     open_pull_request(workspace, "grow")
     build = load("plan.yaml")
-    with FakeGitHub(TOKEN) as github:
-        env = {"GITHUB_TOKEN": TOKEN, "RLOPS_GITHUB_API": github.url}
-        values = {"_BASE_BRANCH": "main", "_PR_NUMBER": "7"}
-        assert run_step(workspace, build, "validate", values, env).returncode == 0
-        first = run_step(workspace, build, "plan", values, env)
-        assert first.returncode == 0, first.stderr
-        [comment] = github.comments_on(7)
-        assert "h200" in comment and "b200-spot" in comment
-        assert "max_nodes" in comment and "2 → 3" in comment.replace("->", "→")
-        assert "capacity_gib" in comment and "36000" in comment and "72000" in comment
-        edit(workspace, "h200.yaml", "max_nodes: 3}", "max_nodes: 4}")
-        git("commit", "--quiet", "-am", "grow more", cwd=workspace)
-        second = run_step(workspace, build, "plan", values, env)
-        assert second.returncode == 0 and len(github.comments_on(7)) == 1
-        assert "2 → 4" in github.comments_on(7)[0].replace("->", "→")
-        assert [r.method for r in github.requests if r.method in ("POST", "PATCH")] == ["POST", "PATCH"]
-        for done in (first, second):
-            assert TOKEN not in done.stdout + done.stderr
+    values = {"_BASE_BRANCH": "main", "_PR_NUMBER": "7"}
+    assert run_step(workspace, github, build, "validate", values).returncode == 0
+    first = run_step(workspace, github, build, "plan", values)
+    assert first.returncode == 0, first.stderr
+    [comment] = github.comments_on(7)
+    assert "h200" in comment and "b200-spot" in comment
+    assert "max_nodes" in comment and "2 → 3" in comment.replace("->", "→")
+    assert "capacity_gib" in comment and "36000" in comment and "72000" in comment
+    edit(workspace, "h200.yaml", "max_nodes: 3}", "max_nodes: 4}")
+    git("commit", "--quiet", "-am", "grow more", cwd=workspace)
+    second = run_step(workspace, github, build, "plan", values)
+    assert second.returncode == 0 and len(github.comments_on(7)) == 1
+    assert "2 → 4" in github.comments_on(7)[0].replace("->", "→")
+    assert [r.method for r in github.requests if r.method in ("POST", "PATCH") and "/repos/" in r.path] == \
+        ["POST", "PATCH"]
+    for done in (first, second):
+        assert TOKEN not in done.stdout + done.stderr
 
 
-def test_a_replaced_node_pool_fails_the_check_until_the_pull_request_carries_the_label(workspace):
+def test_the_history_of_a_private_repository_is_fetched_with_the_token_and_never_without(workspace, github):
+    """The trigger's checkout is one commit deep and its origin has no credentials: without the token the
+    plan fails at the fetch, saying why; with it, git sends it to the fake's git server, never printed."""
+    edit(workspace, "h200.yaml", "max_nodes: 2}", "max_nodes: 3}")
+    open_pull_request(workspace, "grow")
+    values = {"_BASE_BRANCH": "main", "_PR_NUMBER": "5"}
+    refused = run_step(workspace, github, load("plan.yaml"), "plan", values, {"GITHUB_TOKEN": "ghp_wrong"})
+    assert refused.returncode == 1 and "rlops github: git fetch" in refused.stderr and "ghp_wrong" not in refused.stderr
+    assert not github.comments_on(5)
+    done = run_step(workspace, github, load("plan.yaml"), "plan", values)
+    assert done.returncode == 0, done.stderr
+    assert "max_nodes" in github.comments_on(5)[0]
+    fetches = [r for r in github.requests if ".git/" in r.path]
+    assert {r.status for r in fetches} == {200, 401} and TOKEN not in done.stdout + done.stderr
+
+
+def test_a_pull_request_that_deletes_a_spec_says_so_and_fails_the_check(workspace, github):
+    git("checkout", "--quiet", "-b", "change", cwd=workspace)
+    git("rm", "--quiet", "environments/b200-spot.yaml", cwd=workspace)
+    git("commit", "--quiet", "-m", "retire b200", cwd=workspace)
+    done = run_step(workspace, github, load("plan.yaml"), "plan", {"_BASE_BRANCH": "main", "_PR_NUMBER": "6"})
+    assert done.returncode == 3
+    [comment] = github.comments_on(6)
+    assert "could not plan" in comment and "rlops destroy b200-spot" in comment
+
+
+def test_a_replaced_node_pool_fails_the_check_until_the_pull_request_carries_the_label(workspace, github):
     edit(workspace, "b200-spot.yaml", "driver_version: default", "driver_version: latest")
     open_pull_request(workspace, "new driver")
     build = load("plan.yaml")
-    with FakeGitHub(TOKEN) as github:
-        env = {"GITHUB_TOKEN": TOKEN, "RLOPS_GITHUB_API": github.url}
-        values = {"_BASE_BRANCH": "main", "_PR_NUMBER": "8"}
-        refused = run_step(workspace, build, "plan", values, env)
-        assert refused.returncode == 3, refused.stderr
-        assert "add the label rlops-approve-destructive" in refused.stdout
-        assert "a4-pool" in github.comments_on(8)[0]
-        github.labels[8] = ["rlops-approve-destructive"]
-        allowed = run_step(workspace, build, "plan", values, env)
-        assert allowed.returncode == 0, allowed.stderr
-        assert len(github.comments_on(8)) == 1
+    values = {"_BASE_BRANCH": "main", "_PR_NUMBER": "8"}
+    refused = run_step(workspace, github, build, "plan", values)
+    assert refused.returncode == 3, refused.stderr
+    assert "add the label rlops-approve-destructive" in refused.stdout
+    assert "a4-pool" in github.comments_on(8)[0]
+    # Found on the second page of labels (GitHub gives 30 a page unless asked for more).
+    github.labels[8] = [f"team-{i}" for i in range(40)] + ["rlops-approve-destructive"]
+    allowed = run_step(workspace, github, build, "plan", values)
+    assert allowed.returncode == 0, allowed.stderr
+    assert len(github.comments_on(8)) == 1
 
 
-def test_a_plan_longer_than_one_comment_is_split_and_a_shorter_one_removes_the_rest(workspace):
+def test_a_plan_longer_than_one_comment_is_split_and_a_shorter_one_removes_the_rest(workspace, github):
     text = (workspace / "environments" / "h200.yaml").read_text()
     for i in range(40):
         (workspace / "environments" / f"copy-{i:02d}.yaml").write_text(text.replace("rlops-h200-example", f"rlops-copy-{i:02d}"))
     names = [f"copy-{i:02d}" for i in range(40)]
-    with FakeGitHub(TOKEN) as github:
-        env = {**os.environ, "GITHUB_TOKEN": TOKEN, "RLOPS_GITHUB_API": github.url}
-        rlops = str(workspace / ".venv" / "bin" / "rlops")
-        plan = subprocess.run([rlops, "plan", *names, "--offline", "--format", "markdown"], cwd=workspace, env=env,
-                              capture_output=True, text=True, check=True).stdout
-        assert len(plan) > 65_536
-        (workspace / "plan.md").write_text(plan)
-        posted = subprocess.run([rlops, "github", "comment", "--repo", "acme/envs", "--pr", "9", "--file", "plan.md"],
-                                cwd=workspace, env=env, capture_output=True, text=True)
-        assert posted.returncode == 0, posted.stderr
-        bodies = github.comments_on(9)
-        assert len(bodies) >= 2 and all(len(b) <= 65_536 for b in bodies)
-        assert all(f"copy-{i:02d}" in "".join(bodies) for i in range(40))
-        short = subprocess.run([rlops, "plan", "copy-00", "--offline", "--format", "markdown"], cwd=workspace, env=env,
-                               capture_output=True, text=True, check=True).stdout
-        (workspace / "plan.md").write_text(short)
-        subprocess.run([rlops, "github", "comment", "--repo", "acme/envs", "--pr", "9", "--file", "plan.md"],
-                       cwd=workspace, env=env, check=True, capture_output=True)
-        assert len(github.comments_on(9)) == 1 and "copy-00" in github.comments_on(9)[0]
-        assert TOKEN not in posted.stdout + posted.stderr
-        assert all(r.authorization == f"Bearer {TOKEN}" for r in github.requests)
+    env = {**os.environ, "GITHUB_TOKEN": TOKEN, "RLOPS_GITHUB_API": github.url}
+    rlops = str(workspace / ".venv" / "bin" / "rlops")
+    plan = subprocess.run([rlops, "plan", *names, "--offline", "--format", "markdown"], cwd=workspace, env=env,
+                          capture_output=True, text=True, check=True).stdout
+    assert len(plan) > 65_536
+    (workspace / "plan.md").write_text(plan)
+    posted = subprocess.run([rlops, "github", "comment", "--repo", "acme/envs", "--pr", "9", "--file", "plan.md"],
+                            cwd=workspace, env=env, capture_output=True, text=True)
+    assert posted.returncode == 0, posted.stderr
+    bodies = github.comments_on(9)
+    assert len(bodies) >= 2 and all(len(b) <= 65_536 for b in bodies)
+    assert all(f"copy-{i:02d}" in "".join(bodies) for i in range(40))
+    short = subprocess.run([rlops, "plan", "copy-00", "--offline", "--format", "markdown"], cwd=workspace, env=env,
+                           capture_output=True, text=True, check=True).stdout
+    (workspace / "plan.md").write_text(short)
+    subprocess.run([rlops, "github", "comment", "--repo", "acme/envs", "--pr", "9", "--file", "plan.md"],
+                   cwd=workspace, env=env, check=True, capture_output=True)
+    assert len(github.comments_on(9)) == 1 and "copy-00" in github.comments_on(9)[0]
+    assert TOKEN not in posted.stdout + posted.stderr
+    assert all(r.authorization == f"Bearer {TOKEN}" for r in github.requests)
 
 
-def test_a_push_that_deletes_an_environment_fails_and_destroys_nothing(workspace, cloud_fakes):
+def test_the_live_plan_is_its_own_part_so_the_pair_fits_the_comment_limit(workspace, github):
+    """Two files, each under the limit, together over it: each becomes its own part."""
+    rlops = str(workspace / ".venv" / "bin" / "rlops")
+    env = {**os.environ, "GITHUB_TOKEN": TOKEN, "RLOPS_GITHUB_API": github.url}
+    (workspace / "plan.md").write_text("offline plan\n" + "x" * 40_000 + "\n")
+    (workspace / "live.md").write_text("live plan\n" + "y" * 40_000 + "\n")
+    posted = subprocess.run([rlops, "github", "comment", "--repo", "acme/envs", "--pr", "4", "--file", "plan.md",
+                             "--file", "live.md"], cwd=workspace, env=env, capture_output=True, text=True)
+    assert posted.returncode == 0, posted.stderr
+    first, second = github.comments_on(4)
+    assert "offline plan" in first and "live plan" in second
+
+
+def test_a_push_that_deletes_an_environment_fails_and_destroys_nothing(workspace, github, cloud_fakes):
     gcp, kube = cloud_fakes
     git("rm", "--quiet", "environments/b200-spot.yaml", cwd=workspace)
     git("commit", "--quiet", "-m", "retire b200", cwd=workspace)
-    head = git("rev-parse", "HEAD", cwd=workspace)
-    done = run_step(workspace, load("apply.yaml"), "apply", {"COMMIT_SHA": head, "SHORT_SHA": head[:7]}, {})
+    done = run_step(workspace, github, load("apply.yaml"), "apply", {})
     assert done.returncode == 3
     assert "rlops destroy b200-spot" in done.stderr and "never destroys" in done.stderr
     assert not gcp.mutations() and not kube.writes()
 
 
-def push(work: Path, message: str, edits: list[tuple[str, str, str]]) -> subprocess.CompletedProcess:
+def push(work: Path, github: FakeGitHub, message: str, edits: list[tuple[str, str, str]]) -> subprocess.CompletedProcess:
     """Commit each edit on main (one commit apiece), then run the apply pipeline as the push's trigger would."""
     for name, old, new in edits:
         edit(work, name, old, new)
         git("commit", "--quiet", "-am", f"{message}: {name}", cwd=work)
-    head = git("rev-parse", "HEAD", cwd=work)
-    return run_step(work, load("apply.yaml"), "apply", {"COMMIT_SHA": head, "SHORT_SHA": head[:7]}, {})
+    return run_step(work, github, load("apply.yaml"), "apply", {})
 
 
 def applied(done: subprocess.CompletedProcess) -> set[str]:
@@ -252,38 +319,80 @@ def applied(done: subprocess.CompletedProcess) -> set[str]:
     return set(re.findall(r"^== apply (\S+)$", done.stdout, re.M))
 
 
-def test_a_push_applies_every_environment_its_commits_changed_and_only_those(workspace, cloud_fakes):
+def test_a_push_applies_every_environment_its_commits_changed_and_only_those(workspace, github, cloud_fakes):
     gcp, _ = cloud_fakes
-    first = push(workspace, "grow h200", [("h200.yaml", "autoscaling: {min_nodes: 0, max_nodes: 2}",
+    first = push(workspace, github, "grow h200", [("h200.yaml", "autoscaling: {min_nodes: 0, max_nodes: 2}",
                                            "autoscaling: {min_nodes: 0, max_nodes: 3}")])
     assert applied(first) == {"h200"}  # local has no cloud to apply
     assert "b200-spot was never applied (or was destroyed) and this push did not touch" in first.stderr
     assert not any("rlops-b200-example" in r.path for r in gcp.mutations())
     before = len(gcp.mutations())
     # Two commits in one push: COMMIT_SHA^ alone would see only the second, which changes local.
-    both = push(workspace, "two commits", [("h200.yaml", "max_nodes: 3", "max_nodes: 4"),
+    both = push(workspace, github, "two commits", [("h200.yaml", "max_nodes: 3", "max_nodes: 4"),
                                            ("local.yaml", "timeout: 2m", "timeout: 3m")])
     assert applied(both) == {"h200"}
     assert any("rlops-h200-example" in r.path for r in gcp.mutations()[before:])
     before = len(gcp.mutations())
-    reworded = push(workspace, "comment", [("h200.yaml", "Replace the project", "Replace the GCP project")])
+    reworded = push(workspace, github, "comment", [("h200.yaml", "Replace the project", "Replace the GCP project")])
     assert applied(reworded) == set() and "is applied as its spec says" in reworded.stdout
     assert len(gcp.mutations()) == before
     # Destroyed on purpose: a later push that does not touch its file leaves it destroyed.
     subprocess.run([str(workspace / ".venv" / "bin" / "rlops"), "destroy", "h200", "--yes"], cwd=workspace, check=True,
                    capture_output=True)
-    after_destroy = push(workspace, "local again", [("local.yaml", "timeout: 3m", "timeout: 4m")])
+    after_destroy = push(workspace, github, "local again", [("local.yaml", "timeout: 3m", "timeout: 4m")])
     assert applied(after_destroy) == set()
     assert "h200 was never applied (or was destroyed)" in after_destroy.stderr
 
 
-def test_a_failed_apply_fails_the_build_and_the_next_push_finishes_it(workspace, cloud_fakes):
+def test_a_failed_apply_fails_the_build_and_the_next_push_finishes_it(workspace, github, cloud_fakes):
     gcp, _ = cloud_fakes
     gcp.fail_next(1, status=403, match="POST /compute/v1/projects/rlops-h200-example/global/firewalls")
-    failed = push(workspace, "grow h200", [("h200.yaml", "max_nodes: 2}", "max_nodes: 3}")])
+    failed = push(workspace, github, "grow h200", [("h200.yaml", "max_nodes: 2}", "max_nodes: 3}")])
     assert failed.returncode == 1
     assert "== apply h200" in failed.stdout and "insert firewall rl-gvnic-internal" in failed.stderr
     # The next push changes only the local environment; h200 is still not applied, so it is applied now.
-    finished = push(workspace, "local only", [("local.yaml", "timeout: 2m", "timeout: 3m")])
+    finished = push(workspace, github, "local only", [("local.yaml", "timeout: 2m", "timeout: 3m")])
     assert applied(finished) == {"h200"}
     assert "firewall" in " ".join(r.path for r in gcp.mutations() if r.method == "POST")
+
+
+def test_two_pushes_applied_out_of_order_leave_the_newer_spec_applied(workspace, github, cloud_fakes):
+    """Cloud Build does not order builds: the older commit's apply, run second, is skipped."""
+    gcp, _ = cloud_fakes
+    edit(workspace, "h200.yaml", "max_nodes: 2}", "max_nodes: 3}")
+    git("commit", "--quiet", "-am", "older", cwd=workspace)
+    older = git("rev-parse", "HEAD", cwd=workspace)
+    edit(workspace, "h200.yaml", "max_nodes: 3}", "max_nodes: 4}")
+    git("commit", "--quiet", "-am", "newer", cwd=workspace)
+    assert applied(run_step(workspace, github, load("apply.yaml"), "apply", {})) == {"h200"}
+    late = run_step(workspace, github, load("apply.yaml"), "apply", {}, commit=older)
+    assert late.returncode == 0, late.stderr
+    assert "skipped: h200: commit" in late.stdout + late.stderr and "is applied (or being applied) already" in \
+        late.stdout + late.stderr
+    assert gcp.resources("node_pool")["gpu-pool"]["autoscaling"]["maxNodeCount"] == 4
+
+
+@pytest.mark.skipif(shutil.which("gcloud") is None, reason="google-cloud-cli is not installed")
+def test_the_readmes_triggers_are_2nd_gen_with_comment_control_and_gclouds_own_flags():
+    readme = (REPO / "README.md").read_text()
+    block = readme[readme.index("Repositories → 2nd gen"):]
+    block = block[block.index("```sh") + 5:block.index("```", block.index("```sh") + 5)]
+    triggers = [words for words in gcloud_calls(block) if words[:4] == ["builds", "triggers", "create", "github"]]
+    assert len(triggers) == 3
+    shown = subprocess.run(["gcloud", "builds", "triggers", "create", "github", "--help"], capture_output=True,
+                           text=True, timeout=120, env={**os.environ, "CLOUDSDK_CORE_DISABLE_PROMPTS": "1"})
+    known = set(re.findall(r"--[a-z][a-z0-9-]*", re.sub(r"\x1b\[[0-9;]*m", "", shown.stdout)))
+    for words in triggers:
+        flags = {w for w in words if w.startswith("--")}
+        assert flags <= known, flags - known
+        assert {"--repository", "--region"} <= flags and "--repo-owner" not in flags  # 2nd gen, not 1st
+    (plan,) = [w for w in triggers if "--pull-request-pattern" in w]
+    assert plan[plan.index("--comment-control") + 1] == "COMMENTS_ENABLED_FOR_EXTERNAL_CONTRIBUTORS_ONLY"
+
+
+def test_functions_are_built_by_an_account_that_has_the_builder_role():
+    deploy = scripts(load("deploy.yaml"))
+    [step] = [text for text in deploy.values() if "gcloud functions deploy" in text]
+    assert "--build-service-account" in step and "rlops-function-build@" in step
+    readme = (REPO / "README.md").read_text()
+    assert re.search(r"\| `rlops-function-build`[^\n]*`roles/cloudbuild\.builds\.builder`", readme)

@@ -144,7 +144,16 @@ def _apply(args: argparse.Namespace) -> int:
         sys.stdout.write(render.text(plan))
         return True
 
-    plan = session.apply(delete_data=args.delete_data, confirm=show)
+    def newer(other: str) -> bool:
+        from rlops.cli_pipelines import descends_from
+
+        return descends_from(other, args.commit)
+
+    try:
+        plan = session.apply(delete_data=args.delete_data, confirm=show, commit=args.commit, newer=newer)
+    except service.Superseded as skipped:
+        _say(f"skipped: {skipped}")
+        return EXIT_OK
     _say(f"Apply complete for {env.name}: {plan.summary()}." if plan.has_changes else f"{env.name}: no changes.")
     return EXIT_OK
 
@@ -231,6 +240,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="how long to wait for the NCCL installer and the RayCluster to be ready (default 1800)")
     apply.add_argument("--delete-data", action="store_true",
                        help="allow replacing the Lustre instance (also needs lustre.deletion_policy: delete)")
+    apply.add_argument("--commit", metavar="GIT_SHA",
+                       help="the commit whose spec this is (the apply pipeline's): recorded, and an apply of an "
+                            "older commit than the one recorded is skipped (exit 0)")
     apply.set_defaults(run=_apply)
 
     destroy = commands.add_parser("destroy", help="delete what rlops created, in reverse order (Lustre is kept)")

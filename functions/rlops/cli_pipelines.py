@@ -1,5 +1,6 @@
 """The CLI the Cloud Build pipelines run: which environments a push changed, and the pull request's plan comment."""
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -10,11 +11,33 @@ from rlops.errors import Failure
 EXIT_DELETED = 3
 
 
-def _git(*args: str, cwd: Path) -> str:
-    done = subprocess.run(["git", *args], capture_output=True, text=True, cwd=cwd)
+def _git(*args: str, cwd: Path, env: dict[str, str] | None = None) -> str:
+    done = subprocess.run(["git", *args], capture_output=True, text=True, cwd=cwd,
+                          env={**os.environ, **env} if env else None)
     if done.returncode:
         raise Failure(f"git {' '.join(args)}: {done.stderr.strip()}")
     return done.stdout
+
+
+def descends_from(later: str, earlier: str) -> bool:
+    """Whether commit `later` comes after `earlier` in this checkout's history (False when either is unknown
+    here: a rewritten history proves nothing)."""
+    done = subprocess.run(["git", "merge-base", "--is-ancestor", earlier, later], capture_output=True)
+    return done.returncode == 0 and later != earlier
+
+
+def _fetch(args) -> int:
+    """The history a trigger's checkout lacks: Cloud Build clones one commit (depth 1) and leaves `origin`
+    without credentials, so a private repository is fetched with the build's GitHub token, sent as an HTTP
+    header from git's environment (never in a URL, an argument or the output)."""
+    from rlops.cloud.github import git_credentials
+
+    root = Path(_git("rev-parse", "--show-toplevel", cwd=Path.cwd()).strip())
+    shallow = _git("rev-parse", "--is-shallow-repository", cwd=root).strip() == "true"
+    _git("fetch", "--quiet", *(["--unshallow"] if shallow else []), "origin", *args.refs, cwd=root,
+         env=git_credentials())
+    print(f"fetched origin {' '.join(args.refs) or '(all branches)'}" + (", whole history" if shallow else ""))
+    return 0
 
 
 def _changed(args) -> int:
@@ -95,10 +118,10 @@ def _comment(args) -> int:
     from rlops.cli import MARKDOWN_SPLIT
     from rlops.cloud.github import GitHub
 
-    text = Path(args.file).read_text() if args.file != "-" else sys.stdin.read()
-    parts = [part.strip("\n") + "\n" for part in text.split(MARKDOWN_SPLIT) if part.strip()]
+    texts = [Path(name).read_text() if name != "-" else sys.stdin.read() for name in args.file]
+    parts = [part.strip("\n") + "\n" for text in texts for part in text.split(MARKDOWN_SPLIT) if part.strip()]
     if not parts:
-        raise Failure(f"{args.file}: empty; nothing to post")
+        raise Failure(f"{', '.join(args.file)}: empty; nothing to post")
     for line in GitHub(args.repo).post_plan(args.pr, parts):
         print(line)
     return 0
@@ -129,8 +152,13 @@ def add_commands(commands) -> None:
     comment = verbs.add_parser("comment", help="post or update the plan comment(s) of a pull request")
     comment.add_argument("--repo", required=True, metavar="OWNER/NAME")
     comment.add_argument("--pr", required=True, type=int)
-    comment.add_argument("--file", required=True, help="`rlops plan --format markdown` output, or - for stdin")
+    comment.add_argument("--file", required=True, action="append",
+                         help="`rlops plan --format markdown` output, or - for stdin; again for more (each file "
+                              "starts a new part: parts are split to fit GitHub's comment size)")
     comment.set_defaults(run=_comment)
+    fetch = verbs.add_parser("fetch", help="git fetch from origin with GITHUB_TOKEN, unshallowing a trigger's clone")
+    fetch.add_argument("refs", nargs="*", metavar="REF", help="what to fetch (FETCH_HEAD names the first)")
+    fetch.set_defaults(run=_fetch)
     label = verbs.add_parser("has-label", help="exit 0 if the pull request carries the label, 1 if not")
     label.add_argument("--repo", required=True, metavar="OWNER/NAME")
     label.add_argument("--pr", required=True, type=int)

@@ -9,6 +9,7 @@ a hidden marker `<!-- rlops-plan i/n -->`: a later run edits them in place, adds
 and deletes what is left over, so a pull request carries one current plan however often it runs.
 """
 
+import base64
 import json
 import os
 import re
@@ -23,6 +24,18 @@ MARKER = re.compile(r"^<!-- rlops-plan (\d+)/(\d+) -->")
 
 class GitHubError(Failure):
     pass
+
+
+def git_credentials() -> dict[str, str]:
+    """Environment for git that sends GITHUB_TOKEN as GitHub's HTTP Basic credentials (`x-access-token`), through
+    git's GIT_CONFIG_* variables, so it is in no URL, argument or remote config; git never prompts."""
+    token = os.environ.get("GITHUB_TOKEN")
+    if not token:
+        raise GitHubError("GITHUB_TOKEN is not set (in Cloud Build: availableSecrets from Secret Manager); a private "
+                          "repository's history cannot be fetched without it")
+    basic = base64.b64encode(f"x-access-token:{token}".encode()).decode()
+    return {"GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "http.extraHeader",
+            "GIT_CONFIG_VALUE_0": f"Authorization: Basic {basic}", "GIT_TERMINAL_PROMPT": "0"}
 
 
 class GitHub:
@@ -52,15 +65,19 @@ class GitHub:
         return json.loads(data) if data else None
 
     def labels(self, pull: int) -> set[str]:
-        return {label["name"] for label in self._call("GET", f"/repos/{self.repository}/issues/{pull}/labels")}
+        return {label["name"] for label in self._pages(f"/repos/{self.repository}/issues/{pull}/labels")}
 
     def _comments(self, pull: int) -> list[dict]:
-        comments, page = [], 1
+        return self._pages(f"/repos/{self.repository}/issues/{pull}/comments")
+
+    def _pages(self, path: str) -> list[dict]:
+        """Every item of a paginated list (GitHub gives 30 a page unless asked, 100 at most)."""
+        items, page = [], 1
         while True:
-            batch = self._call("GET", f"/repos/{self.repository}/issues/{pull}/comments?per_page=100&page={page}")
-            comments += batch
+            batch = self._call("GET", f"{path}?per_page=100&page={page}")
+            items += batch
             if len(batch) < 100:
-                return comments
+                return items
             page += 1
 
     def post_plan(self, pull: int, parts: list[str]) -> list[str]:

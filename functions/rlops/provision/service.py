@@ -23,6 +23,10 @@ class Refused(Failure):
     """The plan may not run as it is (a data-losing change, a resource rlops does not own)."""
 
 
+class Superseded(Failure):
+    """A newer commit than the one this apply was asked to carry out is applied, or being applied, already."""
+
+
 def connection_from_environment() -> Connection:
     """Google's endpoints with application default credentials, or RLOPS_API_ENDPOINTS (tests, fakes)."""
     endpoints = json.loads(os.environ.get("RLOPS_API_ENDPOINTS") or "{}")
@@ -200,19 +204,29 @@ class Session:
         lock.acquire(self.lock_timeout, on_wait=waiting)
         return lock
 
-    def apply(self, delete_data: bool = False, confirm: Callable[[Plan], bool] = lambda plan: True) -> Plan:
-        return self._run("apply", delete_data, confirm)
+    def apply(self, delete_data: bool = False, confirm: Callable[[Plan], bool] = lambda plan: True,
+              commit: str | None = None, newer: Callable[[str], bool] = lambda other: False) -> Plan:
+        """`commit`: the git commit whose spec this is (a pipeline's); refused (`Superseded`) when the state
+        records a commit `newer` says is newer: Cloud Build runs two pushes' builds in any order."""
+        return self._run("apply", delete_data, confirm, commit, newer)
 
     def destroy(self, delete_data: bool, confirm: Callable[[Plan], bool]) -> Plan:
         return self._run("destroy", delete_data, confirm)
 
-    def _run(self, operation: str, delete_data: bool, confirm: Callable[[Plan], bool]) -> Plan:
+    def _run(self, operation: str, delete_data: bool, confirm: Callable[[Plan], bool], commit: str | None = None,
+             newer: Callable[[str], bool] = lambda other: False) -> Plan:
         from rlops.kube import sync
 
         with self._lock(operation):
             applied = AppliedSpec(self.bucket, self.env.spec.state.prefix, self.env.name)
             if operation == "apply":
-                applied.mark_attempt()  # from here on, pushes to main retry it until an apply completes
+                recorded = applied.read() or {}
+                later = [c for c in (recorded.get("commit"), recorded.get("attempted_commit"))
+                         if commit and c and c != commit and newer(c)]
+                if later:
+                    raise Superseded(f"{self.env.name}: commit {later[0][:12]}, newer than {commit[:12]}, is applied "
+                                     "(or being applied) already; this older spec is not applied over it")
+                applied.mark_attempt(commit)  # from here on, pushes to main retry it until an apply completes
             # Planned again under the lock: what another apply did while we waited is part of it.
             space = workspace(self.env, self.connection, self.bucket)
             live = engine.read_live([space])[self.env.name]
@@ -241,7 +255,7 @@ class Session:
             if operation == "apply":
                 # What the cloud steps changed (a new cluster, Lustre's address) is read again; otherwise it stands.
                 self._sync_cluster(engine.read_live([space])[self.env.name] if plan.has_changes else live)
-                applied.mark(self.env.digest)
+                applied.mark(self.env.digest, commit)
             return plan
 
     def _active_jobs(self, live: dict[str, Live]) -> list[str]:

@@ -7,6 +7,7 @@ they are; GKE environments hash them where /lustre is mounted: a CPU-only Ray jo
 (`rlops.checkpoints.scan`) prints the manifests, and the next tick stores them.
 """
 
+import hashlib
 import json
 import time
 from pathlib import Path
@@ -117,8 +118,11 @@ def _start_cluster_scan(site) -> None:
     with tempfile.TemporaryDirectory(prefix="rlops-job-") as staging:  # py_modules are uploaded by the submit
         # libcrc32c goes along: the cluster's image need not have google-crc32c.
         native = manifest.native_module(Path(staging))
+        # Named by what it scans: overlapping ticks (Scheduler fires every minute, Pub/Sub retries a slow one)
+        # that both found no scan running submit the same id, and Ray runs it once.
+        scanned = hashlib.sha256(json.dumps(runs).encode()).hexdigest()[:16]
         site.ray.submit_once(JobRequest(
-            submission_id=f"rlops.{site.name}.snapshot.{int(now)}",
+            submission_id=f"rlops.{site.name}.snapshot.{scanned}",
             entrypoint=" ".join(shlex.quote(word) for word in ["python", "-m", "rlops.checkpoints.scan", *runs]),
             metadata={"rlops-environment": site.name, "rlops-kind": "snapshot"},
             runtime_env={"py_modules": [str(Path(rlops.__file__).parent), *([str(native)] if native else [])]},

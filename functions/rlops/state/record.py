@@ -59,16 +59,18 @@ class AppliedSpec:
         """None when the environment was never applied (or was destroyed since)."""
         return read_json(self.blob)[0]
 
-    def mark_attempt(self) -> None:
-        try:
-            write_json(self.blob, {"spec_sha256": None}, if_generation_match=0)
-        except gexc.PreconditionFailed:
-            pass  # applied before: the record of the last complete apply stays until this one completes
-
-    def mark(self, digest: str) -> None:
+    def mark_attempt(self, commit: str | None = None) -> None:
+        """An apply starts (of `commit`, when a pipeline names it); the last complete apply's record stays."""
         content, generation = read_json(self.blob)
-        if content != {"spec_sha256": digest}:  # an apply that changed nothing writes nothing
-            write_json(self.blob, {"spec_sha256": digest}, if_generation_match=generation)
+        wanted = {**(content or {"spec_sha256": None}), **({"attempted_commit": commit} if commit else {})}
+        if content != wanted:
+            write_json(self.blob, wanted, if_generation_match=generation)
+
+    def mark(self, digest: str, commit: str | None = None) -> None:
+        content, generation = read_json(self.blob)
+        wanted = {**(content or {}), "spec_sha256": digest, **({"commit": commit} if commit else {})}
+        if content != wanted:  # an apply that changed nothing writes nothing
+            write_json(self.blob, wanted, if_generation_match=generation)
 
     def clear(self) -> None:
         try:
