@@ -380,3 +380,33 @@ def test_what_google_accepts_the_fake_accepts_and_what_only_its_semantics_refuse
                                                "dynamicTierOptions": {"mode": "DEFAULT_CACHE"}})
     # The Dynamic tier passes every check but the peering this network does not have yet.
     assert answer.status_code == 400 and "private services access" in answer.json()["error"]["message"]
+
+
+def test_a_gpu_pool_is_checked_against_its_reservation_key_and_its_rdma_profiles_zone(fake):
+    profile = f"projects/{P}/global/networkProfiles/{ZONE}-vpc-roce"
+    make_network(fake)
+    make_network(fake, "rdma", network_profile=profile, mtu=8896)
+    make_subnet(fake, "rdma-sub", "192.168.1.0/24", network="rdma")
+    gke = gapic(fake, "container", container_v1.ClusterManagerClient)
+    location = f"projects/{P}/locations/{REGION}"
+    cluster = container_v1.Cluster(
+        name="c", network="net", initial_cluster_version="1.33",
+        node_pools=[container_v1.NodePool(name="system", initial_node_count=1)],
+        network_config=container_v1.NetworkConfig(datapath_provider=container_v1.DatapathProvider.ADVANCED_DATAPATH,
+                                                  enable_multi_networking=True),
+        ip_allocation_policy=container_v1.IPAllocationPolicy(use_ip_aliases=True))
+    wait_gke(gke, location, gke.create_cluster(parent=location, cluster=cluster))
+    rdma = container_v1.AdditionalNodeNetworkConfig(network="rdma", subnetwork="rdma-sub")
+    gpu = container_v1.NodePool(name="gpu", locations=[f"{REGION}-a"],
+                                config=container_v1.NodeConfig(machine_type="a3-ultragpu-8g"),
+                                network_config=container_v1.NodeNetworkConfig(additional_node_network_configs=[rdma]))
+    with pytest.raises(gexc.BadRequest, match=f"must all be in {ZONE}"):
+        gke.create_node_pool(parent=f"{location}/clusters/c", node_pool=gpu)
+    gpu.locations = [ZONE]
+    gpu.config.reservation_affinity = container_v1.ReservationAffinity(
+        consume_reservation_type=container_v1.ReservationAffinity.Type.SPECIFIC_RESERVATION, key="name",
+        values=["h200-reservation"])
+    with pytest.raises(gexc.BadRequest, match="compute.googleapis.com/reservation-name"):
+        gke.create_node_pool(parent=f"{location}/clusters/c", node_pool=gpu)
+    gpu.config.reservation_affinity.key = "compute.googleapis.com/reservation-name"
+    wait_gke(gke, location, gke.create_node_pool(parent=f"{location}/clusters/c", node_pool=gpu))

@@ -748,8 +748,12 @@ class FakeGcp:
         if affinity.get("consumeReservationType") in _SPECIFIC_RESERVATION:
             if config.get("spot"):
                 raise invalid("Spot VMs cannot consume a specific reservation.")
-            if not affinity.get("key") or not affinity.get("values"):
-                raise invalid("A SPECIFIC_RESERVATION affinity needs a key and the reservation name in values.")
+            if affinity.get("key") != "compute.googleapis.com/reservation-name" or len(affinity.get("values") or []) != 1:
+                # ReservationAffinity.key (container.v1 discovery): "To target a SPECIFIC_RESERVATION by name,
+                # specify "compute.googleapis.com/reservation-name" as the key and ... the name ... as its value."
+                raise invalid(f"Invalid reservationAffinity: a SPECIFIC_RESERVATION is named by the key "
+                              f"'compute.googleapis.com/reservation-name' and one value, not "
+                              f"{affinity.get('key')!r} = {affinity.get('values')}.")
         _check_autoscaling(pool.get("autoscaling", {}))
         extras = pool.get("networkConfig", {}).get("additionalNodeNetworkConfigs", [])
         if extras and not cluster.get("networkConfig", {}).get("enableMultiNetworking"):
@@ -759,6 +763,13 @@ class FakeGcp:
             subnet = self._store["subnetwork"].get(_last(extra.get("subnetwork")))
             if subnet is None or not subnet["network"].endswith(f"/networks/{network}"):
                 raise invalid(f"Subnetwork '{extra.get('subnetwork')}' does not exist in network '{network}'.")
+            # A network profile is zonal (networkProfiles are `ZONE-vpc-roce`, GKE's A3 Ultra/A4 RDMA guides):
+            # its NICs exist only on nodes in that zone.
+            profile = _last(self._store["network"][network].get("networkProfile"))
+            zone = profile.rsplit("-vpc-", 1)[0] if profile else None
+            if zone and set(pool.get("locations") or [location]) != {zone}:
+                raise invalid(f"Node pool '{name}' attaches network '{network}' (network profile {profile}): its "
+                              f"nodes must all be in {zone}, not {pool.get('locations') or [location]}.")
 
     def _cluster(self, project: str, location: str, name: str) -> dict:
         found = self._store["cluster"].get(name)
