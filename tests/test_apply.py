@@ -229,3 +229,28 @@ def test_in_place_updates_of_networks_and_firewalls_are_requests_google_accepts(
     assert firewall["name"].endswith("-gvnic-internal") and firewall["sourceRanges"][-1] == "172.16.0.0/12"
     assert [b["mtu"] for b in bodies(fake, "PATCH", "-gvnic-net")] == [8244]
     assert run("plan", env_name, "--detailed-exitcode") == 0
+
+
+@pytest.mark.parametrize("env_name, pool, grown", [("h200", "gpu-pool", ("max_nodes: 2}", "max_nodes: 3}")),
+                                                   ("b200-spot", "a4-pool", ("max_nodes: 8}", "max_nodes: 9}"))])
+def test_every_write_path_of_a_seed_is_a_request_google_accepts(fake, specs, capsys, env_name, pool, grown):
+    """Create, the cluster's update, the pool's autoscaling, Lustre's growth, the reaper's resize and destroy, each
+    checked by the fake against the discovery documents and Lustre's protos (a refusal is a 400)."""
+    from rlops.cloud.container import ContainerAdapter
+    from rlops.provision.service import connection_from_environment, target_of
+
+    assert run("apply", env_name) == 0
+    spec = specs / f"{env_name}.yaml"
+    capacity = "capacity_gib: 18000" if env_name == "h200" else "capacity_gib: 36000"
+    spec.write_text(spec.read_text().replace("release_channel: REGULAR", "release_channel: RAPID")
+                    .replace(*grown).replace(capacity, "capacity_gib: 54000"))
+    assert run("apply", env_name) == 0, capsys.readouterr().err
+    assert {r.method for r in fake.mutations()} >= {"POST", "PUT", "PATCH"}
+    _, env = cli._load_gcp(env_name)
+    adapter = ContainerAdapter(target_of(env.name, env.spec), connection_from_environment())
+    assert adapter.resize_pool(pool, 0).wait(60) is None
+    assert run("destroy", env_name, "--yes") == 0
+    refused = [f"{r.method} {r.path} {r.status}" for r in fake.requests if r.status == 400]
+    assert refused == [], refused
+    assert any(r.path.endswith(":setSize") for r in fake.mutations())
+    assert any(r.method == "DELETE" and "/nodePools/" in r.path for r in fake.mutations())
