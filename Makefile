@@ -12,16 +12,34 @@ $(STAMP): requirements.txt requirements-local.txt requirements-dev.txt pyproject
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps -e .
 	touch $@
 
-# The local loop: start the local environment, send a train message, follow the run to its end,
-# show the runs, stop everything that was started (also when the run fails).
+# The local loop, the whole story: start the local environment, train a run long enough to see
+# the reward rise, follow it to its end, snapshot its checkpoints' manifests and verify them, draw
+# its report, wait for the idle GPU pool to be reaped, and stop everything that was started (also
+# when a stage fails).
+DEMO_STEPS ?= 40
 demo: $(STAMP)
 	$(BIN)/rlops validate
 	@run=demo-$$(date +%H%M%S); \
+	stage() { printf '\n== %s\n' "$$1"; }; \
+	reaped() { for tick in $$(seq 24); do \
+	    said=$$($(BIN)/rlops reap local) || return 1; echo "$$said"; \
+	    case "$$said" in "scaled down"*|*"already scaled down"*) return 0;; esac; sleep 5; \
+	  done; echo "the pool was not reaped within 2 minutes"; return 1; }; \
+	stage "up: Ray head, a GPU-pool worker, the state bucket, Pub/Sub, the functions"; \
 	$(BIN)/rlops up local && \
-	$(BIN)/rlops train local --recipe tiny-arith --run $$run --set max_steps=6 && \
-	$(BIN)/rlops status local --run $$run --follow; \
+	stage "train: run $$run of tiny-arith, $(DEMO_STEPS) GRPO steps on CPU" && \
+	$(BIN)/rlops train local --recipe tiny-arith --run $$run --set max_steps=$(DEMO_STEPS) && \
+	$(BIN)/rlops status local --run $$run --follow && \
+	stage "snapshot: crc32c manifests of the run's complete checkpoints" && \
+	$(BIN)/rlops snapshot local && \
+	$(BIN)/rlops checkpoints local $$run && \
+	stage "report: reward, step time and checkpoint saves" && \
+	$(BIN)/rlops report local $$run && \
+	grep -E '^- (state|mean reward)' reports/local/$$run/report.md && \
+	stage "reap: the GPU pool stops once it has been idle for the local idle timeout (30 s)" && \
+	reaped; \
 	outcome=$$?; \
-	$(BIN)/rlops status local; \
+	stage "down: everything up started"; \
 	$(BIN)/rlops down local; \
 	exit $$outcome
 

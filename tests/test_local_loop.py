@@ -6,6 +6,7 @@ preemption, `rlops down local`. The commands run as a user runs them, in subproc
 import base64
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -139,7 +140,7 @@ def local(tmp_path_factory):
     text = text.replace("recipes:\n", "recipes:\n  broken:\n    runner: trl\n"
                         "    entrypoint: rlops.workloads.no_such_workload\n    model: tiny-from-config\n"
                         "    checkpoint_root: /lustre/checkpoints/broken\n    resume_budget: 2\n", 1)
-    text = text.replace("timeout: 2m", f"timeout: {IDLE_TIMEOUT_SECONDS}s")  # the reaper test need not wait 2 min
+    text = re.sub(r"timeout: 30s.*", f"timeout: {IDLE_TIMEOUT_SECONDS}s", text)  # the reaper test need not wait 30 s
     spec.write_text(text)
     stack = Local(root)
     try:
@@ -179,6 +180,19 @@ def test_a_run_goes_from_message_to_checkpoints_to_succeeded(local):
     events = local.events()
     assert {(e["type"], e.get("state")) for e in events if e["run"] == "first"} >= {
         ("submitted", None), ("state-changed", "SUCCEEDED")}
+    # The watcher kept the per-step series it read from the job's output, and drew the report when the run ended.
+    folder = "rlops/environments/local/runs/first"
+    series = json.loads(local.bucket().blob(f"{folder}/attempt-1.metrics.json").download_as_bytes())
+    assert [point[0] for point in series["steps"]] == [1, 2, 3, 4] and [s[0] for s in series["saves"]] == [2, 4]
+    assert series["steps"][-1][1] == pytest.approx(record["reward"]) and all(p[3] > 0 for p in series["steps"])
+    assert record["report"] == f"{folder}/report/report.md"
+    page = local.bucket().blob(record["report"]).download_as_text()
+    assert f"| 4 | {series['steps'][-1][1]:.4f} |" in page and "![reward](reward.png)" in page
+    assert local.bucket().blob(f"{folder}/report/reward.png").download_as_bytes().startswith(b"\x89PNG")
+    ended = next(e for e in events if e["run"] == "first" and e.get("state") == "SUCCEEDED")
+    assert ended["report"] == record["report"]
+    drawn = local.rlops("report", "local", "first", "--output", str(local.root / "first-report")).stdout
+    assert f"report: {local.root / 'first-report' / 'report.md'}" in drawn and "reward.png" in drawn
 
 
 def test_snapshot_ticks_write_each_complete_checkpoints_manifest_once_even_at_the_same_time(local):
@@ -335,8 +349,8 @@ def test_the_planted_token_is_in_no_job_log_record_or_event(local):
     assert logs_read >= 1
     kept = [blob.name for blob in local.bucket().list_blobs() if blob.name.endswith(".log")]
     assert len(kept) >= len(jobs) - 1  # every ended attempt's output was kept by the watcher
-    for blob in local.bucket().list_blobs():
-        assert TOKEN not in blob.download_as_text()
+    for blob in local.bucket().list_blobs():  # records, logs, series, manifests, reports and their PNGs
+        assert TOKEN.encode() not in blob.download_as_bytes(), blob.name
     for log in (local.root / ".rlops/local/logs").iterdir():
         assert TOKEN not in log.read_text(errors="replace"), log.name
     assert all(TOKEN not in json.dumps(event) for event in local.events())

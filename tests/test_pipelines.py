@@ -329,7 +329,7 @@ def test_a_push_applies_every_environment_its_commits_changed_and_only_those(wor
     before = len(gcp.mutations())
     # Two commits in one push: COMMIT_SHA^ alone would see only the second, which changes local.
     both = push(workspace, github, "two commits", [("h200.yaml", "max_nodes: 3", "max_nodes: 4"),
-                                           ("local.yaml", "timeout: 2m", "timeout: 3m")])
+                                           ("local.yaml", "timeout: 30s", "timeout: 40s")])
     assert applied(both) == {"h200"}
     assert any("rlops-h200-example" in r.path for r in gcp.mutations()[before:])
     before = len(gcp.mutations())
@@ -339,7 +339,7 @@ def test_a_push_applies_every_environment_its_commits_changed_and_only_those(wor
     # Destroyed on purpose: a later push that does not touch its file leaves it destroyed.
     subprocess.run([str(workspace / ".venv" / "bin" / "rlops"), "destroy", "h200", "--yes"], cwd=workspace, check=True,
                    capture_output=True)
-    after_destroy = push(workspace, github, "local again", [("local.yaml", "timeout: 3m", "timeout: 4m")])
+    after_destroy = push(workspace, github, "local again", [("local.yaml", "timeout: 40s", "timeout: 50s")])
     assert applied(after_destroy) == set()
     assert "h200 was never applied (or was destroyed)" in after_destroy.stderr
 
@@ -351,7 +351,7 @@ def test_a_failed_apply_fails_the_build_and_the_next_push_finishes_it(workspace,
     assert failed.returncode == 1
     assert "== apply h200" in failed.stdout and "insert firewall rl-gvnic-internal" in failed.stderr
     # The next push changes only the local environment; h200 is still not applied, so it is applied now.
-    finished = push(workspace, github, "local only", [("local.yaml", "timeout: 2m", "timeout: 3m")])
+    finished = push(workspace, github, "local only", [("local.yaml", "timeout: 30s", "timeout: 40s")])
     assert applied(finished) == {"h200"}
     assert "firewall" in " ".join(r.path for r in gcp.mutations() if r.method == "POST")
 

@@ -26,7 +26,7 @@ def settings_of(data: bytes, env=LOCAL) -> dict:
 
 
 def test_a_message_gets_the_recipes_fixed_overrides_its_defaults_and_its_own_values():
-    assert settings_of(train(overrides={"max_steps": 4})) == {"num_generations": 4, "save_steps": 2, "max_steps": 4,
+    assert settings_of(train(overrides={"max_steps": 4})) == {"num_generations": 8, "save_steps": 2, "max_steps": 4,
                                                               "seed": 0}
 
 
@@ -109,7 +109,11 @@ def nemo_output(epochs: int, batches: int, max_steps: int, saves_every: int, sto
                 return "\n".join(lines)
             if total % saves_every == 0:
                 lines.append(f"Saving checkpoint for step {total}...")
-            lines += ["\n📊 Training Results:", f"  • Avg Reward: {total / 100:.4f}", "  • Total step time: 1.00s"]
+            lines += ["\n📊 Training Results:", f"  • Loss: {-total / 1000:.4f}", "  • Generation KL Error: 0.0010",
+                      f"  • Avg Reward: {total / 100:.4f}", "\n⏱️  Timing:", f"  • Total step time: {10 + total:.2f}s"]
+            if total % saves_every == 0:
+                lines.append(f"  • checkpointing: {total / 10:.2f}s ({total / (10 + total):.1f}%)")
+            lines.append(f"  • policy_training: {5.0:.2f}s (50.0%)")
     return "\n".join(lines)
 
 
@@ -169,3 +173,25 @@ def test_resubmission_stays_within_the_resume_budget():
     assert policy.resubmittable(record, "node-lost", 2)
     assert not policy.resubmittable(record, "node-lost", 1)
     assert not policy.resubmittable(record, "code", 5)
+
+
+def test_the_per_step_series_is_read_from_what_each_runner_prints():
+    nemo = progress.series("nemo-rl", nemo_output(2, 4, 100, 3, stop_after=99))
+    assert nemo["steps"][0] == [1, 0.01, -0.001, 11.0] and nemo["steps"][-1] == [8, 0.08, -0.008, 18.0]
+    assert nemo["saves"] == [[3, 0.3], [6, 0.6]]
+    trl = progress.series("trl", "[rlops] step=1 reward=0.2500 loss=0.1000 seconds=0.500\n"
+                                 "[rlops] checkpoint step=2 seconds=1.250\n[rlops] step=2 reward=0.5000 loss=0.0000\n")
+    assert trl == {"steps": [[1, 0.25, 0.1, 0.5], [2, 0.5, 0.0, None]], "saves": [[2, 1.25]]}
+
+
+def test_a_10000_step_series_stays_bounded_and_keeps_its_newest_steps_whole():
+    import json
+
+    series = None
+    for start in range(1, 10_001, 500):  # as ticks add what each tail shows
+        series = progress.merged(series, {"steps": [[s, s / 10_000, 0.0, 1.0] for s in range(start, start + 500)],
+                                          "saves": [[s, 2.0] for s in range(start, start + 500, 100)]})
+    steps = [point[0] for point in series["steps"]]
+    assert len(steps) <= progress.SERIES_LIMIT and len(json.dumps(series)) < 200_000
+    assert steps[-progress.RECENT:] == list(range(10_001 - progress.RECENT, 10_001)) and steps == sorted(steps)
+    assert steps[0] <= 4, "the beginning of the curve is kept"

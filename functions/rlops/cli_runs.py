@@ -206,6 +206,23 @@ def _status(args) -> int:
     return 1 if args.follow and args.run_name and rows[0]["state"] != "SUCCEEDED" else 0
 
 
+def _report(args) -> int:
+    from pathlib import Path
+
+    from rlops.runs import reporting
+
+    site = _site(args.environment)
+    record, _ = site.records.get(args.run_name)
+    if record is None:
+        raise Failure(f"no run {args.run_name} in {args.environment}")
+    out = Path(args.output or Path("reports") / args.environment / args.run_name)
+    drawn = reporting.write(site, record, out)
+    print(f"report: {drawn.markdown}")
+    for plot in drawn.plots:
+        print(f"plot: {plot}")
+    return 0
+
+
 def _table(rows: list[dict]) -> str:
     header = ("RUN", "STATE", "ATTEMPT", "STEP", "CHECKPOINT", "REWARD", "AGE")
     lines = [header]
@@ -288,6 +305,13 @@ def add_commands(commands) -> None:
     logs.add_argument("run_name", metavar="RUN")
     logs.add_argument("--attempt", type=int)
     logs.set_defaults(run=_logs)
+
+    report = commands.add_parser("report", help="a run's report: reward, step time and checkpoint plots (PNG) and a "
+                                                "markdown page with its attempts, checkpoints and per-step series")
+    report.add_argument("environment", metavar="ENV")
+    report.add_argument("run_name", metavar="RUN")
+    report.add_argument("--output", metavar="DIR", help="where to write it (default reports/ENV/RUN)")
+    report.set_defaults(run=_report)
     add_checkpoint_commands(commands)
 
 

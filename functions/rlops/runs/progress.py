@@ -1,11 +1,13 @@
 """A run's progress from what its job prints, and its last complete checkpoint on a mounted directory.
 
-The local recipe prints `[rlops] step=N reward=R ...`, `[rlops] checkpoint step=N` (after the save)
-and `[rlops] resuming from checkpoint-N`. NeMo RL's grpo.py (v0.4.0, v0.5.0) prints
-`===== Epoch E/... =====`, then for each step `===== Step i/M =====`, with i counted within the epoch
-and M = min(batches per epoch, max_num_steps), and later that step's `• Avg Reward: R` (or
-`Avg Total Reward`). Its `Saving checkpoint for step N...` comes before the save starts, so it says
-nothing about a checkpoint being complete: for NeMo RL that comes from the checkpoint directory.
+The local recipe prints `[rlops] step=N reward=R loss=L seconds=S`, `[rlops] checkpoint step=N
+seconds=S` (after the save) and `[rlops] resuming from checkpoint-N`. NeMo RL's grpo.py (v0.4.0,
+v0.5.0) prints `===== Epoch E/... =====`, then for each step `===== Step i/M =====`, with i counted
+within the epoch and M = min(batches per epoch, max_num_steps), and later that step's `• Loss: L`,
+`• Avg Reward: R` (or `Avg Total Reward`), and under `Timing:` `• Total step time: Ss` and, when it
+saved, `• checkpointing: Ss (P%)`. Its `Saving checkpoint for step N...` comes before the save
+starts, so it says nothing about a checkpoint being complete: for NeMo RL that comes from the
+checkpoint directory.
 """
 
 import re
@@ -16,6 +18,13 @@ _TRL_SAVE = re.compile(r"^\[rlops\] checkpoint step=(\d+)", re.M)
 _TRL_RESUME = re.compile(r"^\[rlops\] resuming from checkpoint-(\d+)", re.M)
 _NEMO_EVENTS = re.compile(r"^=+ Epoch (?P<epoch>\d+)/\d+ =+$|^=+ Step (?P<step>\d+)/(?P<of>\d+) =+$"
                           r"|Avg (?:Total )?Reward: (?P<reward>[-\d.eE+naif]+)", re.M)
+_NUMBER = r"([-\d.eE+naif]+)"
+_TRL_POINT = re.compile(rf"^\[rlops\] step=(\d+) reward={_NUMBER}(?: loss={_NUMBER})?(?: seconds={_NUMBER})?", re.M)
+_TRL_SAVED = re.compile(rf"^\[rlops\] checkpoint step=(\d+)(?: seconds={_NUMBER})?", re.M)
+_NEMO_SERIES = re.compile(rf"^=+ Epoch (?P<epoch>\d+)/\d+ =+$|^=+ Step (?P<step>\d+)/(?P<of>\d+) =+$"
+                          rf"|• Loss: (?P<loss>{_NUMBER[1:-1]})|Avg (?:Total )?Reward: (?P<reward>{_NUMBER[1:-1]})"
+                          rf"|• Total step time: (?P<seconds>{_NUMBER[1:-1]})s|• checkpointing: (?P<save>{_NUMBER[1:-1]})s",
+                          re.M)
 
 
 def from_logs(runner: str, text: str, epoch: int = 1) -> dict:
@@ -50,6 +59,63 @@ def _nemo_steps(text: str, epoch: int) -> dict:
             rewarded = step
             found.update(step=step, reward=float(event["reward"]))
     return found
+
+
+def series(runner: str, text: str, epoch: int = 1) -> dict:
+    """Every step the output shows, as {"steps": [[step, reward, loss, seconds], ...], "saves": [[step,
+    seconds], ...]} (None where it does not say); for NeMo RL steps are counted across epochs as in
+    `from_logs`, and a reward is the first one after its step's banner."""
+    steps: dict[int, list] = {}
+    saves: dict[int, list] = {}
+    if runner == "trl":
+        for step, reward, loss, seconds in _TRL_POINT.findall(text):
+            steps[int(step)] = [int(step), _float(reward), _float(loss), _float(seconds)]
+        for step, seconds in _TRL_SAVED.findall(text):
+            saves[int(step)] = [int(step), _float(seconds)]
+    else:
+        step = None
+        for event in _NEMO_SERIES.finditer(text):
+            if event["epoch"]:
+                epoch = int(event["epoch"])
+            elif event["step"]:
+                step = (epoch - 1) * int(event["of"]) + int(event["step"])
+                steps[step] = [step, None, None, None]
+            elif step is None:
+                continue
+            elif event["reward"] is not None:
+                steps[step][1] = steps[step][1] if steps[step][1] is not None else _float(event["reward"])
+            elif event["loss"] is not None:
+                steps[step][2] = _float(event["loss"])
+            elif event["seconds"] is not None:
+                steps[step][3] = _float(event["seconds"])
+            elif event["save"] is not None:
+                saves[step] = [step, _float(event["save"])]
+    return {"steps": [steps[k] for k in sorted(steps)], "saves": [saves[k] for k in sorted(saves)]}
+
+
+SERIES_LIMIT = 4000   # points kept per attempt: a 10,000-step run's series stays ~150 KB of JSON
+RECENT = 200          # the newest points are always kept whole
+
+
+def merged(old: dict | None, new: dict, limit: int = SERIES_LIMIT) -> dict:
+    """`new` points over `old` ones (a tick reads only the output's end), thinned to at most about `limit`
+    steps: beyond the newest RECENT, only steps divisible by the smallest power of two that fits, so a
+    step kept once stays kept and the curve keeps its shape."""
+    result = {}
+    for kind in ("steps", "saves"):
+        points = {point[0]: point for point in (old or {}).get(kind, [])}
+        points.update({point[0]: point for point in new.get(kind, [])})
+        ordered = [points[step] for step in sorted(points)]
+        stride = 1
+        while len(ordered) - RECENT > 0 and sum(1 for p in ordered[:-RECENT] if p[0] % stride == 0) + RECENT > limit:
+            stride *= 2
+        older = [p for p in ordered[:-RECENT] if p[0] % stride == 0] if len(ordered) > RECENT else []
+        result[kind] = older + ordered[-RECENT:]
+    return result
+
+
+def _float(text: str) -> float | None:
+    return float(text) if text else None
 
 
 def last_complete_checkpoint(directory: Path) -> int | None:

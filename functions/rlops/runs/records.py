@@ -58,6 +58,31 @@ class RunRecords:
             return False
         return True
 
+    def _metrics_blob(self, run: str, attempt: int):
+        return self.bucket.blob(f"{self.folder}{run}/attempt-{attempt}.metrics.json")
+
+    def metrics(self, run: str, attempt: int) -> dict | None:
+        """The per-step series of an attempt ({"steps": [[step, reward, loss, seconds]], "saves": [[step,
+        seconds]]}), as the watcher gathered it from the job's output."""
+        return read_json(self._metrics_blob(run, attempt))[0]
+
+    def add_metrics(self, run: str, attempt: int, points: dict) -> None:
+        """Merges `points` into the attempt's series (progress.merged); a tick that loses the race to another
+        tries again on what that one wrote."""
+        from rlops.runs.progress import merged
+
+        blob = self._metrics_blob(run, attempt)
+        for _ in range(3):
+            old, generation = read_json(blob)
+            new = merged(old, points)
+            if new == old:
+                return
+            try:
+                write_json(blob, new, if_generation_match=generation)
+                return
+            except gexc.PreconditionFailed:
+                continue
+
     def _log_blob(self, run: str, attempt: int):
         return self.bucket.blob(f"{self.folder}{run}/attempt-{attempt}.log")
 

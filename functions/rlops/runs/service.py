@@ -198,16 +198,31 @@ def tick(site: Site) -> list[dict]:
         changes = _advance(site, record, attempts, nodes)
         if not changes:
             continue
+        if record["state"] in policy.TERMINAL:
+            record["report"] = _publish_report(site, record)
         written = site.records.create(record) if generation == 0 else site.records.replace(record, generation)
         if not written:
             emit("INFO", "run record changed during this tick; the next tick will look again", run=run)
             continue
         for change in changes:
             event = {"type": "state-changed", "environment": site.name, "run": run, **change,
-                     "step": record["step"], "last_checkpoint": record["last_checkpoint"]}
+                     "step": record["step"], "last_checkpoint": record["last_checkpoint"],
+                     **({"report": record["report"]} if record.get("report") else {})}
             site.publish(event)
             events.append(event)
     return events
+
+
+def _publish_report(site: Site, record: dict) -> str | None:
+    """The ended run's report in the state bucket; a report that cannot be drawn is logged, never blocks the
+    record of how the run ended."""
+    from rlops.runs import reporting
+
+    try:
+        return reporting.publish(site, record)
+    except Exception as error:  # noqa: BLE001 - a plot's failure is not the run's
+        emit("WARNING", "run report not written", run=record["run"], error=f"{type(error).__name__}: {error}"[-300:])
+        return None
 
 
 def _plain(job, meta: dict) -> dict:
@@ -285,6 +300,9 @@ def _update_progress(site: Site, record: dict, current: dict, job: dict, runner:
         emit("INFO", "job logs unavailable", submission_id=job["submission_id"], error=str(error)[-200:])
         text = ""
     found = progress.from_logs(runner, text, current.get("epoch", 1))
+    points = progress.series(runner, text, current.get("epoch", 1))
+    if points["steps"] or points["saves"]:
+        site.records.add_metrics(record["run"], current["attempt"], points)
     if found.get("epoch"):
         current["epoch"] = found["epoch"]
     if whole:

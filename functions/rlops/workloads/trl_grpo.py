@@ -4,9 +4,10 @@
 
 The model is built from a config and the tokenizer in code; the prompts are arithmetic word
 problems generated from the seed; the reward is 1 when the last number of the completion is the
-answer. It saves `checkpoint-N/` every `save_steps` and, started again on the same directory,
+answer, with partial credit for form and closeness below that (`shaped_reward`). It saves `checkpoint-N/` every `save_steps` and, started again on the same directory,
 resumes from the newest one, as a preempted run must. Progress goes to stdout as
-`[rlops] step=N reward=R loss=L` lines, which the watcher reads.
+`[rlops] step=N reward=R loss=L seconds=S` and `[rlops] checkpoint step=N seconds=S` lines, which the
+watcher reads.
 
 `pause_while=NAME` holds the run after each step for as long as a file NAME exists in the output
 directory: whoever made the file decides when the run goes on (the local-loop tests use it to keep
@@ -27,7 +28,7 @@ os.environ["TOKENIZERS_PARALLELISM"] = "false"
 
 SETTINGS = {"max_steps": int, "learning_rate": float, "seed": int, "num_generations": int, "save_steps": int,
             "max_completion_length": int, "pause_while": str}
-DEFAULTS = {"max_steps": 6, "learning_rate": 1e-3, "seed": 0, "num_generations": 4, "save_steps": 2,
+DEFAULTS = {"max_steps": 6, "learning_rate": 3e-3, "seed": 0, "num_generations": 4, "save_steps": 2,
             "max_completion_length": 8, "pause_while": ""}
 CHARACTERS = "0123456789abcdefghijklmnopqrstuvwxyz ?.,"
 NAMES = ("ann", "bob", "kim", "lee", "max", "sam")
@@ -65,12 +66,20 @@ def problems(seed: int, count: int = 200) -> list[dict]:
     return rows
 
 
-def correct_number(completions: list[str], answer: list[str], **_) -> list[float]:
-    """1.0 when the completion's last number is the answer."""
+def shaped_reward(completions: list[str], answer: list[str], **_) -> list[float]:
+    """1.0 when the completion's last number is the answer; otherwise partial credit, so that a tiny model that
+    never hits the answer still sees some completions beat others (with equal rewards GRPO's advantages are
+    zero and nothing is learned): up to 0.5 for form (the share of the completion that is digits) and up to
+    0.4 for closeness of its last number to the answer."""
     rewards = []
     for completion, expected in zip(completions, answer):
         numbers = re.findall(r"\d+", completion)
-        rewards.append(1.0 if numbers and numbers[-1] == expected else 0.0)
+        if numbers and numbers[-1] == expected:
+            rewards.append(1.0)
+            continue
+        form = sum(c.isdigit() for c in completion) / max(1, len(completion))
+        closeness = 1 / (1 + abs(int(numbers[-1]) - int(expected))) if numbers else 0.0
+        rewards.append(0.5 * form + 0.4 * closeness)
     return rewards
 
 
@@ -129,21 +138,30 @@ def main(argv: list[str] | None = None) -> int:
     from trl import GRPOConfig, GRPOTrainer
 
     class Progress(TrainerCallback):
+        # The Trainer calls on_step_end, then logs, then saves: a step's time is begin to end, a save's is
+        # from that end (after any pause) to on_save.
+        began = ended = step_seconds = 0.0
+
+        def on_step_begin(self, args, state, control, **kwargs):
+            self.began = time.monotonic()
+
         def on_log(self, args, state, control, logs=None, **kwargs):
             if logs and "reward" in logs:
-                print(f"[rlops] step={state.global_step} reward={logs['reward']:.4f} loss={logs.get('loss', 0.0):.4f}",
-                      flush=True)
+                print(f"[rlops] step={state.global_step} reward={logs['reward']:.4f} loss={logs.get('loss', 0.0):.4f} "
+                      f"seconds={self.step_seconds:.3f}", flush=True)
 
         def on_save(self, args, state, control, **kwargs):
-            print(f"[rlops] checkpoint step={state.global_step}", flush=True)
+            print(f"[rlops] checkpoint step={state.global_step} seconds={time.monotonic() - self.ended:.3f}", flush=True)
 
         def on_step_end(self, args, state, control, **kwargs):
+            self.step_seconds = time.monotonic() - self.began
             gate = os.path.join(output_dir, settings["pause_while"])
             if settings["pause_while"] and os.path.exists(gate):
                 print(f"[rlops] paused after step={state.global_step} while {settings['pause_while']} exists",
                       flush=True)
                 while os.path.exists(gate):
                     time.sleep(0.05)
+            self.ended = time.monotonic()
 
     last = last_complete_checkpoint(output_dir)
     print(f"[rlops] {'resuming from ' + os.path.basename(last) if last else 'starting fresh'} "
@@ -158,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
         learning_rate=settings["learning_rate"], lr_scheduler_type="constant", use_cpu=True, bf16=False,
         activation_checkpointing=False, beta=0.0, seed=settings["seed"], report_to="none", disable_tqdm=True,
         dataloader_num_workers=0)
-    trainer = GRPOTrainer(model=model(tok, settings["seed"]), reward_funcs=[correct_number], args=config,
+    trainer = GRPOTrainer(model=model(tok, settings["seed"]), reward_funcs=[shaped_reward], args=config,
                           train_dataset=Dataset.from_list(problems(settings["seed"])), processing_class=tok,
                           callbacks=[Progress()])
     trainer.train(resume_from_checkpoint=last)

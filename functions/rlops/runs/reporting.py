@@ -1,0 +1,44 @@
+"""A run's report: gathered from what rlops already keeps (the run record, each attempt's per-step series,
+the checkpoint manifests, the GPU pool's state) and drawn by `runs.report`; kept in the state bucket
+beside the run record (`runs/RUN/report/`) when the run ends, or written to a folder on request.
+"""
+
+import tempfile
+from pathlib import Path
+
+from rlops.runs import report
+
+CONTENT_TYPES = {".md": "text/markdown; charset=utf-8", ".png": "image/png"}
+
+
+def _checkpoints(site, run: str) -> list[dict]:
+    from rlops.runs import snapshots
+
+    rows = snapshots.listing(site, run) or []
+    return [{"step": row["step"], "bytes": row["total_bytes"],
+             "verified": True if row["verified"] == "yes" else False if row["verified"].startswith("NO") else None}
+            for row in rows]
+
+
+def _pool(site) -> dict | None:
+    from rlops.reaper.service import PoolState
+
+    return PoolState.of(site).read()[0]
+
+
+def write(site, record: dict, out_dir: Path) -> report.Report:
+    run = record["run"]
+    series = {a["attempt"]: site.records.metrics(run, a["attempt"]) or {"steps": [], "saves": []}
+              for a in record["attempts"]}
+    return report.write(out_dir, record, series, _checkpoints(site, run), _pool(site))
+
+
+def publish(site, record: dict) -> str:
+    """Draws the report and uploads it beside the run record; the object name of its markdown page."""
+    folder = f"{site.records.folder}{record['run']}/report/"
+    with tempfile.TemporaryDirectory(prefix="rlops-report-") as scratch:
+        drawn = write(site, record, Path(scratch))
+        for path in [drawn.markdown, *drawn.plots]:
+            site.records.bucket.blob(folder + path.name).upload_from_filename(
+                str(path), content_type=CONTENT_TYPES[path.suffix])
+    return folder + drawn.markdown.name
