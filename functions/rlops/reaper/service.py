@@ -20,13 +20,12 @@ A reap tick that finds the lock held does nothing and looks again next tick; a w
 import random
 import time
 
-from google.api_core import exceptions as gexc
-
 from rlops.cloud.ray_jobs import ACTIVE
 from rlops.errors import Failure
 from rlops.logs import emit
 from rlops.reaper.policy import Decision, Picture, decide, savings
-from rlops.state.bucket import read_json, write_json
+from rlops.state.bucket import read_json, write_json_if
+from rlops.state.layout import Layout
 from rlops.state.lock import Lock, LockHeld
 
 # A tick runs in a function with 540 s; a resize still running after this is finished by the next tick.
@@ -40,7 +39,7 @@ class ScaleFailed(Failure):
 
 class PoolState:
     def __init__(self, bucket, prefix: str, environment: str):
-        self.blob = bucket.blob(f"{prefix}/environments/{environment}/pool.json")
+        self.blob = bucket.blob(Layout(prefix, environment).pool)
 
     @classmethod
     def of(cls, site) -> "PoolState":
@@ -51,11 +50,7 @@ class PoolState:
         return content or {"scaled_down": False, "since": None, "woken_at": None}, generation
 
     def write(self, content: dict, generation: int) -> bool:
-        try:
-            write_json(self.blob, content, if_generation_match=generation)
-        except gexc.PreconditionFailed:
-            return False
-        return True
+        return write_json_if(self.blob, content, generation)
 
 
 def picture(site, state: dict, now: float) -> Picture:

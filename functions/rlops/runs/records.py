@@ -11,7 +11,8 @@ LOG_TAIL_BYTES = 256 * 1024
 
 from google.api_core import exceptions as gexc
 
-from rlops.state.bucket import read_json, write_json
+from rlops.state.bucket import read_json, write_json_if
+from rlops.state.layout import Layout
 
 
 def new(job_meta: dict, submission_id: str, submitted_at: float) -> dict:
@@ -33,74 +34,53 @@ def attempt(number: int, submission_id: str, submitted_at: float) -> dict:
 
 class RunRecords:
     def __init__(self, bucket, prefix: str, environment: str):
-        self.bucket, self.folder = bucket, f"{prefix}/environments/{environment}/runs/"
-
-    def _blob(self, run: str):
-        return self.bucket.blob(f"{self.folder}{run}.json")
+        self.bucket, self.layout = bucket, Layout(prefix, environment)
 
     def get(self, run: str) -> tuple[dict | None, int]:
-        return read_json(self._blob(run))
+        return read_json(self.bucket.blob(self.layout.run(run)))
 
     def create(self, record: dict) -> bool:
         """Write a new record; False when the run already has one."""
-        try:
-            write_json(self._blob(record["run"]), record, if_generation_match=0)
-        except gexc.PreconditionFailed:
-            return False
-        return True
+        return write_json_if(self.bucket.blob(self.layout.run(record["run"])), record, 0)
 
     def replace(self, record: dict, generation: int) -> bool:
         """Write over the version read at `generation`; False when someone wrote in between."""
         record["updated_at"] = time.time()
-        try:
-            write_json(self._blob(record["run"]), record, if_generation_match=generation)
-        except gexc.PreconditionFailed:
-            return False
-        return True
-
-    def _metrics_blob(self, run: str, attempt: int):
-        return self.bucket.blob(f"{self.folder}{run}/attempt-{attempt}.metrics.json")
+        return write_json_if(self.bucket.blob(self.layout.run(record["run"])), record, generation)
 
     def metrics(self, run: str, attempt: int) -> dict | None:
         """The per-step series of an attempt ({"steps": [[step, reward, loss, seconds]], "saves": [[step,
         seconds]]}), as the watcher gathered it from the job's output."""
-        return read_json(self._metrics_blob(run, attempt))[0]
+        return read_json(self.bucket.blob(self.layout.attempt_metrics(run, attempt)))[0]
 
     def add_metrics(self, run: str, attempt: int, points: dict) -> None:
         """Merges `points` into the attempt's series (progress.merged); a tick that loses the race to another
         tries again on what that one wrote."""
         from rlops.runs.progress import merged
 
-        blob = self._metrics_blob(run, attempt)
+        blob = self.bucket.blob(self.layout.attempt_metrics(run, attempt))
         for _ in range(3):
             old, generation = read_json(blob)
             new = merged(old, points)
-            if new == old:
+            if new == old or write_json_if(blob, new, generation):
                 return
-            try:
-                write_json(blob, new, if_generation_match=generation)
-                return
-            except gexc.PreconditionFailed:
-                continue
-
-    def _log_blob(self, run: str, attempt: int):
-        return self.bucket.blob(f"{self.folder}{run}/attempt-{attempt}.log")
 
     def save_log(self, run: str, attempt: int, text: str) -> None:
         """Keep an ended attempt's output: Ray's copy lives on the driver's node, which the reaper or a
         preemption takes away."""
-        self._log_blob(run, attempt).upload_from_string(text[-LOG_TAIL_BYTES:], content_type="text/plain")
+        self.bucket.blob(self.layout.attempt_log(run, attempt)).upload_from_string(text[-LOG_TAIL_BYTES:],
+                                                                                  content_type="text/plain")
 
     def log(self, run: str, attempt: int) -> str | None:
         try:
-            return self._log_blob(run, attempt).download_as_text()
+            return self.bucket.blob(self.layout.attempt_log(run, attempt)).download_as_text()
         except gexc.NotFound:
             return None
 
     def all(self) -> dict[str, tuple[dict, int]]:
         records = {}
-        for blob in self.bucket.list_blobs(prefix=self.folder):
-            if not blob.name.endswith(".json") or "/" in blob.name[len(self.folder):]:
+        for blob in self.bucket.list_blobs(prefix=self.layout.runs):
+            if not blob.name.endswith(".json") or "/" in blob.name[len(self.layout.runs):]:
                 continue
             content, generation = read_json(blob)
             if content is not None:

@@ -35,10 +35,10 @@ def write(site, record: dict, out_dir: Path) -> report.Report:
 
 def publish(site, record: dict) -> str:
     """Draws the report and uploads it beside the run record; the object name of its markdown page."""
-    folder = f"{site.records.folder}{record['run']}/report/"
+    layout = site.records.layout
     with tempfile.TemporaryDirectory(prefix="rlops-report-") as scratch:
         drawn = write(site, record, Path(scratch))
         for path in [drawn.markdown, *drawn.plots]:
-            site.records.bucket.blob(folder + path.name).upload_from_filename(
+            site.records.bucket.blob(layout.report(record["run"], path.name)).upload_from_filename(
                 str(path), content_type=CONTENT_TYPES[path.suffix])
-    return folder + drawn.markdown.name
+    return layout.report(record["run"], drawn.markdown.name)

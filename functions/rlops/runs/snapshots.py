@@ -12,22 +12,22 @@ import json
 import time
 from pathlib import Path
 
-from google.api_core import exceptions as gexc
 
 from rlops.checkpoints import layout, manifest
 from rlops.cloud.ray_jobs import ACTIVE
 from rlops.logs import emit
 from rlops.runs import policy
+from rlops.state.bucket import write_json_if
 
 RECENT_SECONDS = 24 * 3600
 
 
 def _manifest_blob(site, run: str, step: int):
-    return site.records.bucket.blob(f"{site.records.folder}{run}/manifests/step-{step}.json")
+    return site.records.bucket.blob(site.records.layout.manifest(run, step))
 
 
 def known_steps(site, run: str) -> dict[int, object]:
-    prefix = f"{site.records.folder}{run}/manifests/step-"
+    prefix = site.records.layout.manifests(run)
     return {int(blob.name[len(prefix):-len(".json")]): blob
             for blob in site.records.bucket.list_blobs(prefix=prefix) if blob.name.endswith(".json")}
 
@@ -60,10 +60,7 @@ def tick(site) -> list[dict]:
 def _store(site, run: str, content: dict) -> list[dict]:
     """Write a manifest once (create-only), link it from the run record, publish the event; [] if it was there."""
     blob = _manifest_blob(site, run, content["step"])
-    try:
-        blob.upload_from_string(json.dumps(content, indent=1, sort_keys=True), content_type="application/json",
-                                if_generation_match=0)
-    except gexc.PreconditionFailed:
+    if not write_json_if(blob, content, 0):
         return []  # another tick wrote it first
     _link(site, run, content["step"], blob.name, content["digest"])
     event = {"type": "checkpoint", "environment": site.name, "run": run, "step": content["step"],

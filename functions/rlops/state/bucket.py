@@ -25,7 +25,18 @@ def read_json(blob: storage.Blob) -> tuple[dict | None, int]:
 
 
 def write_json(blob: storage.Blob, content: dict, if_generation_match: int) -> int:
-    """Write only if the object is still at `if_generation_match` (0: does not exist yet); new generation."""
+    """Write only if the object is still at `if_generation_match` (0: does not exist yet); new generation.
+    Raises PreconditionFailed when someone wrote in between."""
     blob.upload_from_string(json.dumps(content, indent=1, sort_keys=True), content_type="application/json",
                             if_generation_match=if_generation_match)
     return blob.generation
+
+
+def write_json_if(blob: storage.Blob, content: dict, generation: int) -> bool:
+    """`write_json`, saying False instead of raising when the object is no longer at `generation`: the caller
+    reads again and decides again (a train message and the reaper, two watch ticks)."""
+    try:
+        write_json(blob, content, if_generation_match=generation)
+    except gexc.PreconditionFailed:
+        return False
+    return True

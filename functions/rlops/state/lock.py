@@ -16,6 +16,7 @@ from google.api_core import exceptions as gexc
 
 from rlops.errors import Failure
 from rlops.state.bucket import read_json, write_json
+from rlops.state.layout import Layout
 
 
 class LockHeld(Failure):
@@ -24,7 +25,7 @@ class LockHeld(Failure):
 
 class Lock:
     def __init__(self, bucket, prefix: str, environment: str, ttl_seconds: float = 900, operation: str = "apply"):
-        self.blob = bucket.blob(f"{prefix}/locks/{environment}.json")
+        self.blob = bucket.blob(Layout(prefix, environment).lock)
         self.environment = environment
         self.ttl = ttl_seconds
         self.operation = operation
@@ -88,7 +89,7 @@ class Lock:
 
 def force_unlock(bucket, prefix: str, environment: str) -> dict | None:
     """Remove the lock whoever holds it; what it said, or None when there was none."""
-    blob = bucket.blob(f"{prefix}/locks/{environment}.json")
+    blob = bucket.blob(Layout(prefix, environment).lock)
     held, _ = read_json(blob)
     if held is not None:
         try:

@@ -5,13 +5,14 @@ import threading
 from google.api_core import exceptions as gexc
 
 from rlops.state.bucket import read_json, write_json
+from rlops.state.layout import Layout
 
 
 class ResourceRecord:
     """`{key: {"fields": ..., "depends_on": [...]}}`, kept in the state bucket, written after every step."""
 
     def __init__(self, bucket, prefix: str, environment: str):
-        self.blob = bucket.blob(f"{prefix}/environments/{environment}/resources.json") if bucket else None
+        self.blob = bucket.blob(Layout(prefix, environment).resources) if bucket else None
         self._mutex = threading.Lock()
         self.resources: dict[str, dict] = {}
         self.generation = 0
@@ -53,7 +54,7 @@ class AppliedSpec:
     """
 
     def __init__(self, bucket, prefix: str, environment: str):
-        self.blob = bucket.blob(f"{prefix}/environments/{environment}/applied.json")
+        self.blob = bucket.blob(Layout(prefix, environment).applied)
 
     def read(self) -> dict | None:
         """None when the environment was never applied (or was destroyed since)."""
