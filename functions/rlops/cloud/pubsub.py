@@ -49,16 +49,3 @@ def create_local(emulator_host: str, project: str, push_to: str) -> None:
         except exceptions.AlreadyExists:
             if "push_config" in settings:  # the train function may be on a new port after a restart
                 subscriber.modify_push_config(request={"subscription": path, "push_config": settings["push_config"]})
-
-
-def pull_events(project: str, max_messages: int = 100) -> list[dict]:
-    """Take what waits on the events log subscription (acknowledged)."""
-    from google.cloud import pubsub_v1
-
-    subscriber = pubsub_v1.SubscriberClient()
-    path = f"projects/{project}/subscriptions/{EVENTS_LOG_SUBSCRIPTION}"
-    response = subscriber.pull(request={"subscription": path, "max_messages": max_messages}, timeout=10)
-    if response.received_messages:
-        subscriber.acknowledge(request={"subscription": path,
-                                        "ack_ids": [m.ack_id for m in response.received_messages]})
-    return [json.loads(m.message.data) for m in response.received_messages]

@@ -15,6 +15,11 @@ from dataclasses import dataclass, field
 ACTIVE = ("PENDING", "RUNNING")  # Ray's job statuses before the job has ended
 
 
+def status_of(job) -> str:
+    """A listed job's status as text: Ray's JobDetails carry a JobStatus enum, the REST answers a string."""
+    return str(getattr(job.status, "value", job.status))
+
+
 @dataclass(frozen=True)
 class JobRequest:
     submission_id: str

@@ -25,7 +25,6 @@ MANIFESTS = Path(__file__).resolve().parents[3] / "manifests"
 REDACTED = "<redacted>"
 # Until the Lustre instance exists (a plan from nothing, render --offline) its address is not known.
 UNKNOWN_LUSTRE_IP = "LUSTRE-IP-KNOWN-AFTER-APPLY"
-RDMA_INTERFACES = 8
 TEMPLATE_DIGEST = "rlops-pod-template"  # annotation on every pod template and so on every pod
 
 

@@ -272,14 +272,6 @@ class Stack:
                 process = self._start_worker(name)
                 self.report(f"{name}: started (pid {process.pid}) to wake the GPU pool")
 
-    def stop_piece(self, name: str) -> None:
-        """Stop one piece (a worker node: the local stand-in for a preempted GPU node)."""
-        running = self.processes()
-        if name not in running:
-            raise RuntimeError(f"{name} is not running in {self.name}; running: {', '.join(running) or 'nothing'}")
-        stop(running.pop(name))
-        self.registry.save(running)
-
 
 def tick_seconds() -> float:
     """How often the local scheduler ticks `watch` (RLOPS_LOCAL_TICK_SECONDS; 0: never, tick by hand)."""

@@ -22,7 +22,6 @@ class Mutability(Enum):
 @dataclass(frozen=True)
 class Kind:
     name: str
-    api: str
     fields: dict[str, Mutability]
     # Replacing or deleting one of these loses something that cannot be recreated as it was.
     destructive: bool
@@ -30,21 +29,20 @@ class Kind:
 
 M, I, G = Mutability.MUTABLE, Mutability.IMMUTABLE, Mutability.GROW_ONLY
 KINDS = {k.name: k for k in [
-    Kind("network", "compute", {"auto_create_subnetworks": I, "mtu": M, "network_profile": I, "routing_mode": M}, True),
-    Kind("subnetwork", "compute", {"network": I, "region": I, "ip_cidr_range": I}, True),
-    Kind("firewall", "compute", {"network": I, "direction": I, "allowed": M, "source_ranges": M}, False),
-    Kind("address", "compute", {"network": I, "purpose": I, "address_type": I, "prefix_length": I, "address": I},
-         True),
-    Kind("connection", "servicenetworking", {"network": I, "reserved_peering_ranges": M}, True),
-    Kind("cluster", "container", {
+    Kind("network", {"auto_create_subnetworks": I, "mtu": M, "network_profile": I, "routing_mode": M}, True),
+    Kind("subnetwork", {"network": I, "region": I, "ip_cidr_range": I}, True),
+    Kind("firewall", {"network": I, "direction": I, "allowed": M, "source_ranges": M}, False),
+    Kind("address", {"network": I, "purpose": I, "address_type": I, "prefix_length": I, "address": I}, True),
+    Kind("connection", {"network": I, "reserved_peering_ranges": M}, True),
+    Kind("cluster", {
         "location": I, "network": I, "workload_pool": M, "datapath_provider": I, "enable_multi_networking": I,
         "use_ip_aliases": I, "release_channel": M, "min_master_version": M, "ray_operator": M, "lustre_csi_driver": M,
         "lustre_legacy_port": M, "lustre_multi_nic": M, "dns_endpoint": M}, True),
-    Kind("node_pool", "container", {
+    Kind("node_pool", {
         "cluster": I, "machine_type": I, "disk_size_gb": I, "accelerator_type": I, "accelerator_count": I,
         "gpu_driver_version": I, "reservation": I, "spot": I, "additional_networks": I, "node_locations": I,
         "autoscaling": M, "min_nodes": M, "max_nodes": M}, True),
-    Kind("lustre_instance", "lustre", {
+    Kind("lustre_instance", {
         "zone": I, "capacity_gib": G, "per_unit_storage_throughput": I, "filesystem": I, "network": I,
         "gke_support_enabled": I}, True),
 ]}

@@ -20,7 +20,7 @@ A reap tick that finds the lock held does nothing and looks again next tick; a w
 import random
 import time
 
-from rlops.cloud.ray_jobs import ACTIVE
+from rlops.cloud.ray_jobs import ACTIVE, status_of
 from rlops.errors import Failure
 from rlops.logs import emit
 from rlops.reaper.policy import Decision, Picture, decide, savings
@@ -57,7 +57,7 @@ def picture(site, state: dict, now: float) -> Picture:
     from rlops.runs import jobs as run_jobs
 
     mine = [j for j in site.ray.all() if (run_jobs.described(j) or {}).get("environment") == site.name]
-    status = [str(getattr(j.status, "value", j.status)) for j in mine]
+    status = [status_of(j) for j in mine]
     ends = [j.end_time / 1000 for j in mine if j.end_time]
     return Picture(now=now, active_jobs=sum(s in ACTIVE for s in status), last_job_end=max(ends, default=None),
                    last_accepted=state.get("accepted_at"), woken_at=state.get("woken_at") or state.get("created_at"),

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rlops import environments
-from rlops.cloud.ray_jobs import RayJobs
+from rlops.cloud.ray_jobs import RayJobs, status_of
 from rlops.logs import emit
 from rlops.runs import jobs, message, policy, progress, records
 
@@ -147,7 +147,7 @@ def _publisher(project: str) -> Callable[[dict], None]:
 
 
 # -- train ------------------------------------------------------------------------------------
-def handle_train(data: bytes, open_site: Callable[[str, object], Site] = open_site) -> str:
+def handle_train(data: bytes) -> str:
     """'submitted', 'duplicate' or 'poison'. A poison message is logged with its reason and never submitted;
     an error reaching Ray or the bucket raises, so that Pub/Sub delivers the message again."""
     try:
@@ -226,7 +226,7 @@ def _publish_report(site: Site, record: dict) -> str | None:
 
 
 def _plain(job, meta: dict) -> dict:
-    return {"submission_id": job.submission_id, "status": str(getattr(job.status, "value", job.status)),
+    return {"submission_id": job.submission_id, "status": status_of(job),
             "message": job.message, "error_type": job.error_type, "start_time": job.start_time,
             "end_time": job.end_time, "driver_node_id": job.driver_node_id, "meta": meta}
 

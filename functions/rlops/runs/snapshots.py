@@ -14,7 +14,7 @@ from pathlib import Path
 
 
 from rlops.checkpoints import layout, manifest
-from rlops.cloud.ray_jobs import ACTIVE
+from rlops.cloud.ray_jobs import ACTIVE, status_of
 from rlops.logs import emit
 from rlops.runs import policy
 from rlops.state.bucket import write_json_if
@@ -78,7 +78,7 @@ def _tick_on_cluster(site) -> list[dict]:
         meta = job.metadata or {}  # not a run's job: no rlops-run, so the watcher and the reaper pass it by
         if meta.get("rlops-environment") != site.name or meta.get("rlops-kind") != "snapshot":
             continue
-        status = str(getattr(job.status, "value", job.status))
+        status = status_of(job)
         if status in ACTIVE:
             busy = True
             continue
