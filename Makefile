@@ -44,6 +44,7 @@ demo: $(STAMP)
 	exit $$outcome
 
 test: $(STAMP)
+	$(BIN)/lint-imports --no-cache
 	$(BIN)/python -m pytest -q
 
 bench: $(STAMP)

@@ -6,13 +6,11 @@ assertions read its request log, as a reviewer would read the API's audit log.
 
 import ipaddress
 import json
-import shutil
 
 import pytest
 from google.cloud import container_v1 as gke
 from google.cloud import lustre_v1
 
-from conftest import REPO
 from rlops import cli
 from rlops.cloud import base
 from rlops.state.record import AppliedSpec

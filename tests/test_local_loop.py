@@ -519,7 +519,7 @@ def test_a_tick_for_every_environment_covers_the_applied_gcp_ones_only(h200_on_l
 def test_a_gke_environments_idle_pool_is_reaped_at_once_and_woken_by_a_train_message(h200_on_local_ray, specs,
                                                                                      capsys):
     from rlops import cli
-    from rlops.reaper.service import PoolState, ScaleFailed, reap
+    from rlops.reaper.service import ScaleFailed, pool_of, reap
     from rlops.runs import service
 
     gcp, kube = h200_on_local_ray
@@ -556,10 +556,10 @@ def test_a_gke_environments_idle_pool_is_reaped_at_once_and_woken_by_a_train_mes
                         "us-central1-b' does not have enough resources available to fulfill the request.")
     with pytest.raises(ScaleFailed, match="node pool gpu-pool: resize to 2 nodes failed: GCE_STOCKOUT"):
         service.handle_train(data)
-    state, _ = PoolState.of(site).read()
+    state, _ = pool_of(site).read()
     assert state["scaled"] is False and "GCE_STOCKOUT" in state["error"]
     assert service.handle_train(data) == "submitted"
-    state, _ = PoolState.of(site).read()
+    state, _ = pool_of(site).read()
     assert state["scaled"] is True and "error" not in state
     cluster = kube.get("rayclusters", "ray-cluster", "default")
     assert [g["replicas"] for g in cluster["spec"]["workerGroupSpecs"]] == [2]
@@ -574,7 +574,7 @@ def test_the_reaper_and_apply_take_turns_on_the_environments_lock(h200_on_local_
     from concurrent.futures import ThreadPoolExecutor
 
     from rlops.provision import service as provision
-    from rlops.reaper.service import PoolState, reap
+    from rlops.reaper.service import pool_of, reap
     from rlops.runs import service
     from rlops.state.lock import Lock
 
@@ -609,7 +609,7 @@ def test_the_reaper_and_apply_take_turns_on_the_environments_lock(h200_on_local_
         assert reaping.result(timeout=60)[0].scale_down
         applying.result(timeout=120)
     assert replicas() == [0], "apply undid the reaper's scale-down"
-    assert PoolState.of(site).read()[0]["scaled"] is True
+    assert pool_of(site).read()[0]["scaled"] is True
 
 
 def _until(condition, what: str, timeout: float = 60) -> None:
@@ -668,10 +668,7 @@ def test_a_pod_template_change_waits_for_the_live_ray_job_and_reaches_every_pod_
     gate = tmp_path / "hold"
     gate.touch()
     job = ray.submit_job(entrypoint=f"python -c 'import os, time\nwhile os.path.exists(\"{gate}\"): time.sleep(0.1)'")
-    deadline = time.monotonic() + 60
-    while ray.get_job_status(job) != JobStatus.RUNNING and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert ray.get_job_status(job) == JobStatus.RUNNING
+    _until(lambda: ray.get_job_status(job) == JobStatus.RUNNING, f"job {job} to run")
     pods = {p["metadata"]["name"] for p in kube.pods("ray-cluster")}
 
     spec = specs / "h200.yaml"
@@ -685,9 +682,8 @@ def test_a_pod_template_change_waits_for_the_live_ray_job_and_reaches_every_pod_
     assert {p["metadata"]["name"] for p in kube.pods("ray-cluster")} == pods
 
     gate.unlink()
-    deadline = time.monotonic() + 60
-    while any(j.status in (JobStatus.PENDING, JobStatus.RUNNING) for j in ray.list_jobs()) and time.monotonic() < deadline:
-        time.sleep(0.1)
+    _until(lambda: not any(j.status in (JobStatus.PENDING, JobStatus.RUNNING) for j in ray.list_jobs()),
+           "every job on the head to end")
     assert ray.get_job_status(job) == JobStatus.SUCCEEDED
     assert cli.main(["apply", "h200"]) == 0
     after = kube.pods("ray-cluster")

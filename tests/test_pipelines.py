@@ -6,7 +6,6 @@ this interpreter's environment. The `install` steps (pip) and the gcloud steps a
 """
 
 import itertools
-import json
 import os
 import re
 import shutil

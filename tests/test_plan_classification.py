@@ -12,7 +12,8 @@ import pytest
 import yaml
 
 from conftest import ENVIRONMENTS
-from rlops.provision.plan import Action, Live, Plan, build_plan, data_loss_refusals
+from rlops.provision.plan import Action, Plan, build_plan, data_loss_refusals
+from rlops.resource_shapes import Live
 from rlops.provision.resources import KINDS, build
 from rlops.spec.load import load_text
 from rlops.spec.model import GcpEnvironment

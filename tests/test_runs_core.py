@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ENVIRONMENTS
+from rlops.cloud import ray_jobs
 from rlops.runs import jobs, message, policy, progress
 from rlops.spec.load import load_or_raise
 
@@ -74,7 +75,7 @@ def test_a_trl_job_runs_the_recipe_module_into_the_runs_checkpoint_dir_and_carri
                                                "/work/.rlops/local/lustre/checkpoints/tiny-arith/r1",
                                                "max_steps=4", "seed=0"]
     assert request.entrypoint_resources == {"gpu_pool": 1} and request.runtime_env == {}
-    assert jobs.described(type("Job", (), {"metadata": request.metadata})) ["run"] == "r1"
+    assert ray_jobs.described(type("Job", (), {"metadata": request.metadata}))["run"] == "r1"
 
 
 def test_a_nemo_rl_job_is_the_seeds_command_with_lustre_paths_and_the_runtime_env_override():

@@ -54,7 +54,6 @@ def _schema(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-MARKDOWN_SPLIT = "<!-- rlops: next comment -->"
 
 
 class _Usage(Exception):
@@ -86,9 +85,9 @@ def _cloud_environment(name: str, verb: str):
 
 
 def _bucket(env):
-    from rlops.state.bucket import client
+    from rlops.state.bucket import of_environment
 
-    return client(env.spec.project.id).bucket(env.spec.state.bucket)
+    return of_environment(env.spec)
 
 
 def _say(text: str) -> None:
@@ -112,7 +111,7 @@ def _plan(args: argparse.Namespace) -> int:
     if args.format == "json":
         sys.stdout.write(render.as_json(plans))
     elif args.format == "markdown":
-        sys.stdout.write(f"\n{MARKDOWN_SPLIT}\n".join(render.markdown(plans)))
+        sys.stdout.write(f"\n{render.MARKDOWN_SPLIT}\n".join(render.markdown(plans)))
     else:
         sys.stdout.write("\n".join(render.text(plan) for plan in plans))
     if any(plan.errors for plan in plans):

@@ -77,7 +77,7 @@ def _unapplied(folder: Path, touched: set[str]) -> list[str]:
     """
     from google.api_core.exceptions import GoogleAPICallError
 
-    from rlops.cli import _bucket
+    from rlops.state.bucket import of_environment
     from rlops.provision.service import Environment
     from rlops.spec.load import load
     from rlops.spec.model import LocalEnvironment
@@ -92,7 +92,7 @@ def _unapplied(folder: Path, touched: set[str]) -> list[str]:
         if isinstance(loaded.environment, LocalEnvironment):
             continue
         env = Environment(loaded.name, loaded.environment)
-        record = AppliedSpec(_bucket(env), env.spec.state.prefix, env.name)
+        record = AppliedSpec(of_environment(env.spec), env.spec.state.prefix, env.name)
         try:
             applied = record.read()
         except GoogleAPICallError as error:
@@ -115,7 +115,7 @@ def _is_gcp(path: Path) -> bool:
 
 
 def _comment(args) -> int:
-    from rlops.cli import MARKDOWN_SPLIT
+    from rlops.provision.render import MARKDOWN_SPLIT
     from rlops.cloud.github import GitHub
 
     texts = [Path(name).read_text() if name != "-" else sys.stdin.read() for name in args.file]

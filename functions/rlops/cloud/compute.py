@@ -3,8 +3,7 @@
 from google.cloud import compute_v1
 
 from rlops.cloud.base import Connection, Pending, Target, call, from_projects, get_or_none, last_segment
-from rlops.provision.plan import Live
-from rlops.provision.resources import Resource
+from rlops.resource_shapes import Live, Resource
 
 API = "compute"
 

@@ -5,8 +5,7 @@ from dataclasses import replace
 from google.cloud import container_v1 as gke
 
 from rlops.cloud.base import Connection, Pending, Target, call, get_or_none, last_segment
-from rlops.provision.plan import Live
-from rlops.provision.resources import Resource
+from rlops.resource_shapes import Live, Resource
 
 API = "container"
 RESERVATION_KEY = "compute.googleapis.com/reservation-name"

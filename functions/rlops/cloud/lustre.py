@@ -4,8 +4,7 @@ from google.cloud import lustre_v1
 from google.protobuf import field_mask_pb2
 
 from rlops.cloud.base import Connection, Pending, Target, call, get_or_none, last_segment
-from rlops.provision.plan import Live
-from rlops.provision.resources import Resource
+from rlops.resource_shapes import Live, Resource
 
 API = "lustre"
 

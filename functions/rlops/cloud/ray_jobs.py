@@ -15,6 +15,17 @@ from dataclasses import dataclass, field
 ACTIVE = ("PENDING", "RUNNING")  # Ray's job statuses before the job has ended
 
 
+META_PREFIX = "rlops-"  # of the metadata keys rlops puts on a job it submits
+
+
+def described(job) -> dict | None:
+    """What rlops put in a job's metadata, without the prefix; None for a job rlops did not submit."""
+    metadata = job.metadata or {}
+    if META_PREFIX + "run" not in metadata:
+        return None
+    return {key[len(META_PREFIX):]: value for key, value in metadata.items() if key.startswith(META_PREFIX)}
+
+
 def status_of(job) -> str:
     """A listed job's status as text: Ray's JobDetails carry a JobStatus enum, the REST answers a string."""
     return str(getattr(job.status, "value", job.status))

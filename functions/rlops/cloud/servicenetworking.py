@@ -7,8 +7,7 @@ from googleapiclient import discovery
 from googleapiclient.http import set_user_agent
 
 from rlops.cloud.base import Connection, Pending, Target, call, last_segment
-from rlops.provision.plan import Live
-from rlops.provision.resources import Resource
+from rlops.resource_shapes import Live, Resource
 
 API = "servicenetworking"
 SERVICE = "services/servicenetworking.googleapis.com"

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import yaml
 
-from rlops.provision.resources import labels_for
+from rlops.ownership import labels_for
 from rlops.spec.model import GcpEnvironment, GpuPool
 
 MANIFESTS = Path(__file__).resolve().parents[3] / "manifests"

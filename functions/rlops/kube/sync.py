@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 
 from rlops.kube.cluster import SERVED_BY, KubeApi, KubeError, Ref
 from rlops.kube.render import TEMPLATE_DIGEST, pod_templates, pods_made_from
-from rlops.provision.resources import labels_for
+from rlops.ownership import labels_for
 
 # Deleted in this order (and applied in the reverse): what uses a thing goes before it.
 DELETE_ORDER = ["RayCluster", "Secret", "ServiceAccount", "PersistentVolumeClaim", "PersistentVolume", "DaemonSet",

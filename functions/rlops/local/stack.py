@@ -242,7 +242,7 @@ class Stack:
 
     def _pool_scaled_down(self) -> bool:
         """What the state bucket says of the GPU pool, as on GKE, where `apply` leaves a reaped pool at zero too."""
-        from rlops.reaper.service import PoolState
+        from rlops.state.pool import PoolState
         from rlops.state.bucket import client
 
         os.environ["STORAGE_EMULATOR_HOST"] = self.service_env()["STORAGE_EMULATOR_HOST"]

@@ -15,8 +15,9 @@ from dataclasses import dataclass, field
 
 from rlops.cloud.base import CloudError, Pending, is_conflict
 from rlops.errors import Failure
-from rlops.provision.plan import Action, Change, Live, Plan
-from rlops.provision.resources import DELETED_AFTER, Resource
+from rlops.provision.plan import Action, Change, Plan
+from rlops.provision.resources import DELETED_AFTER
+from rlops.resource_shapes import Live, Resource
 from rlops.state.record import ResourceRecord
 
 

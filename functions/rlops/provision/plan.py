@@ -12,7 +12,8 @@ The rules, per resource:
 from dataclasses import dataclass, field
 from enum import Enum
 
-from rlops.provision.resources import KINDS, Mutability, Resource
+from rlops.provision.resources import KINDS, Mutability
+from rlops.resource_shapes import Live, Resource
 
 
 class Action(str, Enum):
@@ -22,17 +23,6 @@ class Action(str, Enum):
     DELETE = "delete"
     ADOPT = "adopt"
     NOOP = "no-op"
-
-
-@dataclass(frozen=True)
-class Live:
-    """A resource as it is now, in the same flat vocabulary as `Resource.desired`."""
-
-    fields: dict
-    owned: bool
-    depends_on: tuple[str, ...] = ()
-    # Still being created by an earlier, interrupted apply: an operation to wait on before using it.
-    settling: object = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)

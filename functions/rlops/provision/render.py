@@ -5,6 +5,8 @@ import json
 from rlops.provision.plan import Action, Change, Plan
 
 GITHUB_COMMENT_LIMIT = 65_535
+# Between the comments of `plan --format markdown`: `rlops github comment` posts each part as one.
+MARKDOWN_SPLIT = "<!-- rlops: next comment -->"
 SYMBOL = {Action.CREATE: "+", Action.UPDATE: "~", Action.REPLACE: "-/+", Action.DELETE: "-", Action.ADOPT: "=",
           Action.NOOP: " "}
 

@@ -5,12 +5,13 @@ the diff and its classification are plain dictionary work; the adapters in `rlop
 only place that knows how a field is spelled on the wire. No I/O here.
 """
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import Enum
 
+from rlops.ownership import labels_for
+from rlops.resource_shapes import Resource
 from rlops.spec.model import GcpEnvironment
 
-MANAGED_BY = "rlops"
 
 
 class Mutability(Enum):
@@ -50,25 +51,6 @@ KINDS = {k.name: k for k in [
 
 # Deleted only after these are gone, though not built on them: a cluster's pods mount the Lustre instance.
 DELETED_AFTER = {"lustre_instance": ("cluster",)}
-
-
-@dataclass(frozen=True)
-class Resource:
-    kind: str
-    name: str
-    desired: dict
-    depends_on: tuple[str, ...] = ()
-    # Created by its parent's create call (the cluster's system pool): no call of its own then.
-    created_with: str | None = None
-    labels: dict = field(default_factory=dict)
-
-    @property
-    def key(self) -> str:
-        return f"{self.kind}/{self.name}"
-
-
-def labels_for(env_name: str) -> dict[str, str]:
-    return {"rlops-env": env_name, "rlops-managed-by": MANAGED_BY}
 
 
 def build(env_name: str, env: GcpEnvironment) -> list[Resource]:

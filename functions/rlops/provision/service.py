@@ -12,7 +12,8 @@ from pathlib import Path
 from rlops.cloud.base import Connection, Target
 from rlops.errors import Failure
 from rlops.provision import engine, resources
-from rlops.provision.plan import Live, Plan, build_plan, data_loss_refusals
+from rlops.provision.plan import Plan, build_plan, data_loss_refusals
+from rlops.resource_shapes import Live, Resource
 from rlops.spec.load import SpecError, load_text
 from rlops.spec.model import GcpEnvironment
 from rlops.state.lock import Lock
@@ -46,7 +47,7 @@ class Environment:
     spec: GcpEnvironment
 
     @property
-    def desired(self) -> list[resources.Resource]:
+    def desired(self) -> list[Resource]:
         return resources.topological(resources.build(self.name, self.spec))
 
     @property

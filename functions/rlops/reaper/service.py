@@ -20,12 +20,11 @@ A reap tick that finds the lock held does nothing and looks again next tick; a w
 import random
 import time
 
-from rlops.cloud.ray_jobs import ACTIVE, status_of
+from rlops.cloud.ray_jobs import ACTIVE, described, status_of
 from rlops.errors import Failure
 from rlops.logs import emit
 from rlops.reaper.policy import Decision, Picture, decide, savings
-from rlops.state.bucket import read_json, write_json_if
-from rlops.state.layout import Layout
+from rlops.state.pool import PoolState
 from rlops.state.lock import Lock, LockHeld
 
 # A tick runs in a function with 540 s; a resize still running after this is finished by the next tick.
@@ -37,26 +36,12 @@ class ScaleFailed(Failure):
     pass
 
 
-class PoolState:
-    def __init__(self, bucket, prefix: str, environment: str):
-        self.blob = bucket.blob(Layout(prefix, environment).pool)
-
-    @classmethod
-    def of(cls, site) -> "PoolState":
-        return cls(site.records.bucket, site.env.state.prefix, site.name)
-
-    def read(self) -> tuple[dict, int]:
-        content, generation = read_json(self.blob)
-        return content or {"scaled_down": False, "since": None, "woken_at": None}, generation
-
-    def write(self, content: dict, generation: int) -> bool:
-        return write_json_if(self.blob, content, generation)
+def pool_of(site) -> PoolState:
+    return PoolState(site.records.bucket, site.env.state.prefix, site.name)
 
 
 def picture(site, state: dict, now: float) -> Picture:
-    from rlops.runs import jobs as run_jobs
-
-    mine = [j for j in site.ray.all() if (run_jobs.described(j) or {}).get("environment") == site.name]
+    mine = [j for j in site.ray.all() if (described(j) or {}).get("environment") == site.name]
     status = [status_of(j) for j in mine]
     ends = [j.end_time / 1000 for j in mine if j.end_time]
     return Picture(now=now, active_jobs=sum(s in ACTIVE for s in status), last_job_end=max(ends, default=None),
@@ -66,7 +51,7 @@ def picture(site, state: dict, now: float) -> Picture:
 
 def reap(site, dry_run: bool = False) -> tuple[Decision, list[str]]:
     """Decide, and unless `dry_run`, scale down; (the decision, what was or would be done)."""
-    pool = PoolState.of(site)
+    pool = pool_of(site)
     state, generation = pool.read()
     now = time.time()
     if generation == 0:  # first look at this environment: idleness is measured from now
@@ -101,7 +86,7 @@ def wake(site) -> bool:
 
     A wake that stopped part way (`scaled` false) is finished by the message's redelivery.
     """
-    pool = PoolState.of(site)
+    pool = pool_of(site)
     for attempt in range(10):
         time.sleep(random.uniform(0, 0.05 * attempt))  # concurrent deliveries of one message take turns
         state, generation = pool.read()

@@ -10,11 +10,10 @@ import json
 import shlex
 from pathlib import PurePosixPath
 
-from rlops.cloud.ray_jobs import JobRequest
+from rlops.cloud.ray_jobs import META_PREFIX, JobRequest
 from rlops.spec import nemo_rl
 
 LUSTRE = PurePosixPath("/lustre")
-META_PREFIX = "rlops-"
 
 
 def submission_id(environment: str, run: str, attempt: int) -> str:
@@ -57,11 +56,3 @@ def request(environment: str, recipe_name: str, recipe, run: str, settings: dict
                       entrypoint=command(recipe, settings, directory),
                       metadata={META_PREFIX + key: value for key, value in metadata.items()},
                       runtime_env=runtime_env, entrypoint_resources=entrypoint_resources or {})
-
-
-def described(job) -> dict | None:
-    """What rlops put in a job's metadata, without the prefix; None for a job rlops did not submit."""
-    metadata = job.metadata or {}
-    if META_PREFIX + "run" not in metadata:
-        return None
-    return {key[len(META_PREFIX):]: value for key, value in metadata.items() if key.startswith(META_PREFIX)}

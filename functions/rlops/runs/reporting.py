@@ -7,6 +7,7 @@ import tempfile
 from pathlib import Path
 
 from rlops.runs import report
+from rlops.state.pool import PoolState
 
 CONTENT_TYPES = {".md": "text/markdown; charset=utf-8", ".png": "image/png"}
 
@@ -21,9 +22,7 @@ def _checkpoints(site, run: str) -> list[dict]:
 
 
 def _pool(site) -> dict | None:
-    from rlops.reaper.service import PoolState
-
-    return PoolState.of(site).read()[0]
+    return PoolState(site.records.bucket, site.env.state.prefix, site.name).read()[0]
 
 
 def write(site, record: dict, out_dir: Path) -> report.Report:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rlops import environments
-from rlops.cloud.ray_jobs import RayJobs, status_of
+from rlops.cloud.ray_jobs import RayJobs, described, status_of
 from rlops.logs import emit
 from rlops.runs import jobs, message, policy, progress, records
 
@@ -171,7 +171,7 @@ def handle_train(data: bytes) -> str:
              run=request.run, submission_id=job.submission_id)
         return "duplicate"
     now = time.time()
-    site.records.create(records.new(jobs.described(job), job.submission_id, now))
+    site.records.create(records.new(described(job), job.submission_id, now))
     emit("INFO", "run submitted", environment=request.environment, run=request.run, submission_id=job.submission_id)
     site.publish({"type": "submitted", "environment": request.environment, "run": request.run, "attempt": 1,
                   "recipe": request.recipe, "submission_id": job.submission_id, "requested_by": request.requested_by,
@@ -184,7 +184,7 @@ def tick(site: Site) -> list[dict]:
     """One look at the environment's Ray jobs (one list call); updated run records; the transitions, as events."""
     by_run: dict[str, dict[int, dict]] = {}
     for job in site.ray.all():
-        meta = jobs.described(job)
+        meta = described(job)
         if meta and meta.get("environment") == site.name:
             by_run.setdefault(meta["run"], {})[int(meta["attempt"])] = _plain(job, meta)
     stored = site.records.all()

@@ -14,6 +14,11 @@ def client(project: str | None = None) -> storage.Client:
     return storage.Client(project=project)
 
 
+def of_environment(spec):
+    """The state bucket a GCP environment's spec names, in its project."""
+    return client(spec.project.id).bucket(spec.state.bucket)
+
+
 def read_json(blob: storage.Blob) -> tuple[dict | None, int]:
     """(content, generation) of the object's live version; (None, 0) when the object does not exist."""
     blob = blob.bucket.blob(blob.name)  # a Blob that saw a generation asks for that one, which a newer write removed
