@@ -2,9 +2,10 @@
 
 import json
 
+from rlops.cloud.github import MAX_COMMENT
 from rlops.provision.plan import Action, Change, Plan
 
-GITHUB_COMMENT_LIMIT = 65_535
+GITHUB_COMMENT_LIMIT = MAX_COMMENT  # a plan is split into comments GitHub takes
 # Between the comments of `plan --format markdown`: `rlops github comment` posts each part as one.
 MARKDOWN_SPLIT = "<!-- rlops: next comment -->"
 SYMBOL = {Action.CREATE: "+", Action.UPDATE: "~", Action.REPLACE: "-/+", Action.DELETE: "-", Action.ADOPT: "=",
