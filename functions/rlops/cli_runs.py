@@ -99,6 +99,7 @@ def _would_submit(env_name: str, env, parsed, settings: dict) -> str:
     """What the train function would submit for this message, like `helm template`: nothing is sent."""
     import yaml
 
+    from rlops.cloud.ray_jobs import META_PREFIX
     from rlops.runs import jobs
     from rlops.runs.service import placement
     from rlops.spec import nemo_rl
@@ -121,7 +122,7 @@ def _would_submit(env_name: str, env, parsed, settings: dict) -> str:
             lines.append(f"# {nemo_rl.unsupported(env.ray.image)}")
         else:
             composed = nemo_rl.compose(tag, recipe.config, nemo_rl.assignments(
-                recipe, settings, job.metadata[jobs.META_PREFIX + "checkpoint-dir"]))
+                recipe, settings, job.metadata[META_PREFIX + "checkpoint-dir"]))
             if composed.problems:
                 raise Failure("\n".join(f"{key or recipe.config}: {problem}" for key, problem in composed.problems))
             lines += [f"# the final config NeMo RL {tag.name} (commit {tag.commit[:12]}) runs with: {recipe.config}",

@@ -7,7 +7,6 @@ import tempfile
 from pathlib import Path
 
 from rlops.runs import report
-from rlops.state.pool import PoolState
 
 CONTENT_TYPES = {".md": "text/markdown; charset=utf-8", ".png": "image/png"}
 
@@ -22,7 +21,9 @@ def _checkpoints(site, run: str) -> list[dict]:
 
 
 def _pool(site) -> dict | None:
-    return PoolState(site.records.bucket, site.env.state.prefix, site.name).read()[0]
+    from rlops.reaper.service import pool_of
+
+    return pool_of(site).read()[0]
 
 
 def write(site, record: dict, out_dir: Path) -> report.Report:
