@@ -6,6 +6,7 @@ assertions read its request log, as a reviewer would read the API's audit log.
 
 import ipaddress
 import json
+from collections import Counter
 
 import pytest
 from google.cloud import container_v1 as gke
@@ -75,6 +76,28 @@ def test_apply_h200_sends_what_the_seed_sets_and_a_second_plan_is_empty(fake, ca
     assert run("plan", "h200", "--detailed-exitcode") == 0
     assert "No changes" in capsys.readouterr().out
     assert not [r for r in fake.requests[before:] if r.method != "GET"], "a plan must only read"
+
+
+def test_environments_of_one_project_share_their_list_calls_and_keep_their_own_resources(fake, specs, capsys):
+    assert run("apply", "h200") == 0
+    seed = (specs / "h200.yaml").read_text()
+    for copy in ("h200-two", "h200-three"):  # the same project, resources named apart
+        (specs / f"{copy}.yaml").write_text(seed.replace("rl-", f"{copy.split('-')[1]}-"))
+    capsys.readouterr()
+    before = len(fake.requests)
+    assert run("plan", "h200", "h200-two", "h200-three", "--detailed-exitcode") == 2
+    out = capsys.readouterr().out
+    gets = Counter(r.path for r in fake.requests[before:] if r.method == "GET")
+    for listed in ("/global/networks", "/global/firewalls", "/global/addresses", "/regions/us-central1/subnetworks",
+                   "/locations/us-central1/clusters", "/locations/us-central1-b/instances"):
+        (path,) = [p for p in gets if p.endswith(listed)]
+        assert gets[path] == 1, f"{path} listed {gets[path]} times for three environments of one project"
+    peerings = [r for r in fake.requests[before:] if r.path.endswith("/connections")]
+    assert sorted(r.query["network"].rsplit("/", 1)[1] for r in peerings) == ["rl-net", "three-net", "two-net"]
+    plans = {p.split(":", 1)[0]: p for p in out.split("Plan for environment ")[1:]}
+    assert plans["h200"].startswith("h200: 0 to create, 0 to update, 0 to replace, 0 to delete")
+    assert plans["h200-two"].startswith("h200-two: 18 to create")
+    assert "cluster/two-h200" in plans["h200-two"] and "rl-" not in plans["h200-two"]
 
 
 def test_apply_b200_spot_without_gke_support_opens_the_lnet_port(fake):

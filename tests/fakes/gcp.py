@@ -51,6 +51,7 @@ _GKE_NAME = re.compile(r"[a-z]([-a-z0-9]{0,38}[a-z0-9])?")
 # 2026-12): MB/s per TiB -> (minimum and step in GiB, the capacity up to which that step holds, the step above
 # it, the maximum). 0 is the Dynamic tier (Instance.perUnitStorageThroughput: "must not be set or must be set
 # to zero" with dynamicTierOptions.mode DEFAULT_CACHE).
+LUSTRE_PAGE_SIZE = 2  # the real default is larger; two makes every test with three instances page
 _LUSTRE_TIERS = {1000: (9000, 1_530_000, 72_000, 10_008_000), 500: (18_000, 3_060_000, 144_000, 20_016_000),
                  250: (36_000, 6_120_000, 288_000, 40_032_000), 125: (72_000, 12_240_000, 72_000, 12_240_000),
                  0: (472_000, 84_016_000, 472_000, 84_016_000)}
@@ -650,6 +651,7 @@ class FakeGcp:
         pool = cluster + r"/nodePools/(?P<pool>[^/:]+)"
         return [
             ("POST", location + r"/clusters", self._create_cluster),
+            ("GET", location + r"/clusters", self._list_clusters),
             ("GET", cluster, self._get_cluster), ("PUT", cluster, self._update_cluster),
             ("DELETE", cluster, self._delete_cluster),
             ("POST", cluster + r"/nodePools", self._create_node_pool),
@@ -782,6 +784,12 @@ class FakeGcp:
         pools = [_without_cluster(p) for p in self._store["node_pool"].values() if p.get("cluster") == cluster]
         return dict(self._cluster(project, location, cluster), nodePools=pools)
 
+    def _list_clusters(self, request, project, location):
+        """container v1 ListClustersResponse: `clusters` (each with its `nodePools`, as a get gives it) and
+        `missingZones`, the zones that did not answer (none here: the fake's zones always answer)."""
+        names = [name for name, found in self._store["cluster"].items() if found.get("location", location) == location]
+        return {"clusters": [self._get_cluster(request, project, location, name) for name in names]}
+
     def _update_cluster(self, request, project, location, cluster):
         found = self._cluster(project, location, cluster)
         update = (request.body or {}).get("update") or {}
@@ -861,6 +869,7 @@ class FakeGcp:
         instance = location + r"/instances/(?P<name>[^/]+)"
         return [
             ("POST", location + r"/instances", self._create_instance),
+            ("GET", location + r"/instances", self._list_instances),
             ("GET", instance, self._get_instance), ("PATCH", instance, self._update_instance),
             ("DELETE", instance, self._delete_instance),
             ("GET", location + r"/operations/(?P<op>[^/]+)", self._lustre_operation),
@@ -928,6 +937,18 @@ class FakeGcp:
         allocated = self._store["address"].get(connection["reservedPeeringRanges"][0], {})
         network = ipaddress.ip_network(_range_of(allocated) or "10.0.0.0/24", strict=False)
         return str(network[next(self._lustre_hosts)])  # a replaced instance gets a new address
+
+    def _list_instances(self, request, project, location):
+        """lustre v1 ListInstancesResponse, in pages: `instances`, `nextPageToken` while more follow, `unreachable`.
+        The page size is the request's `pageSize`, else LUSTRE_PAGE_SIZE (small, so that clients meet paging)."""
+        mine = sorted((found for found in self._store["lustre_instance"].values()
+                       if found["name"].startswith(f"projects/{project}/locations/{location}/")), key=lambda i: i["name"])
+        size = int(request.query.get("pageSize") or LUSTRE_PAGE_SIZE)
+        start = int(request.query.get("pageToken") or 0)
+        answer = {"instances": mine[start:start + size]}
+        if start + size < len(mine):
+            answer["nextPageToken"] = str(start + size)
+        return answer
 
     def _get_instance(self, request, project, location, name):
         return self._instance(project, location, name)

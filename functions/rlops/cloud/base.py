@@ -10,7 +10,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import httplib2
 import requests
@@ -18,6 +18,7 @@ from google.api_core import exceptions as gexc
 from google.api_core.gapic_v1.client_info import ClientInfo
 
 from rlops.errors import Failure
+from rlops.resource_shapes import Live, Resource
 
 OWNER_MARK = "rlops-managed-by=rlops"
 
@@ -71,6 +72,46 @@ class Connection:
                     transport="rest", credentials=self.credentials, client_options=self.client_options(api),
                     client_info=ClientInfo(user_agent=self.user_agent))
             return self._clients[client_class]
+
+
+@dataclass(frozen=True)
+class Read:
+    """One API call that reads resources: `fetch` makes it, `pick` finds in its answer the resources one
+    environment asked for ({key: Live or None}). Reads with equal `call` are one call: the environments of a
+    project share a list of its networks, clusters or Lustre instances."""
+
+    call: tuple
+    fetch: Callable[[], Any]
+    pick: Callable[[Any], dict[str, Live | None]]
+
+
+class ResourceAdapter(Protocol):
+    """What the provisioning engine asks of the adapter of a resource kind (`rlops.cloud.adapters()` maps
+    kinds to adapters). `fields` is what finds the resource: the desired fields, or the recorded ones of a
+    resource the spec dropped (its region, zone or cluster)."""
+
+    kinds: tuple[str, ...]
+    target: Target
+
+    def reads(self, wanted: list[tuple[str, str, dict]]) -> list[Read]:
+        """The calls that read these (kind, name, fields): one list per kind where the API has one."""
+
+    def read(self, kind: str, name: str, fields: dict) -> Live | None: ...
+
+    def create(self, resource: Resource) -> "Pending": ...
+
+    def update(self, resource: Resource, changed: list[str]) -> "Pending": ...
+
+    def delete(self, kind: str, name: str, fields: dict) -> "Pending": ...
+
+
+def read_each(adapter: ResourceAdapter, api: str, wanted: list[tuple[str, str, dict]]) -> list[Read]:
+    """`reads` of an API without a list worth sharing: one get per resource."""
+    project = adapter.target.project
+    return [Read((api, project, kind, name, tuple(sorted((k, str(v)) for k, v in fields.items()))),
+                 lambda kind=kind, name=name, fields=fields: adapter.read(kind, name, fields),
+                 lambda live, kind=kind, name=name: {f"{kind}/{name}": live})
+            for kind, name, fields in wanted]
 
 
 class CloudError(Failure):

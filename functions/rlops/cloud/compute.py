@@ -2,7 +2,7 @@
 
 from google.cloud import compute_v1
 
-from rlops.cloud.base import Connection, Pending, Target, call, from_projects, get_or_none, last_segment
+from rlops.cloud.base import Connection, Pending, Read, Target, call, from_projects, get_or_none, last_segment
 from rlops.resource_shapes import Live, Resource
 
 API = "compute"
@@ -36,15 +36,16 @@ class ComputeAdapter:
         found = get_or_none(API, f"get {kind} {name}", getter)
         return None if found is None else self._live(kind, found)
 
-    def read_batches(self, items: list[tuple[str, str, dict]]) -> list:
-        """One list call per kind (and region) instead of a get per resource: a plan's reads cost a few calls."""
+    def reads(self, wanted: list[tuple[str, str, dict]]) -> list[Read]:
+        """One list call per kind (and region) instead of a get per resource, shared by the project's environments."""
         groups: dict[tuple[str, str | None], set[str]] = {}
-        for kind, name, fields in items:
+        for kind, name, fields in wanted:
             groups.setdefault((kind, fields.get("region") if kind == "subnetwork" else None), set()).add(name)
-        return [lambda kind=kind, region=region, names=names: self._list(kind, region, names)
+        return [Read((API, self.target.project, kind, region), lambda kind=kind, region=region: self._list(kind, region),
+                     lambda listed, kind=kind, names=names: self._pick(kind, listed, names))
                 for (kind, region), names in groups.items()]
 
-    def _list(self, kind: str, region: str | None, names: set[str]) -> dict[str, Live | None]:
+    def _list(self, kind: str, region: str | None) -> dict:
         project = self.target.project
         lister = {
             "network": lambda: list(self.networks.list(project=project)),
@@ -52,8 +53,10 @@ class ComputeAdapter:
             "firewall": lambda: list(self.firewalls.list(project=project)),
             "address": lambda: list(self.addresses.list(project=project)),
         }[kind]
-        found = {item.name: item for item in call(API, f"list {kind}s", lister) if item.name in names}
-        return {f"{kind}/{name}": self._live(kind, found[name]) if name in found else None for name in names}
+        return {item.name: item for item in call(API, f"list {kind}s", lister)}
+
+    def _pick(self, kind: str, listed: dict, names: set[str]) -> dict[str, Live | None]:
+        return {f"{kind}/{name}": self._live(kind, listed[name]) if name in listed else None for name in names}
 
     def _live(self, kind: str, live) -> Live:
         owned = self.target.owns_description(live.description)

@@ -2,9 +2,10 @@
 
 from dataclasses import replace
 
+from google.api_core import exceptions as gexc
 from google.cloud import container_v1 as gke
 
-from rlops.cloud.base import Connection, Pending, Target, call, get_or_none, last_segment
+from rlops.cloud.base import Connection, Pending, Read, Target, call, get_or_none, last_segment, read_each
 from rlops.resource_shapes import Live, Resource
 
 API = "container"
@@ -39,24 +40,35 @@ class ContainerAdapter:
         pool = get_or_none(API, f"get node pool {name}", self.client.get_node_pool, name=path)
         return None if pool is None else self._pool_live(pool, fields, path)
 
-    def read_batches(self, items: list[tuple[str, str, dict]]) -> list:
-        """A cluster's get carries its node pools: one call reads the cluster and every pool of it."""
-        clusters = {name: fields for kind, name, fields in items if kind == "cluster"}
-        pools = [(name, fields) for kind, name, fields in items if kind == "node_pool"]
-        batches = [lambda name=name, fields=fields: self._cluster_and_pools(name, fields, pools)
-                   for name, fields in clusters.items()]
-        # Pools of a cluster the spec no longer names (recorded ones) are read one by one.
-        batches += [lambda name=name, fields=fields: {f"node_pool/{name}": self.read("node_pool", name, fields)}
-                    for name, fields in pools if fields.get("cluster", self.target.cluster) not in clusters]
-        return batches
+    def reads(self, wanted: list[tuple[str, str, dict]]) -> list[Read]:
+        """One list of the location's clusters, with their node pools, reads every cluster and pool the project's
+        environments name; pools of a cluster the spec no longer names (recorded ones) are read one by one."""
+        clusters = {name: fields for kind, name, fields in wanted if kind == "cluster"}
+        pools = [(name, fields) for kind, name, fields in wanted if kind == "node_pool"]
+        listed = [(name, fields) for name, fields in pools if fields.get("cluster", self.target.cluster) in clusters]
+        reads = [Read((API, self._location), self._clusters, lambda found: self._pick(found, clusters, listed))] \
+            if clusters else []
+        return reads + read_each(self, API, [("node_pool", name, fields) for name, fields in pools
+                                             if (name, fields) not in listed])
 
-    def _cluster_and_pools(self, name: str, fields: dict, pools: list[tuple[str, dict]]) -> dict[str, Live | None]:
-        mine = [(pool, wanted) for pool, wanted in pools if wanted.get("cluster", self.target.cluster) == name]
-        cluster = get_or_none(API, f"get cluster {name}", self.client.get_cluster, name=self._cluster_path(name))
-        found = {pool.name: pool for pool in cluster.node_pools} if cluster else {}
-        read = {f"node_pool/{pool}": self._pool_live(found[pool], wanted, self._pool_path(pool, name)) if pool in found else None
-                for pool, wanted in mine}
-        read[f"cluster/{name}"] = None if cluster is None else self._cluster_live(cluster, fields)
+    def _clusters(self) -> dict[str, gke.Cluster]:
+        def listed() -> list[gke.Cluster]:
+            answer = self.client.list_clusters(parent=self._location)
+            if answer.missing_zones:  # a partial list would plan an existing cluster as new; retried as a 503 is
+                raise gexc.ServiceUnavailable(f"zones {', '.join(answer.missing_zones)} did not answer")
+            return list(answer.clusters)
+
+        return {cluster.name: cluster for cluster in call(API, f"list clusters in {self.target.region}", listed)}
+
+    def _pick(self, found: dict[str, gke.Cluster], clusters: dict[str, dict],
+              pools: list[tuple[str, dict]]) -> dict[str, Live | None]:
+        read: dict[str, Live | None] = {f"cluster/{name}": self._cluster_live(found[name], fields) if name in found else None
+                                        for name, fields in clusters.items()}
+        for pool, wanted in pools:
+            cluster = wanted.get("cluster", self.target.cluster)
+            live = {p.name: p for p in found[cluster].node_pools} if cluster in found else {}
+            read[f"node_pool/{pool}"] = (self._pool_live(live[pool], wanted, self._pool_path(pool, cluster))
+                                         if pool in live else None)
         return read
 
     def _cluster_live(self, cluster: gke.Cluster, fields: dict) -> Live:

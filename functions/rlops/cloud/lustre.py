@@ -1,9 +1,10 @@
 """Managed Lustre instances (google-cloud-lustre, REST)."""
 
+from google.api_core import exceptions as gexc
 from google.cloud import lustre_v1
 from google.protobuf import field_mask_pb2
 
-from rlops.cloud.base import Connection, Pending, Target, call, get_or_none, last_segment
+from rlops.cloud.base import Connection, Pending, Read, Target, call, get_or_none, last_segment
 from rlops.resource_shapes import Live, Resource
 
 API = "lustre"
@@ -22,11 +23,34 @@ class LustreAdapter:
     def _path(self, name: str, zone: str) -> str:
         return f"{self._parent(zone)}/instances/{name}"
 
+    def reads(self, wanted: list[tuple[str, str, dict]]) -> list[Read]:
+        """One list of the zone's instances, shared by the project's environments."""
+        zones: dict[str, list[tuple[str, dict]]] = {}
+        for _, name, fields in wanted:
+            zones.setdefault(fields["zone"], []).append((name, fields))
+        return [Read((API, self._parent(zone)), lambda zone=zone: self._instances(zone),
+                     lambda found, named=named: {f"lustre_instance/{name}": self._live(found[name], name, fields)
+                                                 if name in found else None for name, fields in named})
+                for zone, named in zones.items()]
+
+    def _instances(self, zone: str) -> dict[str, lustre_v1.Instance]:
+        def listed():
+            pager = self.client.list_instances(parent=self._parent(zone))
+            # A partial list would plan an existing instance as new.
+            pages = list(pager.pages)
+            unreachable = [location for page in pages for location in page.unreachable]
+            if unreachable:  # retried as any unavailable service is
+                raise gexc.ServiceUnavailable(f"locations {', '.join(unreachable)} did not answer")
+            return [instance for page in pages for instance in page.instances]
+
+        return {last_segment(instance.name): instance for instance in call(API, f"list instances in {zone}", listed)}
+
     def read(self, kind: str, name: str, fields: dict) -> Live | None:
         instance = get_or_none(API, f"get instance {name}", self.client.get_instance,
                                name=self._path(name, fields["zone"]))
-        if instance is None:
-            return None
+        return None if instance is None else self._live(instance, name, fields)
+
+    def _live(self, instance: lustre_v1.Instance, name: str, fields: dict) -> Live:
         settling = None
         if instance.state in (lustre_v1.Instance.State.CREATING, lustre_v1.Instance.State.UPDATING):
             path = self._path(name, fields["zone"])

@@ -6,7 +6,7 @@ from google_auth_httplib2 import AuthorizedHttp
 from googleapiclient import discovery
 from googleapiclient.http import set_user_agent
 
-from rlops.cloud.base import Connection, Pending, Target, call, last_segment
+from rlops.cloud.base import Connection, Pending, Read, Target, call, last_segment, read_each
 from rlops.resource_shapes import Live, Resource
 
 API = "servicenetworking"
@@ -24,6 +24,9 @@ class ServiceNetworkingAdapter:
     def _network(self, name: str) -> str:
         # Service networking names the consumer network by project NUMBER, not ID (seed-inventory §2, step 7a).
         return f"projects/{self.target.project_number}/global/networks/{name}"
+
+    def reads(self, wanted: list[tuple[str, str, dict]]) -> list[Read]:
+        return read_each(self, API, wanted)  # the list of connections is per network: nothing to share
 
     def read(self, kind: str, name: str, fields: dict) -> Live | None:
         request = self.client.services().connections().list(parent=SERVICE, network=self._network(name))

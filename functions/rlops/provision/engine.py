@@ -13,7 +13,7 @@ from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 
-from rlops.cloud.base import CloudError, Pending, is_conflict
+from rlops.cloud.base import CloudError, Pending, Read, ResourceAdapter, is_conflict
 from rlops.errors import Failure
 from rlops.provision.plan import Action, Change, Plan
 from rlops.provision.resources import DELETED_AFTER
@@ -27,7 +27,7 @@ class Workspace:
 
     name: str
     desired: list[Resource]
-    adapters: dict
+    adapters: dict[str, ResourceAdapter]
     record: ResourceRecord
 
     def __post_init__(self):
@@ -43,39 +43,34 @@ class Workspace:
 def read_live(workspaces: list[Workspace]) -> dict[str, dict[str, Live]]:
     """Live state of every workspace, all reads in parallel: {workspace name: {key: Live}}.
 
-    An adapter that can read several resources in one call (a list, a cluster with its node pools)
-    says so with `read_batches`; the others are read one get per resource.
+    Each distinct call is made once: environments of one project share the lists of its networks,
+    clusters and Lustre instances, so a fleet's plan costs about what one environment's does.
     """
-    reads = [read for per_workspace in read_plan(workspaces) for read in per_workspace]
+    wanted = read_plan(workspaces)
+    calls = {read.call: read.fetch for per_workspace in wanted for read in per_workspace}
     live: dict[str, dict[str, Live]] = {ws.name: {} for ws in workspaces}
     # A thread per call: they spend their time waiting on the network, so a plan costs one round trip.
-    with ThreadPoolExecutor(max_workers=max(1, min(256, len(reads))), thread_name_prefix="read") as pool:
-        futures = [(ws, pool.submit(thunk)) for ws, thunk in reads]
-        for ws, future in futures:
-            for key, found in future.result().items():
+    with ThreadPoolExecutor(max_workers=max(1, min(256, len(calls))), thread_name_prefix="read") as pool:
+        answers = dict(zip(calls, pool.map(lambda fetch: fetch(), calls.values())))
+    for ws, reads in zip(workspaces, wanted):
+        for read in reads:
+            for key, found in read.pick(answers[read.call]).items():
                 if found is not None:
                     live[ws.name][key] = _with_ownership(ws, key, found)
     return live
 
 
-def read_plan(workspaces: list[Workspace]) -> list[list[tuple[Workspace, Callable[[], dict]]]]:
-    """Per workspace, the independent read calls that together cover every resource it knows of."""
+def read_plan(workspaces: list[Workspace]) -> list[list[Read]]:
+    """Per workspace, the reads that together cover every resource it knows of."""
     plans = []
     for ws in workspaces:
         keys = list(ws.by_key) + [k for k in ws.record.resources if k not in ws.by_key]
-        by_adapter: dict[int, tuple[object, list]] = {}
+        by_adapter: dict[int, tuple[ResourceAdapter, list]] = {}
         for key in keys:
             kind, name = key.split("/", 1)
             adapter = ws.adapters[kind]
             by_adapter.setdefault(id(adapter), (adapter, []))[1].append((kind, name, ws.locator(key)))
-        thunks = []
-        for adapter, items in by_adapter.values():
-            if hasattr(adapter, "read_batches"):
-                thunks += adapter.read_batches(items)
-            else:
-                thunks += [lambda a=adapter, k=kind, n=name, f=fields: {f"{k}/{n}": a.read(k, n, f)}
-                           for kind, name, fields in items]
-        plans.append([(ws, thunk) for thunk in thunks])
+        plans.append([read for adapter, items in by_adapter.values() for read in adapter.reads(items)])
     return plans
 
 
