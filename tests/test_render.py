@@ -205,3 +205,25 @@ def test_render_redacts_secrets_and_a_planted_token_stays_in_the_secret_alone(ca
     encoded = base64.b64encode(PLANTED.encode()).decode()
     holding = [key for key, obj in objs.items() if PLANTED in json.dumps(obj) or encoded in json.dumps(obj)]
     assert holding == [("Secret", render.secret_name(env))]
+
+
+def test_an_installed_rlops_renders_from_its_package_data(tmp_path):
+    """Not only from a checkout: the base objects ship in the wheel, as a pip install would lay them out."""
+    import shutil
+    import sys
+
+    source = tmp_path / "source"  # a build writes build/ next to the sources: not into the checkout
+    shutil.copytree(REPO / "functions", source / "functions", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    for name in ("pyproject.toml", "requirements.txt"):
+        shutil.copy(REPO / name, source / name)
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", str(source),
+                    "-w", str(tmp_path / "wheel")], check=True)
+    (wheel,) = (tmp_path / "wheel").glob("rlops-*.whl")
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(tmp_path / "site"),
+                    str(wheel)], check=True)
+    probe = ("import rlops, rlops.kube.render as r; print(rlops.__file__); "
+             "print(sorted(o['kind'] for o in r.base('raycluster.yaml')))")
+    out = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, env={"PYTHONPATH": str(tmp_path / "site")},
+                         capture_output=True, text=True, check=True).stdout.splitlines()
+    assert out[0].startswith(str(tmp_path / "site")), out
+    assert out[1] == "['RayCluster']"

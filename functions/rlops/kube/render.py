@@ -14,14 +14,15 @@ import hashlib
 import json
 from dataclasses import dataclass
 from functools import cache
-from pathlib import Path
+from importlib import resources
 
 import yaml
 
 from rlops.ownership import labels_for
 from rlops.spec.model import GcpEnvironment, GpuPool
 
-MANIFESTS = Path(__file__).resolve().parents[3] / "manifests"
+# Package data, so that an installed rlops renders too; `manifests/` at the top of the repository links here.
+MANIFESTS = resources.files("rlops.kube") / "manifests"
 REDACTED = "<redacted>"
 # Until the Lustre instance exists (a plan from nothing, render --offline) its address is not known.
 UNKNOWN_LUSTRE_IP = "LUSTRE-IP-KNOWN-AFTER-APPLY"
