@@ -1,9 +1,10 @@
 """Cloud Function entry points (deployed from `functions/`, sharing the `rlops` package with the CLI).
 
-- `train` (Pub/Sub, the train topic): one message → at most one Ray job.
-- `watch` (Pub/Sub, the tick topic, from Cloud Scheduler): run records and resubmission after preemption.
-- `snapshot` (the same ticks): manifests of new complete checkpoints, written once.
-- `reap` (the same ticks): an idle environment's GPU pool scaled to zero.
+- `train` (Pub/Sub, the train topic): one message → at most one Ray job (`rlops/runs/train.py`).
+- `watch` (Pub/Sub, the tick topic, from Cloud Scheduler): run records and resubmission after preemption
+  (`rlops/runs/watch.py`).
+- `snapshot` (the same ticks): manifests of new complete checkpoints, written once (`rlops/runs/snapshot.py`).
+- `reap` (the same ticks): an idle environment's GPU pool scaled to zero (`rlops/reaper/reap.py`).
 
 Each handler imports only what it needs when it runs, so a cold start stays small.
 """
@@ -26,28 +27,28 @@ def _data(cloud_event) -> bytes | None:
 @functions_framework.cloud_event
 def train(cloud_event) -> None:
     from rlops.logs import emit
-    from rlops.runs.service import handle_train
+    from rlops.runs.train import handle
 
     data = _data(cloud_event)
     if data is None:
         emit("WARNING", "train message refused", reason="message.data: missing or not base64")
         return
-    handle_train(data)
+    handle(data)
 
 
 def _each_environment(cloud_event, what: str, act) -> None:
     """A tick, `{"environment": NAME}` for one environment or `{}` for every deployed one: `act(site)` for each."""
+    from rlops import sites
     from rlops.logs import emit
-    from rlops.runs import service
 
     try:
         wanted = json.loads(_data(cloud_event) or b"{}").get("environment")
     except (ValueError, AttributeError, RecursionError):
         emit("WARNING", f"{what} tick refused: not a JSON object")
         return
-    for name, env in service.ticked_environments(wanted, what):
+    for name, env in sites.ticked_environments(wanted, what):
         try:
-            events = act(service.open_site(name, env))
+            events = act(sites.open_site(name, env))
         except Exception as error:  # one unreachable environment must not starve the others; the next tick retries
             emit("ERROR", f"{what} tick failed", environment=name, error=f"{type(error).__name__}: {error}")
             continue
@@ -57,7 +58,7 @@ def _each_environment(cloud_event, what: str, act) -> None:
 @functions_framework.cloud_event
 def watch(cloud_event) -> None:
     """Run records, and resubmission of runs whose nodes went away."""
-    from rlops.runs.service import tick
+    from rlops.runs.watch import tick
 
     _each_environment(cloud_event, "watch", tick)
 
@@ -65,7 +66,7 @@ def watch(cloud_event) -> None:
 @functions_framework.cloud_event
 def snapshot(cloud_event) -> None:
     """Manifests of new complete checkpoints."""
-    from rlops.runs.snapshots import tick
+    from rlops.runs.snapshot import tick
 
     _each_environment(cloud_event, "snapshot", tick)
 
@@ -73,7 +74,7 @@ def snapshot(cloud_event) -> None:
 @functions_framework.cloud_event
 def reap(cloud_event) -> None:
     """Scale an idle environment's GPU pool to zero."""
-    from rlops.reaper.service import reap as reap_site
+    from rlops.reaper.reap import reap as reap_site
 
     def act(site) -> list:
         decision, actions = reap_site(site)

@@ -14,7 +14,7 @@ from google.cloud import lustre_v1
 
 from rlops import cli
 from rlops.cloud import base
-from rlops.state.record import AppliedSpec
+from rlops.state.resources import AppliedSpec
 
 
 @pytest.fixture

@@ -422,7 +422,8 @@ def test_a_gke_environment_reaches_its_ray_head_through_the_api_servers_service_
     from google.cloud import pubsub_v1
 
     from conftest import PLANTED_TOKENS
-    from rlops.runs import service
+    from rlops import sites
+    from rlops.runs import train, watch
 
     gcp, kube = h200_on_local_ray
     events = "projects/rlops-h200-example/subscriptions/rlops-events-log"
@@ -431,8 +432,8 @@ def test_a_gke_environment_reaches_its_ray_head_through_the_api_servers_service_
 
     data = json.dumps({"environment": "h200", "recipe": "gemma3-27b-gsm8k", "run": "gke-1", "overrides": {},
                        "requested_by": "tests"}).encode()
-    assert service.handle_train(data) == "submitted"
-    assert service.handle_train(data) == "duplicate"
+    assert train.handle(data) == "submitted"
+    assert train.handle(data) == "duplicate"
     proxied = [r for r in kube.requests if "/services/ray-cluster-head-svc:dashboard/proxy/api/jobs/" in r.path]
     assert {r.method for r in proxied} >= {"GET", "POST"}
     job = next(j for j in local.ray_jobs() if j.submission_id == "rlops.h200.gke-1.1")
@@ -441,18 +442,18 @@ def test_a_gke_environment_reaches_its_ray_head_through_the_api_servers_service_
     assert job.runtime_env["env_vars"] == {"HF_HOME": "/lustre/hf", "RAY_OVERRIDE_JOB_RUNTIME_ENV": "1"}
 
     # Neither uv nor NeMo RL is here: the job fails in its own code, which the watcher records and does not retry.
-    env = service.load_environment("h200")
+    env = sites.load_environment("h200")
     deadline = time.monotonic() + 120
     while True:
-        service.tick(service.open_site("h200", env))
-        record, _ = service.open_site("h200", env).records.get("gke-1")
+        watch.tick(sites.open_site("h200", env))
+        record, _ = sites.open_site("h200", env).records.get("gke-1")
         if record["state"] == "FAILED" or time.monotonic() > deadline:
             break
         time.sleep(1)
     assert record["state"] == "FAILED" and record["attempts"][0]["failure"]["kind"] == "code"
     assert len(record["attempts"]) == 1
     # A running job's progress comes from the end of its output, read on the driver's node through the proxy.
-    ray = service.open_site("h200", env).ray
+    ray = sites.open_site("h200", env).ray
     whole = ray.logs(job.submission_id)
     assert whole.count("\n") == 3
     assert ray.tail(job.submission_id, job.driver_node_id, 2) == "".join(whole.splitlines(keepends=True)[-2:])
@@ -519,13 +520,15 @@ def test_a_tick_for_every_environment_covers_the_applied_gcp_ones_only(h200_on_l
 def test_a_gke_environments_idle_pool_is_reaped_at_once_and_woken_by_a_train_message(h200_on_local_ray, specs,
                                                                                      capsys):
     from rlops import cli
-    from rlops.reaper.service import ScaleFailed, pool_of, reap
-    from rlops.runs import service
+    from rlops.reaper.reap import reap
+    from rlops import sites
+    from rlops.runs import train
+    from rlops.sites import ScaleFailed
 
     gcp, kube = h200_on_local_ray
     spec = specs / "h200.yaml"
     spec.write_text(spec.read_text().replace("timeout: 30m", "timeout: 1s"))
-    site = service.open_site("h200", service.load_environment("h200"))
+    site = sites.open_site("h200", sites.load_environment("h200"))
     assert not reap(site)[0].scale_down  # the first look starts the clock
     time.sleep(1.5)
     assert cli.main(["reap", "h200", "--dry-run"]) == 0
@@ -555,11 +558,11 @@ def test_a_gke_environments_idle_pool_is_reaped_at_once_and_woken_by_a_train_mes
     gcp.fail_operations(1, "SET_NODE_POOL_SIZE", 8, "GCE_STOCKOUT: The zone 'projects/rlops-h200-example/zones/"
                         "us-central1-b' does not have enough resources available to fulfill the request.")
     with pytest.raises(ScaleFailed, match="node pool gpu-pool: resize to 2 nodes failed: GCE_STOCKOUT"):
-        service.handle_train(data)
-    state, _ = pool_of(site).read()
+        train.handle(data)
+    state, _ = site.pool.read()
     assert state["scaled"] is False and "GCE_STOCKOUT" in state["error"]
-    assert service.handle_train(data) == "submitted"
-    state, _ = pool_of(site).read()
+    assert train.handle(data) == "submitted"
+    state, _ = site.pool.read()
     assert state["scaled"] is True and "error" not in state
     cluster = kube.get("rayclusters", "ray-cluster", "default")
     assert [g["replicas"] for g in cluster["spec"]["workerGroupSpecs"]] == [2]
@@ -574,21 +577,21 @@ def test_the_reaper_and_apply_take_turns_on_the_environments_lock(h200_on_local_
     from concurrent.futures import ThreadPoolExecutor
 
     from rlops.provision import service as provision
-    from rlops.reaper.service import pool_of, reap
-    from rlops.runs import service
+    from rlops.reaper.reap import reap
+    from rlops import sites
     from rlops.state.lock import Lock
 
     gcp, kube = h200_on_local_ray
     spec = specs / "h200.yaml"
     spec.write_text(spec.read_text().replace("timeout: 30m", "timeout: 1s"))
-    site = service.open_site("h200", service.load_environment("h200"))
+    site = sites.open_site("h200", sites.load_environment("h200"))
     assert not reap(site)[0].scale_down  # the first look starts the clock
     time.sleep(1.5)  # the idle timeout itself
     replicas = lambda: [g["replicas"] for g in kube.get("rayclusters", "ray-cluster", "default")["spec"]  # noqa: E731
                         ["workerGroupSpecs"]]
     resizes = lambda: [r for r in gcp.requests if r.path.endswith(":setSize") and 200 <= r.status < 300]  # noqa: E731
 
-    applying_elsewhere = Lock(site.records.bucket, site.env.state.prefix, "h200", operation="apply")
+    applying_elsewhere = Lock(site.bucket, site.env.state.prefix, "h200", operation="apply")
     applying_elsewhere.acquire(0)  # what `rlops apply h200` takes first
     with applying_elsewhere:
         decision, actions = reap(site)
@@ -598,7 +601,7 @@ def test_the_reaper_and_apply_take_turns_on_the_environments_lock(h200_on_local_
 
     said: list[str] = []
     session = provision.Session(provision.Environment("h200", site.env), provision.connection_from_environment(),
-                                site.records.bucket, said.append)
+                                site.bucket, said.append)
     with ThreadPoolExecutor(2) as threads:
         with gcp.holding_operations():  # the reaper's resize drains nodes for a while, under the lock
             reaping = threads.submit(reap, site)
@@ -609,7 +612,7 @@ def test_the_reaper_and_apply_take_turns_on_the_environments_lock(h200_on_local_
         assert reaping.result(timeout=60)[0].scale_down
         applying.result(timeout=120)
     assert replicas() == [0], "apply undid the reaper's scale-down"
-    assert pool_of(site).read()[0]["scaled"] is True
+    assert site.pool.read()[0]["scaled"] is True
 
 
 def _until(condition, what: str, timeout: float = 60) -> None:
@@ -624,30 +627,31 @@ def test_a_gke_environment_hashes_its_checkpoints_in_a_ray_job_where_they_are(lo
     """The snapshot tick of a GKE environment: a CPU-only Ray job (rlops shipped as a py_module) prints the
     manifests on the cluster; the next tick stores them. Here the cluster's Ray is this module's, through the proxy."""
     from rlops.checkpoints import manifest
-    from rlops.runs import records, service, snapshots
+    from rlops import sites
+    from rlops.runs import record, snapshot
 
     run_dir = tmp_path / "lustre" / "gke-snap"
     subprocess.run([sys.executable, "-m", "rlops.workloads.trl_grpo", "--output-dir", str(run_dir), "max_steps=4",
                     "save_steps=4"], check=True, capture_output=True, timeout=300)
-    site = service.open_site("h200", service.load_environment("h200"))
-    site.records.create(records.new({"environment": "h200", "recipe": "gemma3-27b-gsm8k", "run": "gke-snap",
+    site = sites.open_site("h200", sites.load_environment("h200"))
+    site.records.create(record.new({"environment": "h200", "recipe": "gemma3-27b-gsm8k", "run": "gke-snap",
                                      "requested-by": "tests", "settings": "{}", "checkpoint-dir": str(run_dir),
                                      "attempt": "1"}, "rlops.h200.gke-snap.1", time.time()))
-    assert snapshots.tick(site) == []  # starts the job
+    assert snapshot.tick(site) == []  # starts the job
     # A second tick that, racing the first, also found no scan running: the same checkpoints, the same job.
     started = time.time()
     with monkeypatch.context() as later:
-        later.setattr(snapshots.time, "time", lambda: started + 61)
-        snapshots._start_cluster_scan(site)
+        later.setattr(snapshot.time, "time", lambda: started + 61)
+        snapshot._start_cluster_scan(site)
     assert len([j for j in local.ray_jobs() if (j.metadata or {}).get("rlops-kind") == "snapshot"]) == 1
     deadline = time.monotonic() + 120
     while any((j.metadata or {}).get("rlops-kind") == "snapshot" and str(j.status.value) in ("PENDING", "RUNNING")
               for j in local.ray_jobs()):
         assert time.monotonic() < deadline, "the snapshot job did not finish"
         time.sleep(0.5)
-    events = snapshots.tick(site)
+    events = snapshot.tick(site)
     assert [(e["run"], e["step"]) for e in events] == [("gke-snap", 4)]
-    stored = json.loads(site.records.bucket.blob(events[0]["manifest"]).download_as_bytes())
+    stored = json.loads(site.bucket.blob(events[0]["manifest"]).download_as_bytes())
     assert not any(manifest.verify(run_dir / "checkpoint-4", stored).values())
     assert site.records.get("gke-snap")[0]["manifests"]["4"]["digest"] == stored["digest"]
     assert not [j for j in local.ray_jobs() if (j.metadata or {}).get("rlops-kind") == "snapshot"

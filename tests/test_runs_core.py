@@ -8,7 +8,8 @@ import pytest
 
 from conftest import ENVIRONMENTS
 from rlops.cloud import ray_jobs
-from rlops.runs import jobs, message, policy, progress
+from rlops.cloud.ray_jobs import JobView
+from rlops.runs import jobs, message, policy, progress, record
 from rlops.spec.load import load_or_raise
 
 LOCAL = load_or_raise(ENVIRONMENTS / "local.yaml")
@@ -149,9 +150,8 @@ def test_a_checkpoint_counts_only_once_complete(tmp_path: Path):
     assert progress.last_complete_checkpoint(tmp_path / "missing") is None
 
 
-def job(status="FAILED", error_type="JOB_ENTRYPOINT_COMMAND_FAILED", start=1000, end=5000, driver="n1"):
-    return {"status": status, "error_type": error_type, "start_time": start, "end_time": end,
-            "driver_node_id": driver}
+def job(status="FAILED", error_type="JOB_ENTRYPOINT_COMMAND_FAILED", start=1000, end=5000, driver="n1", message=""):
+    return JobView("rlops.e.r.1", status, message, error_type, start, end, driver)
 
 
 def node(node_id, state="ALIVE", end=0, head=False):
@@ -174,6 +174,63 @@ def test_resubmission_stays_within_the_resume_budget():
     assert policy.resubmittable(record, "node-lost", 2)
     assert not policy.resubmittable(record, "node-lost", 1)
     assert not policy.resubmittable(record, "code", 5)
+
+
+def run_record(*attempt_states: str, state: str | None = None, submitted_at: float = 0.0) -> dict:
+    attempts = [record.attempt(number, f"rlops.e.r.{number}", submitted_at) | {"state": attempt_state}
+                for number, attempt_state in enumerate(attempt_states, 1)]
+    return {"attempts": attempts, "state": state or attempt_states[-1]}
+
+
+ALIVE = [node("h", head=True), node("n1")]
+
+
+@pytest.mark.parametrize("before, seen, budget, expected", [
+    # (attempt states before, the job as Ray lists it, the recipe's resume budget, the transition)
+    (("PENDING",), job("PENDING"), 2, None),                                   # nothing new
+    (("PENDING",), job("RUNNING"), 2, policy.Transition("RUNNING")),
+    (("RUNNING",), job("SUCCEEDED", end=9000), 2, policy.Transition("SUCCEEDED", 9.0)),
+    (("RUNNING",), job("FAILED", message="x" * 600), 2,                         # the code failed: final
+     policy.Transition("FAILED", 5.0, {"kind": "code", "error_type": "JOB_ENTRYPOINT_COMMAND_FAILED",
+                                       "message": "x" * 500})),
+    (("RUNNING",), job("FAILED", error_type="JOB_SUPERVISOR_ACTOR_DIED"), 2,    # its node went away: resume
+     policy.Transition("FAILED", 5.0, {"kind": "node-lost", "error_type": "JOB_SUPERVISOR_ACTOR_DIED",
+                                       "message": ""}, resubmit=True)),
+    (("FAILED", "FAILED", "RUNNING"), job("FAILED", error_type="JOB_SUPERVISOR_ACTOR_DIED"), 2,  # budget spent
+     policy.Transition("FAILED", 5.0, {"kind": "node-lost", "error_type": "JOB_SUPERVISOR_ACTOR_DIED",
+                                       "message": ""}, reason="node lost, resume budget of 2 spent")),
+    (("RUNNING",), job("FAILED", error_type="JOB_SUPERVISOR_ACTOR_DIED"), None,  # the recipe left the spec
+     policy.Transition("FAILED", 5.0, {"kind": "node-lost", "error_type": "JOB_SUPERVISOR_ACTOR_DIED",
+                                       "message": ""}, reason="node lost, resume budget of 0 spent")),
+    (("RUNNING",), job("STOPPED"), 2,                                           # stopped by someone: final
+     policy.Transition("STOPPED", 5.0, {"kind": "stopped", "error_type": "JOB_ENTRYPOINT_COMMAND_FAILED",
+                                        "message": ""})),
+    (("SUCCEEDED",), job("FAILED"), 2, None),                                   # an ended run stays ended
+])
+def test_the_watcher_decides_each_transition_from_what_ray_says(before, seen, budget, expected):
+    assert policy.advance(run_record(*before), seen, ALIVE, now=100.0, resume_budget=budget) == expected
+
+
+def test_a_job_missing_from_rays_list_is_waited_for_then_taken_as_lost_with_its_node():
+    young, old = run_record("PENDING", submitted_at=1000.0), run_record("RUNNING", submitted_at=1000.0)
+    assert policy.seen(young, None, now=1000.0 + policy.LISTING_GRACE_SECONDS - 1) is None  # not listed yet
+    forgotten = policy.seen(old, None, now=1000.0 + policy.LISTING_GRACE_SECONDS + 1)  # the head restarted
+    assert (forgotten.status, forgotten.message) == ("FAILED", policy.FORGOTTEN)
+    transition = policy.advance(old, forgotten, [], now=2000.0, resume_budget=1)
+    assert transition.resubmit and transition.failure["kind"] == "node-lost" and transition.ended_at == 2000.0
+    listed = job("RUNNING")
+    assert policy.seen(old, listed, now=5000.0) is listed
+
+
+def test_rays_nodes_are_asked_for_only_to_tell_a_lost_node_from_a_code_failure():
+    assert policy.needs_nodes(run_record("RUNNING"), job("FAILED"))
+    assert not policy.needs_nodes(run_record("FAILED"), job("FAILED"))  # told already
+    assert not any(policy.needs_nodes(run_record("RUNNING"), job(status)) for status in ("SUCCEEDED", "STOPPED",
+                                                                                             "RUNNING"))
+    assert not policy.needs_nodes(run_record("RUNNING"), None)
+    # With the nodes: a code failure on a node that died in the job's window is a lost node.
+    died = [node("h", head=True), node("n2", "DEAD", end=4500)]
+    assert policy.advance(run_record("RUNNING"), job("FAILED"), died, 100.0, 1).resubmit
 
 
 def test_the_per_step_series_is_read_from_what_each_runner_prints():

@@ -7,7 +7,7 @@ import pytest
 
 from rlops.state import bucket as state_bucket
 from rlops.state.lock import Lock, LockHeld, force_unlock
-from rlops.state.record import ResourceRecord
+from rlops.state.resources import ResourceRecord
 
 
 @pytest.fixture

@@ -81,7 +81,7 @@ def _unapplied(folder: Path, touched: set[str]) -> list[str]:
     from rlops.provision.service import Environment
     from rlops.spec.load import load
     from rlops.spec.model import LocalEnvironment
-    from rlops.state.record import AppliedSpec
+    from rlops.state.resources import AppliedSpec
 
     names = []
     for path in environments.spec_files(folder):

@@ -34,13 +34,13 @@ def _local_stack(name: str, verb: str):
 
 def _site(name: str):
     """The environment's runs, with a local stack's emulators put in this process's environment."""
-    from rlops.runs import service
+    from rlops import sites
     from rlops.spec.model import LocalEnvironment
 
     env_name, env = _environment(name)
     if isinstance(env, LocalEnvironment):
         os.environ.update(_local_stack(name, "status").service_env())
-    return service.open_site(env_name, env)
+    return sites.open_site(env_name, env)
 
 
 def _up(args) -> int:
@@ -101,7 +101,7 @@ def _would_submit(env_name: str, env, parsed, settings: dict) -> str:
 
     from rlops.cloud.ray_jobs import META_PREFIX
     from rlops.runs import jobs
-    from rlops.runs.service import placement
+    from rlops.sites import placement
     from rlops.spec import nemo_rl
 
     recipe = env.recipes[parsed.recipe]
@@ -148,9 +148,9 @@ def _send_local(stack, data: bytes) -> str:
 
 
 def _watch(args) -> int:
-    from rlops.runs import service
+    from rlops.runs.watch import tick
 
-    events = service.tick(_site(args.environment))
+    events = tick(_site(args.environment))
     for event in events:
         print(f"{event['run']}: attempt {event['attempt']} {event['state']}"
               + (f" ({event['reason']})" if event.get("reason") else ""))
@@ -160,9 +160,9 @@ def _watch(args) -> int:
 
 
 def _snapshot(args) -> int:
-    from rlops.runs import snapshots
+    from rlops.runs import snapshot
 
-    events = snapshots.tick(_site(args.environment))
+    events = snapshot.tick(_site(args.environment))
     for event in events:
         print(f"{event['run']}: manifest of step {event['step']} written ({event['manifest']})")
     if not events:
@@ -171,7 +171,7 @@ def _snapshot(args) -> int:
 
 
 def _reap(args) -> int:
-    from rlops.reaper.service import reap
+    from rlops.reaper.reap import reap
 
     decision, actions = reap(_site(args.environment), dry_run=args.dry_run)
     if decision.scale_down:
@@ -344,10 +344,10 @@ def _checkpoints(args) -> int:
 
 
 def _list_checkpoints(environment: str, run: str) -> int:
-    from rlops.runs import snapshots
+    from rlops.runs import snapshot
 
     site = _site(environment)
-    rows = snapshots.listing(site, run)
+    rows = snapshot.listing(site, run)
     if rows is None:
         raise Failure(f"no run {run} in {environment}")
     header = ("STEP", "SIZE", "SAVED", "VERIFIED", "METRICS")

@@ -32,6 +32,25 @@ def status_of(job) -> str:
 
 
 @dataclass(frozen=True)
+class JobView:
+    """What Ray says of one job rlops submitted, as the watcher reads it (times in ms since the epoch)."""
+
+    submission_id: str
+    status: str
+    message: str = ""
+    error_type: str | None = None
+    start_time: int | None = None
+    end_time: int | None = None
+    driver_node_id: str | None = None
+    meta: dict = field(default_factory=dict)  # `described(job)`
+
+    @classmethod
+    def of(cls, job) -> "JobView":
+        return cls(job.submission_id, status_of(job), job.message or "", job.error_type, job.start_time,
+                   job.end_time, job.driver_node_id, described(job) or {})
+
+
+@dataclass(frozen=True)
 class JobRequest:
     submission_id: str
     entrypoint: str

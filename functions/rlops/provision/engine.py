@@ -18,7 +18,7 @@ from rlops.errors import Failure
 from rlops.provision.plan import Action, Change, Plan
 from rlops.provision.resources import DELETED_AFTER
 from rlops.resource_shapes import Live, Resource
-from rlops.state.record import ResourceRecord
+from rlops.state.resources import ResourceRecord
 
 
 @dataclass

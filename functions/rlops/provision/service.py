@@ -17,7 +17,7 @@ from rlops.resource_shapes import Live, Resource
 from rlops.spec.load import SpecError, load_text
 from rlops.spec.model import GcpEnvironment
 from rlops.state.lock import Lock
-from rlops.state.record import AppliedSpec, ResourceRecord
+from rlops.state.resources import AppliedSpec, ResourceRecord
 
 
 class Refused(Failure):

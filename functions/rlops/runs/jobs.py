@@ -56,3 +56,9 @@ def request(environment: str, recipe_name: str, recipe, run: str, settings: dict
                       entrypoint=command(recipe, settings, directory),
                       metadata={META_PREFIX + key: value for key, value in metadata.items()},
                       runtime_env=runtime_env, entrypoint_resources=entrypoint_resources or {})
+
+
+def for_site(site, recipe_name: str, run: str, settings: dict, requested_by: str, attempt: int) -> JobRequest:
+    """`request`, placed where the site's jobs run (its /lustre, the driver's Ray resources)."""
+    return request(site.name, recipe_name, site.env.recipes[recipe_name], run, settings, requested_by, attempt,
+                   site.lustre_root, site.entrypoint_resources)

@@ -6,26 +6,80 @@ node): Ray says the job's supervisor died with its node, or a non-head node died
 the training code itself is final.
 """
 
+from dataclasses import dataclass
+
+from rlops.cloud.ray_jobs import JobView
+
 TERMINAL = ("SUCCEEDED", "FAILED", "STOPPED")
 NODE_DEATH_SLACK_MS = 60_000  # the driver notices a lost actor a little after the node is gone
+# Ray's job list may not show a job submitted a moment ago; after this, a job the head does not know is lost.
+LISTING_GRACE_SECONDS = 60.0
+FORGOTTEN = "the Ray head no longer knows this job (it restarted?)"
 
 
-def failure_kind(job: dict, nodes: list[dict]) -> str:
+@dataclass(frozen=True)
+class Transition:
+    """What a run's current attempt goes through at one look: its new state, and what follows from it."""
+
+    state: str
+    ended_at: float | None = None
+    failure: dict | None = None   # {"kind": node-lost|code|stopped, "error_type", "message"}
+    resubmit: bool = False        # a new attempt follows, resuming from the last checkpoint
+    reason: str | None = None     # said in the state-changed event
+
+
+def failure_kind(job: JobView, nodes: list[dict]) -> str:
     """'node-lost', 'code' or 'stopped' for a terminal, unsuccessful job."""
-    if job["status"] == "STOPPED":
+    if job.status == "STOPPED":
         return "stopped"
-    if job.get("error_type") == "JOB_SUPERVISOR_ACTOR_DIED":
+    if job.error_type == "JOB_SUPERVISOR_ACTOR_DIED":
         return "node-lost"
-    started = job.get("start_time") or 0
-    ended = (job.get("end_time") or 0) + NODE_DEATH_SLACK_MS
+    started = job.start_time or 0
+    ended = (job.end_time or 0) + NODE_DEATH_SLACK_MS
     for node in nodes:
         if node["state"] != "DEAD" or node.get("is_head_node"):
             continue
         died = node.get("end_time_ms") or 0
-        if node["node_id"] == job.get("driver_node_id") or started <= died <= ended:
+        if node["node_id"] == job.driver_node_id or started <= died <= ended:
             return "node-lost"
     return "code"
 
 
 def resubmittable(record: dict, kind: str, resume_budget: int) -> bool:
     return kind == "node-lost" and len(record["attempts"]) <= resume_budget
+
+
+def seen(record: dict, job: JobView | None, now: float) -> JobView | None:
+    """The current attempt's job as the watcher should take it: a job the head has forgotten (a restarted head
+    keeps no job table) is a failed one whose nodes went away; None while it may just not be listed yet."""
+    current = record["attempts"][-1]
+    if job is not None or now - current["submitted_at"] < LISTING_GRACE_SECONDS:
+        return job
+    return JobView(current["submission_id"], "FAILED", FORGOTTEN, "JOB_SUPERVISOR_ACTOR_DIED")
+
+
+def needs_nodes(record: dict, job: JobView | None) -> bool:
+    """Whether `advance` must know Ray's nodes: only to tell a lost node from a code failure."""
+    return job is not None and job.status == "FAILED" and record["attempts"][-1]["state"] != "FAILED"
+
+
+def advance(record: dict, job: JobView | None, nodes: list[dict], now: float, resume_budget: int | None) -> \
+        Transition | None:
+    """The transition of the run's current attempt, given its job as `seen`; None when nothing changed.
+    `resume_budget` is the recipe's, None when the spec no longer has the recipe (nothing is resubmitted)."""
+    current = record["attempts"][-1]
+    if job is None or job.status == current["state"]:
+        return None
+    if current["state"] in TERMINAL and record["state"] in TERMINAL:
+        return None
+    ended_at = (job.end_time or now * 1000) / 1000
+    if job.status == "SUCCEEDED":
+        return Transition("SUCCEEDED", ended_at)
+    if job.status not in ("FAILED", "STOPPED"):
+        return Transition(job.status)
+    kind = failure_kind(job, nodes)
+    failure = {"kind": kind, "error_type": job.error_type, "message": (job.message or "")[-500:]}
+    if resume_budget is not None and resubmittable(record, kind, resume_budget):
+        return Transition(job.status, ended_at, failure, resubmit=True)
+    reason = f"node lost, resume budget of {resume_budget or 0} spent" if kind == "node-lost" else None
+    return Transition(job.status, ended_at, failure, reason=reason)

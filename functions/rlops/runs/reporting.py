@@ -12,25 +12,19 @@ CONTENT_TYPES = {".md": "text/markdown; charset=utf-8", ".png": "image/png"}
 
 
 def _checkpoints(site, run: str) -> list[dict]:
-    from rlops.runs import snapshots
+    from rlops.runs import snapshot
 
-    rows = snapshots.listing(site, run) or []
+    rows = snapshot.listing(site, run) or []
     return [{"step": row["step"], "bytes": row["total_bytes"],
              "verified": True if row["verified"] == "yes" else False if row["verified"].startswith("NO") else None}
             for row in rows]
-
-
-def _pool(site) -> dict | None:
-    from rlops.reaper.service import pool_of
-
-    return pool_of(site).read()[0]
 
 
 def write(site, record: dict, out_dir: Path) -> report.Report:
     run = record["run"]
     series = {a["attempt"]: site.records.metrics(run, a["attempt"]) or {"steps": [], "saves": []}
               for a in record["attempts"]}
-    return report.write(out_dir, record, series, _checkpoints(site, run), _pool(site))
+    return report.write(out_dir, record, series, _checkpoints(site, run), site.pool.read()[0])
 
 
 def publish(site, record: dict) -> str:
@@ -39,6 +33,6 @@ def publish(site, record: dict) -> str:
     with tempfile.TemporaryDirectory(prefix="rlops-report-") as scratch:
         drawn = write(site, record, Path(scratch))
         for path in [drawn.markdown, *drawn.plots]:
-            site.records.bucket.blob(layout.report(record["run"], path.name)).upload_from_filename(
+            site.bucket.blob(layout.report(record["run"], path.name)).upload_from_filename(
                 str(path), content_type=CONTENT_TYPES[path.suffix])
     return layout.report(record["run"], drawn.markdown.name)

@@ -23,13 +23,13 @@ RECENT_SECONDS = 24 * 3600
 
 
 def _manifest_blob(site, run: str, step: int):
-    return site.records.bucket.blob(site.records.layout.manifest(run, step))
+    return site.bucket.blob(site.records.layout.manifest(run, step))
 
 
 def known_steps(site, run: str) -> dict[int, object]:
     prefix = site.records.layout.manifests(run)
     return {int(blob.name[len(prefix):-len(".json")]): blob
-            for blob in site.records.bucket.list_blobs(prefix=prefix) if blob.name.endswith(".json")}
+            for blob in site.bucket.list_blobs(prefix=prefix) if blob.name.endswith(".json")}
 
 
 def wanted(record: dict, now: float) -> bool:

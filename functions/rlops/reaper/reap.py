@@ -20,38 +20,28 @@ A reap tick that finds the lock held does nothing and looks again next tick; a w
 import random
 import time
 
-from rlops.cloud.ray_jobs import ACTIVE, described, status_of
-from rlops.errors import Failure
+from rlops.cloud.ray_jobs import ACTIVE, JobView
 from rlops.logs import emit
 from rlops.reaper.policy import Decision, Picture, decide, savings
-from rlops.state.pool import PoolState
+from rlops.sites import Site
+from rlops.spec.model import LocalEnvironment
 from rlops.state.lock import Lock, LockHeld
+from rlops.state.pool import PoolState
 
-# A tick runs in a function with 540 s; a resize still running after this is finished by the next tick.
-RESIZE_TIMEOUT_SECONDS = 400.0
 WAKE_LOCK_TIMEOUT_SECONDS = 120.0
 
 
-class ScaleFailed(Failure):
-    pass
-
-
-def pool_of(site) -> PoolState:
-    return PoolState(site.records.bucket, site.env.state.prefix, site.name)
-
-
-def picture(site, state: dict, now: float) -> Picture:
-    mine = [j for j in site.ray.all() if (described(j) or {}).get("environment") == site.name]
-    status = [status_of(j) for j in mine]
-    ends = [j.end_time / 1000 for j in mine if j.end_time]
-    return Picture(now=now, active_jobs=sum(s in ACTIVE for s in status), last_job_end=max(ends, default=None),
+def picture(site: Site, state: dict, now: float) -> Picture:
+    mine = [job for job in map(JobView.of, site.ray.all()) if job.meta.get("environment") == site.name]
+    ends = [job.end_time / 1000 for job in mine if job.end_time]
+    return Picture(now=now, active_jobs=sum(job.status in ACTIVE for job in mine), last_job_end=max(ends, default=None),
                    last_accepted=state.get("accepted_at"), woken_at=state.get("woken_at") or state.get("created_at"),
                    scaled_down=bool(state.get("scaled_down")))
 
 
-def reap(site, dry_run: bool = False) -> tuple[Decision, list[str]]:
+def reap(site: Site, dry_run: bool = False) -> tuple[Decision, list[str]]:
     """Decide, and unless `dry_run`, scale down; (the decision, what was or would be done)."""
-    pool = pool_of(site)
+    pool = site.pool
     state, generation = pool.read()
     now = time.time()
     if generation == 0:  # first look at this environment: idleness is measured from now
@@ -81,12 +71,12 @@ def reap(site, dry_run: bool = False) -> tuple[Decision, list[str]]:
     return decision, actions
 
 
-def wake(site) -> bool:
+def wake(site: Site) -> bool:
     """Record a train message's acceptance and bring a scaled-down pool back; True if it was down.
 
     A wake that stopped part way (`scaled` false) is finished by the message's redelivery.
     """
-    pool = pool_of(site)
+    pool = site.pool
     for attempt in range(10):
         time.sleep(random.uniform(0, 0.05 * attempt))  # concurrent deliveries of one message take turns
         state, generation = pool.read()
@@ -104,17 +94,17 @@ def wake(site) -> bool:
     raise RuntimeError(f"{pool.blob.name} keeps changing; the message will be delivered again")
 
 
-def _lock(site, operation: str, timeout: float) -> Lock:
-    lock = Lock(site.records.bucket, site.env.state.prefix, site.name, operation=operation)
+def _lock(site: Site, operation: str, timeout: float) -> Lock:
+    lock = site.lock(operation)
     lock.acquire(timeout, on_wait=lambda held: emit("INFO", f"{operation} waits for the environment's lock",
                                                      environment=site.name, held_by=held.get("operation")))
     return lock
 
 
-def _scale_and_mark(site, pool: PoolState, down: bool) -> None:
+def _scale_and_mark(site: Site, pool: PoolState, down: bool) -> None:
     """Scale, then record that it finished, or why not, unless the other side has changed the wish meanwhile."""
     try:
-        _scale(site, down)
+        site.scale(down)
     except Exception as error:
         state, generation = pool.read()
         if bool(state.get("scaled_down")) == down:
@@ -131,9 +121,7 @@ def _scale_and_mark(site, pool: PoolState, down: bool) -> None:
         pool.write({**state, "scaled": True}, generation)
 
 
-def _actions(site, down: bool) -> list[str]:
-    from rlops.spec.model import LocalEnvironment
-
+def _actions(site: Site, down: bool) -> list[str]:
     env = site.env
     if isinstance(env, LocalEnvironment):
         verb = "stop" if down else "start"
@@ -145,36 +133,3 @@ def _actions(site, down: bool) -> list[str]:
     actions += [f"node pool {p.name}: resize to {size(p)} nodes" for p in env.gpu_pools
                 if "node-pools" in env.idle.scale_down]
     return actions
-
-
-def _scale(site, down: bool) -> None:
-    from rlops.spec.model import LocalEnvironment
-
-    if isinstance(site.env, LocalEnvironment):
-        from rlops.local.stack import Stack
-
-        stack = Stack(site.name, site.env, lambda line: emit("INFO", line))
-        stack.stop_pool() if down else stack.start_pool()
-        return
-    _scale_gke(site, down)
-
-
-def _scale_gke(site, down: bool) -> None:
-    from rlops.cloud.container import ContainerAdapter
-    from rlops.kube.cluster import Ref, connect
-    from rlops.provision.service import connection_from_environment, target_of
-
-    env = site.env
-    adapter = ContainerAdapter(target_of(site.name, env), connection_from_environment())
-    cluster = adapter.read("cluster", env.cluster.name, {})
-    if "ray-workers" in env.idle.scale_down and cluster is not None:
-        api = connect(cluster.fields.get("dns_endpoint_host"))
-        ref = Ref("RayCluster", env.ray.cluster_name, env.ray.namespace)
-        sizes = {p.name: 0 if down else p.ray_worker_replicas for p in env.gpu_pools}
-        api.set_worker_replicas(ref, sizes)
-    if "node-pools" in env.idle.scale_down:
-        for pool in env.gpu_pools:  # one at a time: GKE refuses a second operation on a cluster while one runs
-            size = 0 if down else pool.autoscaling.min_nodes or pool.ray_worker_replicas
-            error = adapter.resize_pool(pool.name, size).wait(RESIZE_TIMEOUT_SECONDS)
-            if error:
-                raise ScaleFailed(f"node pool {pool.name}: resize to {size} nodes failed: {error}")

@@ -1,35 +1,18 @@
-"""Run records in the state bucket: `PREFIX/environments/ENV/runs/RUN.json`, one per run.
+"""Run records in the state bucket: `PREFIX/environments/ENV/runs/RUN.json`, one per run (the shape of a
+record: `rlops.runs.record`), with each attempt's per-step series and its kept output beside it.
 
-A record holds the run's request, its attempts (one Ray job each), its state and the transitions
-that led there, and its progress (step, reward, last complete checkpoint). Writes are conditional
-on the generation read, so two ticks never overwrite each other's changes.
+Writes are conditional on the generation read, so two ticks never overwrite each other's changes.
 """
 
 import time
-
-LOG_TAIL_BYTES = 256 * 1024
+from collections.abc import Callable
 
 from google.api_core import exceptions as gexc
 
 from rlops.state.bucket import read_json, write_json_if
 from rlops.state.layout import Layout
 
-
-def new(job_meta: dict, submission_id: str, submitted_at: float) -> dict:
-    """The record of a run whose first attempt was just submitted, from the job's rlops metadata."""
-    import json
-
-    return {"environment": job_meta["environment"], "recipe": job_meta["recipe"], "run": job_meta["run"],
-            "requested_by": job_meta["requested-by"], "settings": json.loads(job_meta["settings"]),
-            "checkpoint_dir": job_meta["checkpoint-dir"], "state": "PENDING", "step": None, "reward": None,
-            "last_checkpoint": None, "created_at": submitted_at, "updated_at": submitted_at,
-            "attempts": [attempt(int(job_meta["attempt"]), submission_id, submitted_at)],
-            "history": [{"at": submitted_at, "attempt": int(job_meta["attempt"]), "state": "PENDING"}]}
-
-
-def attempt(number: int, submission_id: str, submitted_at: float) -> dict:
-    return {"attempt": number, "submission_id": submission_id, "state": "PENDING", "submitted_at": submitted_at,
-            "ended_at": None, "failure": None, "resumed_from": None, "first_step": None}
+LOG_TAIL_BYTES = 256 * 1024
 
 
 class RunRecords:
@@ -53,15 +36,13 @@ class RunRecords:
         seconds]]}), as the watcher gathered it from the job's output."""
         return read_json(self.bucket.blob(self.layout.attempt_metrics(run, attempt)))[0]
 
-    def add_metrics(self, run: str, attempt: int, points: dict) -> None:
-        """Merges `points` into the attempt's series (progress.merged); a tick that loses the race to another
-        tries again on what that one wrote."""
-        from rlops.runs.progress import merged
-
+    def add_metrics(self, run: str, attempt: int, merge: Callable[[dict | None], dict]) -> None:
+        """The attempt's series becomes `merge(series)`; a tick that loses the race to another merges again
+        into what that one wrote."""
         blob = self.bucket.blob(self.layout.attempt_metrics(run, attempt))
         for _ in range(3):
             old, generation = read_json(blob)
-            new = merged(old, points)
+            new = merge(old)
             if new == old or write_json_if(blob, new, generation):
                 return
 

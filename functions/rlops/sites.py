@@ -1,0 +1,189 @@
+"""The composition root: the one place that wires an environment, local or on GKE, to what its runs use.
+
+A `Site` is an environment's Ray head, state bucket (run records, pool state, lock), events topic
+and GPU pool scaler. The functions (`runs/train.py`, `runs/watch.py`, `runs/snapshot.py`,
+`reaper/reap.py`) and the CLI get one from `open_site` and never ask which kind of environment it is.
+"""
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from rlops import environments
+from rlops.cloud.ray_jobs import RayJobs
+from rlops.errors import Failure
+from rlops.logs import emit
+from rlops.spec.model import GcpEnvironment, LocalEnvironment
+from rlops.state.lock import Lock
+from rlops.state.pool import PoolState
+from rlops.state.run_records import RunRecords
+
+class UnknownEnvironment(Failure):
+    """A message or tick names an environment that is not deployed, or whose spec does not validate."""
+
+
+@dataclass
+class Site:
+    """One environment's runs: its spec, its Ray head, its state bucket and its events topic."""
+
+    name: str
+    env: LocalEnvironment | GcpEnvironment
+    ray: RayJobs
+    bucket: object  # google.cloud.storage.Bucket
+    publish: Callable[[dict], None]
+    scale: Callable[[bool], None]  # scale(down): the GPU pool down to zero, or back to the spec's sizes
+    lustre_root: str
+    entrypoint_resources: dict[str, float]
+    checkpoints_here: bool  # /lustre is a directory of this machine (local), not only of the cluster (GKE)
+
+    @property
+    def records(self) -> RunRecords:
+        return RunRecords(self.bucket, self.env.state.prefix, self.name)
+
+    @property
+    def pool(self) -> PoolState:
+        return PoolState(self.bucket, self.env.state.prefix, self.name)
+
+    def lock(self, operation: str) -> Lock:
+        return Lock(self.bucket, self.env.state.prefix, self.name, operation=operation)
+
+
+def load_environment(name: str) -> LocalEnvironment | GcpEnvironment:
+    """The spec of environment NAME from the environments directory."""
+    from rlops.spec.load import load
+
+    path = environments.directory() / f"{name}.yaml"
+    if not path.is_file():
+        raise UnknownEnvironment(f"environment: no environment {name!r} (no {path.name} among the deployed specs)")
+    loaded = load(path)
+    if loaded.environment is None:
+        raise UnknownEnvironment(f"environment: the spec of {name} does not validate: {loaded.problems[0]}")
+    return loaded.environment
+
+
+def ticked_environments(wanted: str | None, what: str) -> list[tuple[str, LocalEnvironment | GcpEnvironment]]:
+    """(name, spec) of the environments a `what` tick covers: the one it names, or else every deployed GCP
+    environment that has cloud resources. A spec that does not load is logged and left out.
+
+    A local environment is ticked by its own scheduler (`rlops up`), one in another project than
+    RLOPS_PROJECT (the deployment's) by that project's deployment, and a spec that was never applied
+    (an example) or was destroyed has no Ray to watch: ticking those would log an error every minute.
+    """
+    ticked = []
+    for name in [wanted] if wanted else [path.stem for path in environments.spec_files()]:
+        try:
+            env = load_environment(name)
+        except UnknownEnvironment as unknown:
+            emit("WARNING", f"{what} tick for an unknown environment", reason=str(unknown))
+            continue
+        if wanted or _has_cloud_resources(name, env):
+            ticked.append((name, env))
+    return ticked
+
+
+def _has_cloud_resources(name: str, env) -> bool:
+    from rlops.state.bucket import of_environment
+    from rlops.state.resources import ResourceRecord
+
+    if isinstance(env, LocalEnvironment):
+        return False
+    own_project = os.environ.get("RLOPS_PROJECT")
+    if own_project and env.project.id != own_project:
+        emit("INFO", "tick skips an environment of another project", environment=name, project=env.project.id)
+        return False
+    try:
+        resources = ResourceRecord(of_environment(env), env.state.prefix, name).load()
+    except Exception:  # noqa: BLE001 - an unreadable bucket is the tick's to report, with the environment's name
+        return True
+    if not resources.resources:
+        emit("INFO", "tick skips an environment with no cloud resources (never applied, or destroyed)",
+             environment=name)
+    return bool(resources.resources)
+
+
+def placement(env) -> tuple[str, dict[str, float]]:
+    """Where /lustre is for this environment's jobs, and the Ray resources a run's driver asks for."""
+    if isinstance(env, LocalEnvironment):
+        from rlops.local.stack import lustre_directory
+
+        return str(lustre_directory(env)), {env.local.gpu_pool.resource: 1}
+    return "/lustre", {}
+
+
+def open_site(name: str, env: LocalEnvironment | GcpEnvironment) -> Site:
+    from rlops.state.bucket import client
+
+    if isinstance(env, LocalEnvironment):
+        from rlops.local.stack import LOCAL_PROJECT, Stack
+
+        stack = Stack(name, env, lambda line: emit("INFO", line))
+        ray, project = RayJobs(stack.dashboard_url()), LOCAL_PROJECT
+        scale = lambda down: stack.stop_pool() if down else stack.start_pool()  # noqa: E731
+        publish = _publisher(project, emulated=True)
+    else:
+        gke = GkeCluster(name, env)
+        ray, project, scale = RayJobs(*gke.dashboard()), env.project.id, gke.scale
+        publish = _publisher(project, emulated=False)
+    lustre, resources = placement(env)
+    return Site(name, env, ray, client(project).bucket(env.state.bucket), publish, scale, lustre, resources,
+                checkpoints_here=isinstance(env, LocalEnvironment))
+
+
+class GkeCluster:
+    """A GKE environment's cluster, as the functions reach it: the API server (through its DNS endpoint,
+    with the caller's Google token), the Ray head through the API server's service proxy, the node pools."""
+
+    RESIZE_TIMEOUT_SECONDS = 400.0  # a tick runs in a function with 540 s; a longer resize is finished next tick
+
+    def __init__(self, name: str, env: GcpEnvironment):
+        from rlops.cloud.container import ContainerAdapter
+        from rlops.provision.service import connection_from_environment, target_of
+
+        self.name, self.env = name, env
+        self.adapter = ContainerAdapter(target_of(name, env), connection_from_environment())
+
+    def _endpoint(self) -> str | None:
+        """The API server's DNS endpoint; None while the cluster does not exist."""
+        cluster = self.adapter.read("cluster", self.env.cluster.name, {})
+        return None if cluster is None else cluster.fields.get("dns_endpoint_host")
+
+    def dashboard(self) -> tuple[str, dict[str, str]]:
+        from rlops.kube.cluster import ray_dashboard
+
+        endpoint = self._endpoint()
+        if endpoint is None:
+            raise Failure(f"environment {self.name}: cluster {self.env.cluster.name} does not exist; "
+                          f"run `rlops apply {self.name}`")
+        return ray_dashboard(endpoint, self.env.ray.namespace, self.env.ray.cluster_name)
+
+    def scale(self, down: bool) -> None:
+        """The RayCluster's GPU worker groups and the GPU node pools, as the spec's `idle.scale_down` says."""
+        from rlops.kube.cluster import Ref, connect
+
+        env = self.env
+        endpoint = self._endpoint()
+        if "ray-workers" in env.idle.scale_down and endpoint is not None:
+            sizes = {p.name: 0 if down else p.ray_worker_replicas for p in env.gpu_pools}
+            connect(endpoint).set_worker_replicas(Ref("RayCluster", env.ray.cluster_name, env.ray.namespace), sizes)
+        if "node-pools" in env.idle.scale_down:
+            for pool in env.gpu_pools:  # one at a time: GKE refuses a second operation on a cluster while one runs
+                size = 0 if down else pool.autoscaling.min_nodes or pool.ray_worker_replicas
+                error = self.adapter.resize_pool(pool.name, size).wait(self.RESIZE_TIMEOUT_SECONDS)
+                if error:
+                    raise ScaleFailed(f"node pool {pool.name}: resize to {size} nodes failed: {error}")
+
+
+class ScaleFailed(Failure):
+    pass
+
+
+def _publisher(project: str, emulated: bool) -> Callable[[dict], None]:
+    from rlops.cloud import pubsub
+
+    def publish(event: dict) -> None:
+        if emulated and not os.environ.get("PUBSUB_EMULATOR_HOST"):
+            emit("INFO", "event (no Pub/Sub emulator to publish it to)", event=event)
+            return
+        pubsub.publish(project, pubsub.EVENTS_TOPIC, event, type=event["type"])
+
+    return publish
