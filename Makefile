@@ -32,7 +32,7 @@ demo: $(STAMP)
 	$(BIN)/rlops status local --run $$run --follow && \
 	stage "snapshot: crc32c manifests of the run's complete checkpoints" && \
 	$(BIN)/rlops snapshot local && \
-	$(BIN)/rlops checkpoints local $$run && \
+	$(BIN)/rlops checkpoints list local $$run && \
 	stage "report: reward, step time and checkpoint saves" && \
 	$(BIN)/rlops report local $$run && \
 	grep -E '^- (state|mean reward)' reports/local/$$run/report.md && \

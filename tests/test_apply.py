@@ -13,6 +13,7 @@ from google.cloud import container_v1 as gke
 from google.cloud import lustre_v1
 
 from rlops import cli
+from rlops.cli import common
 from rlops.cloud import base
 from rlops.state.resources import AppliedSpec
 
@@ -31,8 +32,8 @@ def run(*argv) -> int:
 
 def applied(name: str) -> bool:
     """Whether the state bucket says the environment's current spec was applied completely."""
-    _, env = cli._load_gcp(name)
-    return (AppliedSpec(cli._bucket(env), env.spec.state.prefix, env.name).read() or {}).get("spec_sha256") == env.digest
+    _, env = common.load_gcp(name)
+    return (AppliedSpec(common.bucket(env), env.spec.state.prefix, env.name).read() or {}).get("spec_sha256") == env.digest
 
 
 def bodies(fake, method: str, path_end: str) -> list[dict]:
@@ -267,7 +268,7 @@ def test_every_write_path_of_a_seed_is_a_request_google_accepts(fake, specs, cap
                     .replace(*grown).replace(capacity, "capacity_gib: 54000"))
     assert run("apply", env_name) == 0, capsys.readouterr().err
     assert {r.method for r in fake.mutations()} >= {"POST", "PUT", "PATCH"}
-    _, env = cli._load_gcp(env_name)
+    _, env = common.load_gcp(env_name)
     adapter = ContainerAdapter(target_of(env.name, env.spec), connection_from_environment())
     assert adapter.resize_pool(pool, 0).wait(60) is None
     assert run("destroy", env_name, "--yes") == 0

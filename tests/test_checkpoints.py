@@ -165,3 +165,24 @@ def test_an_image_without_google_crc32c_hashes_with_the_library_shipped_with_the
     alone = subprocess.run([sys.executable, "-c", WITHOUT_GOOGLE_CRC32C, str(checkpoint), ",".join(names)],
                            capture_output=True, text=True, timeout=120)
     assert alone.returncode != 0 and "no crc32c implementation here: install google-crc32c" in alone.stderr
+
+
+def test_checkpoints_has_a_verb_for_each_use_so_any_environment_name_can_be_listed():
+    parser = cli.build_parser()
+    listed = parser.parse_args(["checkpoints", "list", "verify", "run-1"])  # an environment named `verify`
+    assert (listed.environment, listed.run_name, listed.run.__name__) == ("verify", "run-1", "_list_checkpoints")
+    verified = parser.parse_args(["checkpoints", "verify", "/ckpt", "/m.json"])
+    assert (verified.path, verified.manifest, verified.run.__name__) == ("/ckpt", "/m.json", "_checkpoint_verify")
+    with pytest.raises(SystemExit) as refused:
+        parser.parse_args(["checkpoints", "local", "run-1"])  # the old form: no verb
+    assert refused.value.code == 1
+
+
+def test_a_bug_in_rlops_keeps_its_traceback_where_a_users_failure_is_one_line(monkeypatch, tmp_path, capsys):
+    from rlops.checkpoints import manifest
+
+    assert cli.main(["checkpoints", "manifest", str(tmp_path / "absent")]) == 1  # the user's to fix: one line
+    assert capsys.readouterr().err.count("\n") == 1
+    monkeypatch.setattr(manifest, "build", lambda path: {}["a key rlops forgot"])
+    with pytest.raises(KeyError):  # not printed as if the user had done something wrong
+        cli.main(["checkpoints", "manifest", str(tmp_path)])

@@ -211,10 +211,10 @@ def test_snapshot_ticks_write_each_complete_checkpoints_manifest_once_even_at_th
         prefix="rlops/environments/local/runs/first/manifests/"))
     assert blobs == ["step-2.json", "step-4.json"]
     assert set(local.record("first")["manifests"]) == {"2", "4"}
-    listing = local.rlops("checkpoints", "local", "first").stdout.splitlines()
+    listing = local.rlops("checkpoints", "list", "local", "first").stdout.splitlines()
     assert [line.split()[0] for line in listing[1:]] == ["2", "4"] and all(" yes " in line for line in listing[1:])
     (run_dir / "checkpoint-2" / "scheduler.pt").write_bytes(b"changed")
-    assert "NO: 1 changed" in local.rlops("checkpoints", "local", "first").stdout
+    assert "NO: 1 changed" in local.rlops("checkpoints", "list", "local", "first").stdout
     checkpoint_events = [e for e in local.events() if e["type"] == "checkpoint" and e["run"] == "first"]
     assert sorted(e["step"] for e in checkpoint_events) == [2, 4]
 

@@ -5,6 +5,7 @@ import time
 
 import pytest
 
+from rlops.errors import Failure
 from rlops.state import bucket as state_bucket
 from rlops.state.lock import Lock, LockHeld, force_unlock
 from rlops.state.resources import ResourceRecord
@@ -79,7 +80,7 @@ def test_the_record_refuses_a_writer_that_read_an_older_version(bucket):
     mine = ResourceRecord(bucket, "rlops", "h200").load()
     theirs = ResourceRecord(bucket, "rlops", "h200").load()
     mine.put("network/a", {"mtu": 8896}, ())
-    with pytest.raises(RuntimeError, match="changed by someone else"):
+    with pytest.raises(Failure, match="changed by someone else"):
         theirs.put("network/b", {"mtu": 1460}, ())
     assert ResourceRecord(bucket, "rlops", "h200").load().resources == {"network/a": {"fields": {"mtu": 8896}, "depends_on": []}}
 

@@ -11,6 +11,8 @@ import urllib.parse
 import urllib.request
 from dataclasses import dataclass, field
 
+from rlops.errors import Failure
+
 
 ACTIVE = ("PENDING", "RUNNING")  # Ray's job statuses before the job has ended
 
@@ -29,6 +31,10 @@ def described(job) -> dict | None:
 def status_of(job) -> str:
     """A listed job's status as text: Ray's JobDetails carry a JobStatus enum, the REST answers a string."""
     return str(getattr(job.status, "value", job.status))
+
+
+class RayError(Failure):
+    """Ray's head did not answer as asked (unreachable, or a node's logs gone with the node)."""
 
 
 @dataclass(frozen=True)
@@ -110,7 +116,7 @@ class RayJobs:
             with urllib.request.urlopen(request, timeout=30) as response:
                 return response.read().decode("utf-8", "replace")
         except (urllib.error.URLError, OSError) as error:
-            raise RuntimeError(f"the last {lines} lines of {submission_id}: {error}") from error
+            raise RayError(f"the last {lines} lines of {submission_id}: {error}") from error
 
     def nodes(self) -> list[dict]:
         return nodes(self.address, self.headers)
@@ -134,9 +140,9 @@ def active_jobs(dashboard: str, headers: dict[str, str] | None = None) -> list[s
         said = error.read().decode("utf-8", "replace")
         if error.code == 404 or (error.code == 503 and "no endpoints available" in said):
             return []
-        raise RuntimeError(f"Ray jobs at {dashboard}: {error.code} {said[:200]}") from error
+        raise RayError(f"Ray jobs at {dashboard}: {error.code} {said[:200]}") from error
     except (urllib.error.URLError, OSError) as error:
-        raise RuntimeError(f"Ray jobs at {dashboard}: {error}") from error
+        raise RayError(f"Ray jobs at {dashboard}: {error}") from error
     return [job.get("submission_id") or job.get("job_id") for job in jobs if job.get("status") in ACTIVE]
 
 

@@ -14,6 +14,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from rlops.errors import Failure
+
 
 @dataclass
 class Process:
@@ -149,9 +151,9 @@ def wait_until(ready, process: Process, what: str, timeout: float, report) -> No
     started = last = time.monotonic()
     while not ready():
         if not process.alive():
-            raise RuntimeError(f"{process.name} exited while starting; the end of {process.log}:\n{process.log_tail()}")
+            raise Failure(f"{process.name} exited while starting; the end of {process.log}:\n{process.log_tail()}")
         if time.monotonic() - started > timeout:
-            raise RuntimeError(f"{process.name} not {what} after {timeout:.0f}s; the end of {process.log}:\n"
+            raise Failure(f"{process.name} not {what} after {timeout:.0f}s; the end of {process.log}:\n"
                                f"{process.log_tail()}")
         if time.monotonic() - last > 10:
             report(f"  waiting for {process.name} ({time.monotonic() - started:.0f}s)")

@@ -23,6 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from rlops.cloud import pubsub
+from rlops.errors import Failure
 from rlops.local.processes import Process, Registry, free_port, start, stop, wait_until
 from rlops.spec.model import LocalEnvironment
 
@@ -60,7 +61,7 @@ class Stack:
     def dashboard_url(self) -> str:
         head = self.processes().get("ray-head")
         if head is None:
-            raise RuntimeError(f"the local environment {self.name} is not up; run `rlops up {self.name}`")
+            raise Failure(f"the local environment {self.name} is not up; run `rlops up {self.name}`")
         return f"http://127.0.0.1:{head.ports['dashboard']}"
 
     def service_env(self) -> dict[str, str]:
@@ -266,7 +267,7 @@ class Stack:
         """A wake: the GPU-pool worker nodes that are not running start and join."""
         running = self.processes()
         if "ray-head" not in running or not running["ray-head"].alive():
-            raise RuntimeError(f"the local environment {self.name} is not up; run `rlops up {self.name}`")
+            raise Failure(f"the local environment {self.name} is not up; run `rlops up {self.name}`")
         for name in self._pool_names():
             if name not in running or not running[name].alive():
                 process = self._start_worker(name)

@@ -132,12 +132,12 @@ def spec_at_revision(path: Path, revision: str) -> str | None:
     top = subprocess.run(["git", "rev-parse", "--show-toplevel"], capture_output=True, text=True,
                          cwd=path.resolve().parent)
     if top.returncode:
-        raise RuntimeError(f"--base needs a git checkout: {top.stderr.strip()}")
+        raise Failure(f"--base needs a git checkout: {top.stderr.strip()}")
     root = top.stdout.strip()
     exists = subprocess.run(["git", "rev-parse", "--verify", "--quiet", f"{revision}^{{commit}}"], capture_output=True,
                             cwd=root)
     if exists.returncode:
-        raise RuntimeError(f"no such git revision: {revision}")
+        raise Failure(f"no such git revision: {revision}")
     relative = path.resolve().relative_to(Path(root).resolve())
     shown = subprocess.run(["git", "show", f"{revision}:{relative.as_posix()}"], capture_output=True, text=True, cwd=root)
     return shown.stdout if shown.returncode == 0 else None

@@ -21,6 +21,7 @@ import random
 import time
 
 from rlops.cloud.ray_jobs import ACTIVE, JobView
+from rlops.errors import Failure
 from rlops.logs import emit
 from rlops.reaper.policy import Decision, Picture, decide, savings
 from rlops.sites import Site
@@ -91,7 +92,7 @@ def wake(site: Site) -> bool:
                 site.publish({"type": "woken", "environment": site.name, "at": now})
                 emit("INFO", "GPU pool woken for a train message", environment=site.name)
             return must_scale
-    raise RuntimeError(f"{pool.blob.name} keeps changing; the message will be delivered again")
+    raise Failure(f"{pool.blob.name} keeps changing; the message will be delivered again")
 
 
 def _lock(site: Site, operation: str, timeout: float) -> Lock:

@@ -7,7 +7,7 @@ checkpoints, writes the records and resubmits what `advance` says to.
 import time
 from pathlib import Path
 
-from rlops.cloud.ray_jobs import JobView
+from rlops.cloud.ray_jobs import JobView, RayError
 from rlops.logs import emit
 from rlops.runs import jobs, policy, progress, record as run_record
 from rlops.sites import Site
@@ -123,7 +123,7 @@ def _update_progress(site: Site, record: dict, current: dict, job: JobView, runn
     try:
         text = (site.ray.logs(job.submission_id) if whole
                 else site.ray.tail(job.submission_id, job.driver_node_id, TAIL_LINES))
-    except RuntimeError as error:  # the driver's node is gone, and its logs with it
+    except (RuntimeError, RayError) as error:  # the driver's node is gone, and its logs with it (Ray's SDK: RuntimeError)
         emit("INFO", "job logs unavailable", submission_id=job.submission_id, error=str(error)[-200:])
         text = ""
     found = progress.from_logs(runner, text, current.get("epoch", 1))

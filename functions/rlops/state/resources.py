@@ -4,6 +4,7 @@ import threading
 
 from google.api_core import exceptions as gexc
 
+from rlops.errors import Failure
 from rlops.state.bucket import read_json, write_json
 from rlops.state.layout import Layout
 
@@ -39,7 +40,7 @@ class ResourceRecord:
         try:
             self.generation = write_json(self.blob, {"resources": self.resources}, if_generation_match=self.generation)
         except gexc.PreconditionFailed as error:
-            raise RuntimeError(f"the resource record {self.blob.name} was changed by someone else during this apply; "
+            raise Failure(f"the resource record {self.blob.name} was changed by someone else during this apply; "
                                "re-run it (the lock should have prevented this)") from error
 
 

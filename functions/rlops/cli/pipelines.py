@@ -6,9 +6,9 @@ import sys
 from pathlib import Path
 
 from rlops import environments
+from rlops.cli.common import Exit
 from rlops.errors import Failure
 
-EXIT_DELETED = 3
 
 
 def _git(*args: str, cwd: Path, env: dict[str, str] | None = None) -> str:
@@ -37,7 +37,7 @@ def _fetch(args) -> int:
     _git("fetch", "--quiet", *(["--unshallow"] if shallow else []), "origin", *args.refs, cwd=root,
          env=git_credentials())
     print(f"fetched origin {' '.join(args.refs) or '(all branches)'}" + (", whole history" if shallow else ""))
-    return 0
+    return Exit.OK
 
 
 def _changed(args) -> int:
@@ -66,8 +66,8 @@ def _changed(args) -> int:
                   f"restore the file, run `rlops destroy {name}` (it asks, and keeps Lustre data unless "
                   f"`lustre.deletion_policy: delete` and `--delete-data`), then delete the file again.",
                   file=sys.stderr)
-        return EXIT_DELETED
-    return 0
+        return Exit.DELETED
+    return Exit.OK
 
 
 def _unapplied(folder: Path, touched: set[str]) -> list[str]:
@@ -124,7 +124,7 @@ def _comment(args) -> int:
         raise Failure(f"{', '.join(args.file)}: empty; nothing to post")
     for line in GitHub(args.repo).post_plan(args.pr, parts):
         print(line)
-    return 0
+    return Exit.OK
 
 
 def _has_label(args) -> int:
@@ -132,13 +132,13 @@ def _has_label(args) -> int:
 
     present = args.label in GitHub(args.repo).labels(args.pr)
     print(f"pull request #{args.pr} {'has' if present else 'does not have'} the label {args.label!r}")
-    return 0 if present else 1
+    return Exit.OK if present else Exit.ERROR
 
 
 def add_commands(commands) -> None:
     changed = commands.add_parser(
         "changed", help="the environments whose spec files changed between two commits (or are not applied yet), one per line",
-        description=f"Exit 0; {EXIT_DELETED} when a spec file was deleted (never destroyed automatically).")
+        description=f"Exit 0; {Exit.DELETED} when a spec file was deleted (never destroyed automatically).")
     changed.add_argument("--since", required=True, metavar="GIT_REV")
     changed.add_argument("--until", default="HEAD", metavar="GIT_REV")
     changed.add_argument("--gcp-only", action="store_true", help="leave out local environments (nothing to apply)")

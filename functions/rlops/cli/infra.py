@@ -1,26 +1,13 @@
-"""The `rlops` command line.
-
-Exit codes: 0 success; 1 an error (including a bad flag); 2 "not clean": `validate` found
-problems in a spec, or `plan --detailed-exitcode` found changes.
-"""
+"""The infrastructure commands: validate, schema, plan, apply, destroy, render, unlock."""
 
 import argparse
 import json
 import sys
 from pathlib import Path
 
-from google.auth.exceptions import GoogleAuthError
-
 from rlops import environments
+from rlops.cli.common import Exit, bucket, cloud_environment, load_gcp, say
 from rlops.errors import Failure
-
-EXIT_OK, EXIT_ERROR, EXIT_INVALID, EXIT_CHANGES, EXIT_DESTRUCTIVE = 0, 1, 2, 2, 3
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):  # argparse exits 2, which `validate` and `plan` give a meaning of their own
-        self.print_usage(sys.stderr)
-        self.exit(EXIT_ERROR, f"{self.prog}: error: {message}\n")
 
 
 def _validate(args: argparse.Namespace) -> int:
@@ -30,7 +17,7 @@ def _validate(args: argparse.Namespace) -> int:
     files = [Path(f) for f in args.files] or environments.spec_files()
     if not files:
         print(f"rlops validate: no *.yaml files in {environments.directory()}", file=sys.stderr)
-        return EXIT_ERROR
+        return Exit.ERROR
     problems = 0
     for path in files:
         loaded = load(path)
@@ -43,62 +30,25 @@ def _validate(args: argparse.Namespace) -> int:
                 print("\n".join(describe(loaded.name, loaded.environment)))
     if problems:
         print(f"{problems} problem(s) in {len(files)} file(s)", file=sys.stderr)
-        return EXIT_INVALID
-    return EXIT_OK
+        return Exit.INVALID
+    return Exit.OK
 
 
 def _schema(args: argparse.Namespace) -> int:
     from rlops.spec.load import json_schema
 
     print(json.dumps(json_schema(), indent=2, sort_keys=True))
-    return EXIT_OK
+    return Exit.OK
 
 
 
-
-class _Usage(Exception):
-    """A command that cannot run as asked (a local environment for plan, a missing spec): exit 1."""
-
-
-def _load_gcp(name: str):
-    from rlops.provision.service import Environment
-    from rlops.spec.load import load
-    from rlops.spec.model import GcpEnvironment
-
-    path = environments.path_for(name)
-    if not path.is_file():
-        raise _Usage(f"no spec for environment {name!r}: {path} does not exist")
-    loaded = load(path)
-    if loaded.problems:
-        raise _Usage("\n".join(map(str, loaded.problems)) + f"\n{path}: fix the spec first (rlops validate)")
-    if not isinstance(loaded.environment, GcpEnvironment):
-        return path, None
-    return path, Environment(loaded.name, loaded.environment)
-
-
-def _cloud_environment(name: str, verb: str):
-    """The GCP environment NAME; a local one is a usage error: it has no cloud resources to `verb`."""
-    _, env = _load_gcp(name)
-    if env is None:
-        raise _Usage(f"{name} is a local environment; it has no cloud resources to {verb}")
-    return env
-
-
-def _bucket(env):
-    from rlops.state.bucket import of_environment
-
-    return of_environment(env.spec)
-
-
-def _say(text: str) -> None:
-    print(text, flush=True)
 
 
 def _plan(args: argparse.Namespace) -> int:
     from rlops.provision import render, service
 
     plans = []
-    loaded = [_load_gcp(name) for name in args.environments]
+    loaded = [load_gcp(name) for name in args.environments]
     for (path, env), name in zip(loaded, args.environments):
         if env is None:
             print(f"{name}: a local environment; it has no cloud resources to plan", file=sys.stderr)
@@ -107,7 +57,7 @@ def _plan(args: argparse.Namespace) -> int:
         plans = [service.plan_offline(env, service.base_environment(path, args.base) if args.base else None)
                  for path, env in targets]
     elif targets:
-        plans = service.plan_live([env for _, env in targets], service.connection_from_environment(), _bucket)
+        plans = service.plan_live([env for _, env in targets], service.connection_from_environment(), bucket)
     if args.format == "json":
         sys.stdout.write(render.as_json(plans))
     elif args.format == "markdown":
@@ -115,28 +65,28 @@ def _plan(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write("\n".join(render.text(plan) for plan in plans))
     if any(plan.errors for plan in plans):
-        return EXIT_ERROR
+        return Exit.ERROR
     destructive = [f"{plan.environment}: {change.key}" for plan in plans for change in plan.destructive]
     if args.refuse_destructive and destructive:
         print(f"rlops plan: {len(destructive)} destructive change(s): {', '.join(destructive[:20])}; "
               "refused (the pipeline's approval label lets them through)", file=sys.stderr)
-        return EXIT_DESTRUCTIVE
+        return Exit.DESTRUCTIVE
     if args.detailed_exitcode and any(plan.has_changes for plan in plans):
-        return EXIT_CHANGES
-    return EXIT_OK
+        return Exit.CHANGES
+    return Exit.OK
 
 
 def _apply(args: argparse.Namespace) -> int:
     from rlops.provision import render, service
 
-    env = _cloud_environment(args.environment, "apply")
+    env = cloud_environment(args.environment, "apply")
     if args.dry_run:
         live = None
         if not args.offline:
-            live = service.read_one(env, service.connection_from_environment(), _bucket(env))
+            live = service.read_one(env, service.connection_from_environment(), bucket(env))
         print("\n".join(service.dry_run(env, live)))
-        return EXIT_OK
-    session = service.Session(env, service.connection_from_environment(), _bucket(env), _say, args.lock_timeout,
+        return Exit.OK
+    session = service.Session(env, service.connection_from_environment(), bucket(env), say, args.lock_timeout,
                               args.ready_timeout)
 
     def show(plan) -> bool:
@@ -144,72 +94,69 @@ def _apply(args: argparse.Namespace) -> int:
         return True
 
     def newer(other: str) -> bool:
-        from rlops.cli_pipelines import descends_from
+        from rlops.cli.pipelines import descends_from
 
         return descends_from(other, args.commit)
 
     try:
         plan = session.apply(delete_data=args.delete_data, confirm=show, commit=args.commit, newer=newer)
     except service.Superseded as skipped:
-        _say(f"skipped: {skipped}")
-        return EXIT_OK
-    _say(f"Apply complete for {env.name}: {plan.summary()}." if plan.has_changes else f"{env.name}: no changes.")
-    return EXIT_OK
+        say(f"skipped: {skipped}")
+        return Exit.OK
+    say(f"Apply complete for {env.name}: {plan.summary()}." if plan.has_changes else f"{env.name}: no changes.")
+    return Exit.OK
 
 
 def _destroy(args: argparse.Namespace) -> int:
     from rlops.provision import render, service
 
-    env = _cloud_environment(args.environment, "destroy")
-    session = service.Session(env, service.connection_from_environment(), _bucket(env), _say, args.lock_timeout)
+    env = cloud_environment(args.environment, "destroy")
+    session = service.Session(env, service.connection_from_environment(), bucket(env), say, args.lock_timeout)
 
     def confirm(plan) -> bool:
         sys.stdout.write(render.text(plan))
         if args.yes:
             return True
         if not sys.stdin.isatty():
-            raise _Usage("destroy asks for confirmation; not a terminal, so pass --yes to go ahead")
+            raise Failure("destroy asks for confirmation; not a terminal, so pass --yes to go ahead")
         return input(f"Type the environment name ({env.name}) to destroy it: ").strip() == env.name
 
     plan = session.destroy(args.delete_data, confirm)
-    _say(f"Destroy complete for {env.name}: {plan.summary()}." if plan.has_changes else f"{env.name}: nothing to destroy.")
-    return EXIT_OK
+    say(f"Destroy complete for {env.name}: {plan.summary()}." if plan.has_changes else f"{env.name}: nothing to destroy.")
+    return Exit.OK
 
 
 def _render(args: argparse.Namespace) -> int:
     from rlops.kube import render
     from rlops.provision import service
 
-    env = _cloud_environment(args.environment, "render")
+    env = cloud_environment(args.environment, "render")
     if args.offline:
         rendered = render.objects(env.name, env.spec, render.LiveFacts(render.UNKNOWN_LUSTRE_IP))
     else:
         connection = service.connection_from_environment()
-        live = service.read_one(env, connection, _bucket(env))
+        live = service.read_one(env, connection, bucket(env))
         if f"lustre_instance/{env.spec.lustre.name}" not in live:
-            raise _Usage(f"the Lustre instance {env.spec.lustre.name} does not exist (yet): rlops apply "
+            raise Failure(f"the Lustre instance {env.spec.lustre.name} does not exist (yet): rlops apply "
                          f"{env.name} first, or render --offline")
         rendered = service.rendered_objects(env, live, connection, with_secrets=False)
     sys.stdout.write(render.as_yaml(rendered))
-    return EXIT_OK
+    return Exit.OK
 
 
 def _unlock(args: argparse.Namespace) -> int:
     from rlops.state.lock import force_unlock
 
-    env = _cloud_environment(args.environment, "lock")
+    env = cloud_environment(args.environment, "lock")
     if not args.force:
-        raise _Usage("unlock removes another process's lock; make sure it is dead, then pass --force")
-    held = force_unlock(_bucket(env), env.spec.state.prefix, env.name)
-    _say(f"removed the lock of {held['holder']} ({held['operation']} since {held['since']})" if held
+        raise Failure("unlock removes another process's lock; make sure it is dead, then pass --force")
+    held = force_unlock(bucket(env), env.spec.state.prefix, env.name)
+    say(f"removed the lock of {held['holder']} ({held['operation']} since {held['since']})" if held
          else f"{env.name} was not locked")
-    return EXIT_OK
+    return Exit.OK
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="rlops", description="GitOps for GRPO post-training on GKE.")
-    commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
-
+def add_commands(commands) -> None:
     validate = commands.add_parser("validate", help="check environment specs; exit 2 when any has a problem")
     validate.add_argument("files", nargs="*", help="spec files (default: every environments/*.yaml)")
     validate.add_argument("--describe", action="store_true", help="also say what each valid spec describes")
@@ -225,7 +172,7 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--format", choices=("text", "markdown", "json"), default="text")
     plan.add_argument("--detailed-exitcode", action="store_true", help="exit 0 no changes, 2 changes, 1 error")
     plan.add_argument("--refuse-destructive", action="store_true",
-                      help=f"exit {EXIT_DESTRUCTIVE} when a change replaces or deletes something (after printing the plan)")
+                      help=f"exit {Exit.DESTRUCTIVE} when a change replaces or deletes something (after printing the plan)")
     plan.set_defaults(run=_plan)
 
     lock_timeout = dict(type=float, default=600.0, metavar="SECONDS",
@@ -261,33 +208,3 @@ def build_parser() -> argparse.ArgumentParser:
     unlock.add_argument("environment", metavar="ENV")
     unlock.add_argument("--force", action="store_true", help="required: the holder must be dead")
     unlock.set_defaults(run=_unlock)
-
-    from rlops import cli_pipelines, cli_runs
-
-    cli_runs.add_commands(commands)
-    cli_pipelines.add_commands(commands)
-    return parser
-
-
-def main(argv: list[str] | None = None) -> int:
-    from rlops import logs
-
-    logs.to_stderr()
-    args = build_parser().parse_args(argv)
-    if getattr(args, "base", None) and not args.offline:
-        build_parser().error("--base goes with --offline")
-    if getattr(args, "offline", False) and hasattr(args, "dry_run") and not args.dry_run:
-        build_parser().error("apply --offline goes with --dry-run")
-    try:
-        return args.run(args)
-    except _Usage as error:
-        print(f"rlops {args.command}: {error}", file=sys.stderr)
-        return EXIT_ERROR
-    except (Failure, RuntimeError) as error:
-        print(f"rlops {args.command}: {error}", file=sys.stderr)
-        return EXIT_ERROR
-    except GoogleAuthError as error:
-        print(f"rlops {args.command}: no usable Google credentials ({str(error).splitlines()[0][:200]}); run `gcloud "
-              "auth application-default login`, or set GOOGLE_APPLICATION_CREDENTIALS to a service account key file",
-              file=sys.stderr)
-        return EXIT_ERROR

@@ -6,27 +6,15 @@ import os
 import sys
 import time
 
-from rlops import environments
+from rlops.cli.common import Exit, load_spec
 from rlops.errors import Failure
-
-
-def _environment(name: str):
-    from rlops.spec.load import load
-
-    path = environments.path_for(name)
-    if not path.is_file():
-        raise Failure(f"no spec for environment {name!r}: {path} does not exist")
-    loaded = load(path)
-    if loaded.problems:
-        raise Failure("\n".join(map(str, loaded.problems)) + f"\n{path}: fix the spec first (rlops validate)")
-    return loaded.name, loaded.environment
 
 
 def _local_stack(name: str, verb: str):
     from rlops.local.stack import Stack
     from rlops.spec.model import LocalEnvironment
 
-    env_name, env = _environment(name)
+    _, env_name, env = load_spec(name)
     if not isinstance(env, LocalEnvironment):
         raise Failure(f"{env_name} is a GCP environment; `rlops {verb}` is for local ones (use `rlops apply`)")
     return Stack(env_name, env, lambda text: print(text, flush=True))
@@ -37,7 +25,7 @@ def _site(name: str):
     from rlops import sites
     from rlops.spec.model import LocalEnvironment
 
-    env_name, env = _environment(name)
+    _, env_name, env = load_spec(name)
     if isinstance(env, LocalEnvironment):
         os.environ.update(_local_stack(name, "status").service_env())
     return sites.open_site(env_name, env)
@@ -45,12 +33,12 @@ def _site(name: str):
 
 def _up(args) -> int:
     _local_stack(args.environment, "up").up()
-    return 0
+    return Exit.OK
 
 
 def _down(args) -> int:
     _local_stack(args.environment, "down").down()
-    return 0
+    return Exit.OK
 
 
 def _typed(text: str):
@@ -66,7 +54,7 @@ def _train(args) -> int:
     from rlops.runs import message
     from rlops.spec.model import LocalEnvironment
 
-    env_name, env = _environment(args.environment)
+    _, env_name, env = load_spec(args.environment)
     overrides = {}
     for item in args.set:
         key, sep, value = item.partition("=")
@@ -83,7 +71,7 @@ def _train(args) -> int:
         raise Failure(f"not sent: {poison}") from None
     if args.dry_run:
         print(_would_submit(env_name, env, parsed, settings))
-        return 0
+        return Exit.OK
     if isinstance(env, LocalEnvironment):
         how = _send_local(_local_stack(args.environment, "train"), data)
     else:
@@ -92,7 +80,7 @@ def _train(args) -> int:
         how = f"published to {pubsub.TRAIN_TOPIC} (message {pubsub.publish(env.project.id, pubsub.TRAIN_TOPIC, payload)})"
     print(f"train message for run {args.run_name} of {env_name}: {how}")
     print(f"follow it with: rlops status {args.environment} --run {args.run_name} --follow")
-    return 0
+    return Exit.OK
 
 
 def _would_submit(env_name: str, env, parsed, settings: dict) -> str:
@@ -156,7 +144,7 @@ def _watch(args) -> int:
               + (f" ({event['reason']})" if event.get("reason") else ""))
     if not events:
         print("no changes")
-    return 0
+    return Exit.OK
 
 
 def _snapshot(args) -> int:
@@ -167,7 +155,7 @@ def _snapshot(args) -> int:
         print(f"{event['run']}: manifest of step {event['step']} written ({event['manifest']})")
     if not events:
         print("no new complete checkpoints")
-    return 0
+    return Exit.OK
 
 
 def _reap(args) -> int:
@@ -180,7 +168,7 @@ def _reap(args) -> int:
             print(f"  {action}")
     else:
         print(f"keeping the GPU pool: {decision.reason}")
-    return 0
+    return Exit.OK
 
 
 def _status(args) -> int:
@@ -202,9 +190,9 @@ def _status(args) -> int:
         time.sleep(args.interval)
     if args.run_name and not rows:
         print(f"no run {args.run_name} in {args.environment}", file=sys.stderr)
-        return 1
+        return Exit.ERROR
     # Following one run to its end: the exit code says how it ended (0 succeeded, 1 not).
-    return 1 if args.follow and args.run_name and rows[0]["state"] != "SUCCEEDED" else 0
+    return Exit.ERROR if args.follow and args.run_name and rows[0]["state"] != "SUCCEEDED" else Exit.OK
 
 
 def _report(args) -> int:
@@ -221,7 +209,7 @@ def _report(args) -> int:
     print(f"report: {drawn.markdown}")
     for plot in drawn.plots:
         print(f"plot: {plot}")
-    return 0
+    return Exit.OK
 
 
 def _table(rows: list[dict]) -> str:
@@ -258,7 +246,7 @@ def _logs(args) -> int:
         print(f"(Ray no longer has this output; the copy kept when attempt {attempt['attempt']} ended)",
               file=sys.stderr)
     sys.stdout.write(text)
-    return 0
+    return Exit.OK
 
 
 def add_commands(commands) -> None:
@@ -317,35 +305,39 @@ def add_commands(commands) -> None:
 
 
 
-def _checkpoints(args) -> int:
-    """`checkpoints manifest PATH`, `checkpoints verify PATH MANIFEST`, or `checkpoints ENV RUN`."""
+def _checkpoint_manifest(args) -> int:
     from pathlib import Path
 
     from rlops.checkpoints import manifest
 
-    words = args.words
     try:
-        if words[:1] == ["manifest"] and len(words) == 2:
-            print(json.dumps(manifest.build(Path(words[1])), indent=1, sort_keys=True))
-            return 0
-        if words[:1] == ["verify"] and len(words) == 3:
-            differences = manifest.verify(Path(words[1]), manifest.load(Path(words[2])))
-            for kind in ("missing", "extra", "changed"):
-                for item in differences[kind]:
-                    print(f"{kind}: {item}")
-            same = not any(differences.values())
-            print(f"{words[1]}: {'identical to' if same else 'differs from'} {words[2]}")
-            return 0 if same else 1
+        print(json.dumps(manifest.build(Path(args.path)), indent=1, sort_keys=True))
     except manifest.ManifestError as error:
         raise Failure(str(error)) from None
-    if len(words) == 2 and words[0] not in ("manifest", "verify"):
-        return _list_checkpoints(*words)
-    raise Failure("usage: rlops checkpoints manifest PATH | verify PATH MANIFEST | ENV RUN")
+    return Exit.OK
 
 
-def _list_checkpoints(environment: str, run: str) -> int:
+def _checkpoint_verify(args) -> int:
+    from pathlib import Path
+
+    from rlops.checkpoints import manifest
+
+    try:
+        differences = manifest.verify(Path(args.path), manifest.load(Path(args.manifest)))
+    except manifest.ManifestError as error:
+        raise Failure(str(error)) from None
+    for kind in ("missing", "extra", "changed"):
+        for item in differences[kind]:
+            print(f"{kind}: {item}")
+    same = not any(differences.values())
+    print(f"{args.path}: {'identical to' if same else 'differs from'} {args.manifest}")
+    return Exit.OK if same else Exit.ERROR
+
+
+def _list_checkpoints(args) -> int:
     from rlops.runs import snapshot
 
+    environment, run = args.environment, args.run_name
     site = _site(environment)
     rows = snapshot.listing(site, run)
     if rows is None:
@@ -355,7 +347,7 @@ def _list_checkpoints(environment: str, run: str) -> int:
                         for r in rows]
     widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
     print("\n".join("  ".join(c.ljust(w) for c, w in zip(line, widths)).rstrip() for line in lines))
-    return 0
+    return Exit.OK
 
 
 def _size(count: int | None) -> str:
@@ -370,10 +362,17 @@ def _size(count: int | None) -> str:
 
 
 def add_checkpoint_commands(commands) -> None:
-    checkpoints = commands.add_parser(
-        "checkpoints", help="checkpoint manifests: `manifest PATH`, `verify PATH MANIFEST`, or `ENV RUN` to list",
-        description="manifest PATH: print the manifest of the checkpoint at PATH (JSON). verify PATH MANIFEST: "
-                    "re-hash PATH and list missing, extra and changed files (exit 0 identical, 1 not). "
-                    "ENV RUN: a run's checkpoints with their manifests.")
-    checkpoints.add_argument("words", nargs="+", metavar="ARG")
-    checkpoints.set_defaults(run=_checkpoints)
+    checkpoints = commands.add_parser("checkpoints", help="checkpoint manifests: list a run's, build one, verify one")
+    verbs = checkpoints.add_subparsers(dest="verb", required=True, metavar="VERB")
+    listing = verbs.add_parser("list", help="a run's checkpoints with their manifests and whether they verify")
+    listing.add_argument("environment", metavar="ENV")
+    listing.add_argument("run_name", metavar="RUN")
+    listing.set_defaults(run=_list_checkpoints)
+    build = verbs.add_parser("manifest", help="print the manifest of the checkpoint at PATH (JSON)")
+    build.add_argument("path", metavar="PATH")
+    build.set_defaults(run=_checkpoint_manifest)
+    verify = verbs.add_parser("verify", help="re-hash PATH against MANIFEST and list missing, extra and changed "
+                                             "files (exit 0 identical, 1 not)")
+    verify.add_argument("path", metavar="PATH")
+    verify.add_argument("manifest", metavar="MANIFEST")
+    verify.set_defaults(run=_checkpoint_verify)

@@ -1,0 +1,44 @@
+"""The `rlops` command line: the infrastructure (`infra.py`), the local stack and training runs (`runs.py`),
+the pipelines' steps (`pipelines.py`). Exit codes: `common.Exit`.
+
+A `Failure` (what the user can fix: a spec, a flag, a cloud error said with its hint) prints one line
+and exits 1; anything else is a bug in rlops or a library and keeps its traceback.
+"""
+
+import sys
+
+from google.auth.exceptions import GoogleAuthError
+
+from rlops.cli import infra, pipelines, runs
+from rlops.cli.common import Exit, Parser
+from rlops.errors import Failure
+
+
+def build_parser() -> Parser:
+    parser = Parser(prog="rlops", description="GitOps for GRPO post-training on GKE.")
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
+    infra.add_commands(commands)
+    runs.add_commands(commands)
+    pipelines.add_commands(commands)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    from rlops import logs
+
+    logs.to_stderr()
+    args = build_parser().parse_args(argv)
+    if getattr(args, "base", None) and not args.offline:
+        build_parser().error("--base goes with --offline")
+    if getattr(args, "offline", False) and hasattr(args, "dry_run") and not args.dry_run:
+        build_parser().error("apply --offline goes with --dry-run")
+    try:
+        return int(args.run(args))
+    except Failure as error:
+        print(f"rlops {args.command}: {error}", file=sys.stderr)
+        return Exit.ERROR
+    except GoogleAuthError as error:
+        print(f"rlops {args.command}: no usable Google credentials ({str(error).splitlines()[0][:200]}); run `gcloud "
+              "auth application-default login`, or set GOOGLE_APPLICATION_CREDENTIALS to a service account key file",
+              file=sys.stderr)
+        return Exit.ERROR

@@ -1,0 +1,65 @@
+"""What every command shares: the exit codes, the one way to load an environment's spec, printing."""
+
+import argparse
+import sys
+from enum import IntEnum
+
+from rlops import environments
+from rlops.errors import Failure
+
+
+class Exit(IntEnum):
+    """The exit codes of every command (Terraform's for `plan --detailed-exitcode`)."""
+
+    OK = 0
+    ERROR = 1          # a failure, a bad flag, a spec that does not load
+    INVALID = 2        # `validate` found problems
+    CHANGES = 2        # `plan --detailed-exitcode` found changes
+    DESTRUCTIVE = 3    # `plan --refuse-destructive`: a change replaces or deletes something
+    DELETED = 3        # `changed`: a spec file was deleted (never destroyed automatically)
+
+
+class Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # argparse exits 2, which `validate` and `plan` give a meaning of their own
+        self.print_usage(sys.stderr)
+        self.exit(Exit.ERROR, f"{self.prog}: error: {message}\n")
+
+
+def load_spec(name: str):
+    """The spec of environment NAME (or at a path): (path, name, environment); a Failure when it does not load."""
+    from rlops.spec.load import load
+
+    path = environments.path_for(name)
+    if not path.is_file():
+        raise Failure(f"no spec for environment {name!r}: {path} does not exist")
+    loaded = load(path)
+    if loaded.problems:
+        raise Failure("\n".join(map(str, loaded.problems)) + f"\n{path}: fix the spec first (rlops validate)")
+    return path, loaded.name, loaded.environment
+
+
+def load_gcp(name: str):
+    """(path, provision.service.Environment), or (path, None) for a local environment."""
+    from rlops.provision.service import Environment
+    from rlops.spec.model import GcpEnvironment
+
+    path, env_name, env = load_spec(name)
+    return path, Environment(env_name, env) if isinstance(env, GcpEnvironment) else None
+
+
+def cloud_environment(name: str, verb: str):
+    """The GCP environment NAME; a local one is a usage error: it has no cloud resources to `verb`."""
+    _, env = load_gcp(name)
+    if env is None:
+        raise Failure(f"{name} is a local environment; it has no cloud resources to {verb}")
+    return env
+
+
+def bucket(env):
+    from rlops.state.bucket import of_environment
+
+    return of_environment(env.spec)
+
+
+def say(text: str) -> None:
+    print(text, flush=True)
