@@ -25,6 +25,14 @@ class Parser(argparse.ArgumentParser):
         self.exit(Exit.ERROR, f"{self.prog}: error: {message}\n")
 
 
+def environment_command(commands, name: str, run, help: str, **options) -> argparse.ArgumentParser:
+    """A command whose first argument is the environment (ENV), carried out by `run(args)`."""
+    command = commands.add_parser(name, help=help, **options)
+    command.add_argument("environment", metavar="ENV")
+    command.set_defaults(run=run)
+    return command
+
+
 def load_spec(name: str):
     """The spec of environment NAME (or at a path): (path, name, environment); a Failure when it does not load."""
     from rlops.spec.load import load

@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 
 from rlops import environments
-from rlops.cli.common import Exit, bucket, cloud_environment, load_gcp, say
+from rlops.cli.common import Exit, bucket, cloud_environment, environment_command, load_gcp, say
 from rlops.errors import Failure
 
 
@@ -177,8 +177,7 @@ def add_commands(commands) -> None:
 
     lock_timeout = dict(type=float, default=600.0, metavar="SECONDS",
                         help="how long to wait for another apply of this environment (default 600)")
-    apply = commands.add_parser("apply", help="make the cloud match the spec")
-    apply.add_argument("environment", metavar="ENV")
+    apply = environment_command(commands, "apply", _apply, "make the cloud match the spec")
     apply.add_argument("--dry-run", action="store_true", help="print every request apply would send, send none")
     apply.add_argument("--offline", action="store_true", help="with --dry-run: as if nothing existed yet")
     apply.add_argument("--lock-timeout", **lock_timeout)
@@ -189,22 +188,17 @@ def add_commands(commands) -> None:
     apply.add_argument("--commit", metavar="GIT_SHA",
                        help="the commit whose spec this is (the apply pipeline's): recorded, and an apply of an "
                             "older commit than the one recorded is skipped (exit 0)")
-    apply.set_defaults(run=_apply)
 
-    destroy = commands.add_parser("destroy", help="delete what rlops created, in reverse order (Lustre is kept)")
-    destroy.add_argument("environment", metavar="ENV")
+    destroy = environment_command(
+        commands, "destroy", _destroy, "delete what rlops created, in reverse order (Lustre is kept)")
     destroy.add_argument("--delete-data", action="store_true",
                          help="also delete the Lustre instance (also needs lustre.deletion_policy: delete)")
     destroy.add_argument("--yes", action="store_true", help="do not ask for confirmation")
     destroy.add_argument("--lock-timeout", **lock_timeout)
-    destroy.set_defaults(run=_destroy)
 
-    render = commands.add_parser("render", help="print the in-cluster objects as one YAML stream (Secret values redacted)")
-    render.add_argument("environment", metavar="ENV")
+    render = environment_command(
+        commands, "render", _render, "print the in-cluster objects as one YAML stream (Secret values redacted)")
     render.add_argument("--offline", action="store_true", help="without reading the cloud (the Lustre IP is left out)")
-    render.set_defaults(run=_render)
 
-    unlock = commands.add_parser("unlock", help="remove an environment's lock left by a dead apply")
-    unlock.add_argument("environment", metavar="ENV")
+    unlock = environment_command(commands, "unlock", _unlock, "remove an environment's lock left by a dead apply")
     unlock.add_argument("--force", action="store_true", help="required: the holder must be dead")
-    unlock.set_defaults(run=_unlock)

@@ -6,7 +6,7 @@ import os
 import sys
 import time
 
-from rlops.cli.common import Exit, load_spec
+from rlops.cli.common import Exit, environment_command, load_spec
 from rlops.errors import Failure
 
 
@@ -250,15 +250,11 @@ def _logs(args) -> int:
 
 
 def add_commands(commands) -> None:
-    up = commands.add_parser("up", help="start a local environment: Ray, the state bucket, Pub/Sub, the functions")
-    up.add_argument("environment", metavar="ENV")
-    up.set_defaults(run=_up)
-    down = commands.add_parser("down", help="stop exactly the processes `up` started, by their PIDs")
-    down.add_argument("environment", metavar="ENV")
-    down.set_defaults(run=_down)
+    environment_command(commands, "up", _up, "start a local environment: Ray, the state bucket, Pub/Sub, the functions")
+    environment_command(commands, "down", _down, "stop exactly the processes `up` started, by their PIDs")
 
-    train = commands.add_parser("train", help="send a train message: start run NAME of a recipe, exactly once")
-    train.add_argument("environment", metavar="ENV")
+    train = environment_command(
+        commands, "train", _train, "send a train message: start run NAME of a recipe, exactly once")
     train.add_argument("--recipe", required=True)
     train.add_argument("--run", dest="run_name", required=True, metavar="NAME", help="a DNS label; one name, one run")
     train.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
@@ -266,43 +262,31 @@ def add_commands(commands) -> None:
     train.add_argument("--requested-by", default=os.environ.get("USER") or "rlops-cli", metavar="WHO")
     train.add_argument("--dry-run", action="store_true",
                        help="print the job it would submit (and, for nemo-rl, the composed config); send nothing")
-    train.set_defaults(run=_train)
 
-    watch = commands.add_parser("watch", help="one watch tick now: record run states, resubmit preempted runs")
-    watch.add_argument("environment", metavar="ENV")
-    watch.set_defaults(run=_watch)
+    environment_command(commands, "watch", _watch, "one watch tick now: record run states, resubmit preempted runs")
 
-    snapshot = commands.add_parser("snapshot", help="one snapshot tick now: manifests of new complete checkpoints")
-    snapshot.add_argument("environment", metavar="ENV")
-    snapshot.set_defaults(run=_snapshot)
+    environment_command(commands, "snapshot", _snapshot, "one snapshot tick now: manifests of new complete checkpoints")
 
-    reap = commands.add_parser("reap", help="one reaper tick now: scale an idle GPU pool to zero")
-    reap.add_argument("environment", metavar="ENV")
+    reap = environment_command(commands, "reap", _reap, "one reaper tick now: scale an idle GPU pool to zero")
     reap.add_argument("--dry-run", action="store_true", help="say what it would do and why; change nothing")
-    reap.set_defaults(run=_reap)
 
-    status = commands.add_parser("status", help="the runs of an environment: state, attempt, step, checkpoint")
-    status.add_argument("environment", metavar="ENV")
+    status = environment_command(
+        commands, "status", _status, "the runs of an environment: state, attempt, step, checkpoint")
     status.add_argument("--run", dest="run_name", metavar="NAME")
     status.add_argument("--follow", action="store_true",
                         help="keep showing changes; with --run, until that run ends (exit 0 only if it succeeded)")
     status.add_argument("--interval", type=float, default=2.0, metavar="SECONDS", help=argparse.SUPPRESS)
-    status.set_defaults(run=_status)
 
-    logs = commands.add_parser("logs", help="a run's output (its latest attempt's Ray job logs)")
-    logs.add_argument("environment", metavar="ENV")
+    logs = environment_command(commands, "logs", _logs, "a run's output (its latest attempt's Ray job logs)")
     logs.add_argument("run_name", metavar="RUN")
     logs.add_argument("--attempt", type=int)
-    logs.set_defaults(run=_logs)
 
-    report = commands.add_parser("report", help="a run's report: reward, step time and checkpoint plots (PNG) and a "
-                                                "markdown page with its attempts, checkpoints and per-step series")
-    report.add_argument("environment", metavar="ENV")
+    report = environment_command(
+        commands, "report", _report, "a run's report: reward, step time and checkpoint plots (PNG) and a markdown "
+                                     "page with its attempts, checkpoints and per-step series")
     report.add_argument("run_name", metavar="RUN")
     report.add_argument("--output", metavar="DIR", help="where to write it (default reports/ENV/RUN)")
-    report.set_defaults(run=_report)
     add_checkpoint_commands(commands)
-
 
 
 def _checkpoint_manifest(args) -> int:
