@@ -101,6 +101,17 @@ def test_environments_of_one_project_share_their_list_calls_and_keep_their_own_r
     assert "cluster/two-h200" in plans["h200-two"] and "rl-" not in plans["h200-two"]
 
 
+def test_a_cluster_list_with_a_zone_missing_is_asked_again_not_planned_as_a_new_cluster(fake, capsys):
+    assert run("apply", "h200") == 0
+    capsys.readouterr()
+    fake.unanswered_zones.append("us-central1-b")
+    assert run("plan", "h200", "--detailed-exitcode") == 0
+    assert "0 to create" in capsys.readouterr().out
+    assert not fake.unanswered_zones
+    lists = [r for r in fake.requests if r.method == "GET" and r.path.endswith("/locations/us-central1/clusters")]
+    assert len(lists) >= 2
+
+
 def test_apply_b200_spot_without_gke_support_opens_the_lnet_port(fake):
     assert run("apply", "b200-spot") == 0
     (pool_request,) = bodies(fake, "POST", "/nodePools")

@@ -135,6 +135,7 @@ class FakeGcp:
         self.latency = latency        # seconds slept per request
         self.fail_rate = 0.0          # probability of a transient error (429 and 503 in turn) before anything is done
         self.requests: list[Request] = []
+        self.unanswered_zones: list[str] = []  # each answers one cluster list with that zone in missingZones
         self._lock = threading.RLock()
         self._random = random.Random(seed)
         self._store: dict[str, dict[str, dict]] = {kind: {} for kind in KINDS}
@@ -788,6 +789,9 @@ class FakeGcp:
         """container v1 ListClustersResponse: `clusters` (each with its `nodePools`, as a get gives it) and
         `missingZones`, the zones that did not answer (none here: the fake's zones always answer)."""
         names = [name for name, found in self._store["cluster"].items() if found.get("location", location) == location]
+        if self.unanswered_zones:  # a zone that did not answer in time: its clusters are missing from the list
+            missing = self.unanswered_zones.pop(0)
+            return {"clusters": [], "missingZones": [missing]}
         return {"clusters": [self._get_cluster(request, project, location, name) for name in names]}
 
     def _update_cluster(self, request, project, location, cluster):
