@@ -101,6 +101,17 @@ def test_environments_of_one_project_share_their_list_calls_and_keep_their_own_r
     assert "cluster/two-h200" in plans["h200-two"] and "rl-" not in plans["h200-two"]
 
 
+def test_the_json_plan_carries_cluster_object_changes_as_data_without_their_values(fake, capsys):
+    assert run("plan", "h200", "--format", "json") == 0
+    (plan,) = json.loads(capsys.readouterr().out)
+    objects = {(o["kind"], o["name"]): o for o in plan["cluster_objects"]}
+    assert objects[("RayCluster", "ray-cluster")] == {
+        "kind": "RayCluster", "name": "ray-cluster", "namespace": "default", "action": "create", "fields": [],
+        "reason": None, "restarts_pods": None}
+    assert objects[("PersistentVolume", "rl-lustre-pv")]["namespace"] is None  # cluster-scoped
+    assert "HF_TOKEN" not in json.dumps(plan) and "hf_" not in json.dumps(plan)
+
+
 def test_a_cluster_list_with_a_zone_missing_is_asked_again_not_planned_as_a_new_cluster(fake, capsys):
     assert run("apply", "h200") == 0
     capsys.readouterr()

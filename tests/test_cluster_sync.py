@@ -152,7 +152,8 @@ def test_a_cluster_without_a_dns_endpoint_is_refused_with_the_fix(monkeypatch):
 
 @pytest.mark.parametrize("env_name", ["h200", "b200-spot"])
 def test_after_apply_a_plan_is_clean_a_console_edit_is_drift_and_the_reapers_replicas_are_not(fakes, capsys, env_name):
-    from rlops.kube.cluster import KubeApi, Ref
+    from rlops.kube.cluster import KubeApi
+    from rlops.kube.objects import Ref
     from kubernetes import client
 
     gcp, kube = fakes
@@ -266,7 +267,8 @@ def test_the_reapers_patch_cannot_resize_the_wrong_group_when_the_list_was_reord
     landed between its read and its patch fail the whole patch (RFC 6902) instead of resizing another group."""
     from kubernetes import client
 
-    from rlops.kube.cluster import KubeApi, KubeError, Ref
+    from rlops.kube.cluster import KubeApi, KubeError
+    from rlops.kube.objects import Ref
 
     gcp, kube = fakes
     assert cli.main(["apply", "h200"]) == 0

@@ -158,7 +158,8 @@ class GkeCluster:
 
     def scale(self, down: bool) -> None:
         """The RayCluster's GPU worker groups and the GPU node pools, as the spec's `idle.scale_down` says."""
-        from rlops.kube.cluster import Ref, connect
+        from rlops.kube.cluster import connect
+        from rlops.kube.objects import Ref
 
         env = self.env
         endpoint = self._endpoint()

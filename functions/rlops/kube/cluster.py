@@ -7,56 +7,22 @@ clusters). Objects are applied by server-side apply with the field manager `rlop
 
 import json
 import os
-from dataclasses import dataclass
 
 from kubernetes import client
 
 from rlops.errors import Failure
+from rlops.kube.objects import KINDS, Ref
 
 FIELD_MANAGER = "rlops"
 # The reaper's and the wake's writes of worker replicas: an update under their own name, so the
 # object's managedFields say who set the count (apply keeps it; see sync.keep_live).
 REAPER_FIELD_MANAGER = "rlops-reaper"
-# kind -> (API path prefix, plural, namespaced): the kinds rlops applies.
-KINDS = {
-    "Secret": ("/api/v1", "secrets", True),
-    "ServiceAccount": ("/api/v1", "serviceaccounts", True),
-    "PersistentVolumeClaim": ("/api/v1", "persistentvolumeclaims", True),
-    "PersistentVolume": ("/api/v1", "persistentvolumes", False),
-    "DaemonSet": ("/apis/apps/v1", "daemonsets", True),
-    "RayCluster": ("/apis/ray.io/v1", "rayclusters", True),
-    "GKENetworkParamSet": ("/apis/networking.gke.io/v1", "gkenetworkparamsets", False),
-    "Network": ("/apis/networking.gke.io/v1", "networks", False),
-    "Pod": ("/api/v1", "pods", True),  # never applied: KubeRay's, read for readiness and deleted to recreate
-}
-# What serves a kind that may not be there yet.
-SERVED_BY = {
-    "RayCluster": "the Ray operator add-on (cluster.ray_operator), which GKE installs with the cluster",
-    "GKENetworkParamSet": "GKE multi-networking (cluster.multi_networking), on once the cluster is updated",
-    "Network": "GKE multi-networking (cluster.multi_networking), on once the cluster is updated",
-}
-
-
 class KubeError(Failure):
     """`code` and `said`: the API server's HTTP status and its own message, when it answered."""
 
     def __init__(self, message: str, code: int = 0, said: str = ""):
         super().__init__(message)
         self.code, self.said = code, said
-
-
-@dataclass(frozen=True)
-class Ref:
-    kind: str
-    name: str
-    namespace: str = ""
-
-    @classmethod
-    def of(cls, obj: dict) -> "Ref":
-        return cls(obj["kind"], obj["metadata"]["name"], obj["metadata"].get("namespace", "") if KINDS[obj["kind"]][2] else "")
-
-    def __str__(self) -> str:
-        return f"{self.kind}/{self.namespace + '/' if self.namespace else ''}{self.name}"
 
 
 def access(dns_endpoint: str | None) -> tuple[str, dict[str, str]]:

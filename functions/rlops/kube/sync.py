@@ -29,7 +29,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from rlops.kube.cluster import SERVED_BY, KubeApi, KubeError, Ref
+from rlops.kube.cluster import KubeApi, KubeError
+from rlops.kube.objects import SERVED_BY, ObjectChange, Ref
 from rlops.kube.render import TEMPLATE_DIGEST, pod_templates, pods_made_from
 from rlops.ownership import labels_for
 
@@ -38,26 +39,6 @@ DELETE_ORDER = ["RayCluster", "Secret", "ServiceAccount", "PersistentVolumeClaim
                 "Network", "GKENetworkParamSet"]
 RAY_CLUSTER_LABEL = "ray.io/cluster"  # on every pod KubeRay makes (ray-operator utils/constant.go)
 SERVER_METADATA = ("resourceVersion", "generation", "uid", "managedFields", "creationTimestamp", "selfLink")
-
-
-@dataclass
-class ObjectChange:
-    ref: Ref
-    action: str                      # create, update, replace, delete, or wait (the kind is not served yet)
-    fields: list[str] = field(default_factory=list)
-    desired: dict | None = None
-    reason: str = ""
-    restarts_pods: str = ""          # who recreates the RayCluster's pods for this update: KubeRay or rlops
-
-    def line(self) -> str:
-        symbol = {"create": "+", "update": "~", "replace": "-/+", "delete": "-", "wait": "+"}[self.action]
-        detail = self.reason or ", ".join(self.fields)
-        if self.restarts_pods:
-            detail += "; every pod restarts" + (
-                " (KubeRay's upgradeStrategy Recreate)" if self.restarts_pods == "KubeRay" else
-                ": this KubeRay has no upgradeStrategy (before v1.6), so rlops deletes the pods for KubeRay to "
-                "make them again") + ", once no Ray job is pending or running"
-        return f"{symbol} {self.ref}" + (f"  ({detail})" if detail else "")
 
 
 def owned_by(obj: dict, env_name: str) -> bool:

@@ -12,6 +12,7 @@ The rules, per resource:
 from dataclasses import dataclass, field
 from enum import Enum
 
+from rlops.kube.objects import ObjectChange
 from rlops.provision.resources import KINDS, Mutability
 from rlops.resource_shapes import Live, Resource
 
@@ -56,8 +57,8 @@ class Plan:
     environment: str
     changes: list[Change]
     errors: list[str] = field(default_factory=list)
-    # The in-cluster objects' changes, one line each ("+ RayCluster/default/ray-cluster"), after the cloud's.
-    cluster_objects: list[str] = field(default_factory=list)
+    # The in-cluster objects' changes, after the cloud's.
+    cluster_objects: list[ObjectChange] = field(default_factory=list)
 
     def count(self, action: Action) -> int:
         return sum(1 for c in self.changes if c.action == action)

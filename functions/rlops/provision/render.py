@@ -47,7 +47,7 @@ def text(plan: Plan) -> str:
         out.append("")
         out += change_lines(change)
     if plan.cluster_objects:
-        out += ["", "Cluster objects (server-side apply, after the cluster):"] + [f"  {line}" for line in plan.cluster_objects]
+        out += ["", "Cluster objects (server-side apply, after the cluster):"] + [f"  {change.line()}" for change in plan.cluster_objects]
     if not plan.has_changes and not plan.errors:
         out.append("No changes: the cloud matches the spec.")
     return "\n".join(out) + "\n"
@@ -58,7 +58,7 @@ def as_json(plans: list[Plan]) -> str:
         "environment": plan.environment,
         "summary": {a.value: plan.count(a) for a in Action if a != Action.NOOP},
         "errors": plan.errors,
-        "cluster_objects": plan.cluster_objects,
+        "cluster_objects": [change.summary() for change in plan.cluster_objects],
         "changes": [{
             "address": c.key, "action": c.action.value, "destructive": c.destructive, "reason": c.reason,
             "fields": [{"field": f.field, "before": f.before, "after": f.after, "mutability": f.mutability.value}
@@ -96,7 +96,7 @@ def markdown(plans: list[Plan], limit: int = GITHUB_COMMENT_LIMIT) -> list[str]:
     blocks: list[tuple[list[str], list[str]]] = []  # (header lines, detail lines) per environment
     for plan in plans:
         details = [line for change in _visible(plan) for line in change_lines(change) + [""]]
-        details += [f"{line}  (cluster object)" for line in plan.cluster_objects]
+        details += [f"{change.line()}  (cluster object)" for change in plan.cluster_objects]
         blocks.append((_markdown_header(plan), details))
     room = limit - 200  # the part marker and the fences of a details block
     comments: list[list[str]] = [[]]

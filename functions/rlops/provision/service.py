@@ -80,7 +80,7 @@ def plan_live(envs: list[Environment], connection: Connection, bucket_of: Callab
         if with_cluster_objects:
             changes = pool.map(lambda env: cluster_changes(env, live[env.name], connection, False), envs)
             for plan, objects in zip(plans, changes):
-                plan.cluster_objects = [change.line() for change in objects]
+                plan.cluster_objects = list(objects)
     return plans
 
 
@@ -108,12 +108,12 @@ def cluster_api(env: Environment, live: dict[str, Live]):
 
 def cluster_changes(env: Environment, live: dict[str, Live], connection: Connection, with_secrets: bool) -> list:
     from rlops.kube import sync
-    from rlops.kube.cluster import Ref
+    from rlops.kube.objects import ObjectChange, Ref
 
     rendered = rendered_objects(env, live, connection, with_secrets)
     api = cluster_api(env, live)
     if api is None:
-        return [sync.ObjectChange(Ref.of(obj), "create", desired=obj) for obj in rendered]
+        return [ObjectChange(Ref.of(obj), "create", desired=obj) for obj in rendered]
     return sync.plan(api, env.name, rendered, secret_values_known=with_secrets)
 
 
@@ -243,7 +243,7 @@ class Session:
                 raise Refused("; ".join(refusals))
             api = cluster_api(self.env, live)
             if operation == "destroy" and api is not None:
-                plan.cluster_objects = [f"- {ref}" for ref in sync.owned_refs(api, self.env.name)]
+                plan.cluster_objects = [sync.ObjectChange(ref, "delete") for ref in sync.owned_refs(api, self.env.name)]
             if plan.has_changes and not confirm(plan):
                 raise Refused(f"{operation} not confirmed; nothing was changed")
             if operation == "destroy":

@@ -1,0 +1,65 @@
+"""The in-cluster objects rlops applies, as names and changes (no I/O): which kinds, how an object is named,
+and what a plan says of a change to one."""
+
+from dataclasses import dataclass, field
+
+# kind -> (API path prefix, plural, namespaced): the kinds rlops applies.
+KINDS = {
+    "Secret": ("/api/v1", "secrets", True),
+    "ServiceAccount": ("/api/v1", "serviceaccounts", True),
+    "PersistentVolumeClaim": ("/api/v1", "persistentvolumeclaims", True),
+    "PersistentVolume": ("/api/v1", "persistentvolumes", False),
+    "DaemonSet": ("/apis/apps/v1", "daemonsets", True),
+    "RayCluster": ("/apis/ray.io/v1", "rayclusters", True),
+    "GKENetworkParamSet": ("/apis/networking.gke.io/v1", "gkenetworkparamsets", False),
+    "Network": ("/apis/networking.gke.io/v1", "networks", False),
+    "Pod": ("/api/v1", "pods", True),  # never applied: KubeRay's, read for readiness and deleted to recreate
+}
+# What serves a kind that may not be there yet.
+SERVED_BY = {
+    "RayCluster": "the Ray operator add-on (cluster.ray_operator), which GKE installs with the cluster",
+    "GKENetworkParamSet": "GKE multi-networking (cluster.multi_networking), on once the cluster is updated",
+    "Network": "GKE multi-networking (cluster.multi_networking), on once the cluster is updated",
+}
+
+
+
+@dataclass(frozen=True)
+class Ref:
+    kind: str
+    name: str
+    namespace: str = ""
+
+    @classmethod
+    def of(cls, obj: dict) -> "Ref":
+        return cls(obj["kind"], obj["metadata"]["name"], obj["metadata"].get("namespace", "") if KINDS[obj["kind"]][2] else "")
+
+    def __str__(self) -> str:
+        return f"{self.kind}/{self.namespace + '/' if self.namespace else ''}{self.name}"
+
+
+
+@dataclass
+class ObjectChange:
+    ref: Ref
+    action: str                      # create, update, replace, delete, or wait (the kind is not served yet)
+    fields: list[str] = field(default_factory=list)
+    desired: dict | None = None
+    reason: str = ""
+    restarts_pods: str = ""          # who recreates the RayCluster's pods for this update: KubeRay or rlops
+
+    def line(self) -> str:
+        symbol = {"create": "+", "update": "~", "replace": "-/+", "delete": "-", "wait": "+"}[self.action]
+        detail = self.reason or ", ".join(self.fields)
+        if self.restarts_pods:
+            detail += "; every pod restarts" + (
+                " (KubeRay's upgradeStrategy Recreate)" if self.restarts_pods == "KubeRay" else
+                ": this KubeRay has no upgradeStrategy (before v1.6), so rlops deletes the pods for KubeRay to "
+                "make them again") + ", once no Ray job is pending or running"
+        return f"{symbol} {self.ref}" + (f"  ({detail})" if detail else "")
+
+    def summary(self) -> dict:
+        """The change as data, for `plan --format json`: never the object itself (a Secret's values are in it)."""
+        return {"kind": self.ref.kind, "name": self.ref.name, "namespace": self.ref.namespace or None,
+                "action": self.action, "fields": list(self.fields), "reason": self.reason or None,
+                "restarts_pods": self.restarts_pods or None}
