@@ -447,11 +447,11 @@ def test_a_gke_environment_reaches_its_ray_head_through_the_api_servers_service_
     while True:
         watch.tick(sites.open_site("h200", env))
         record, _ = sites.open_site("h200", env).records.get("gke-1")
-        if record["state"] == "FAILED" or time.monotonic() > deadline:
+        if record.state == "FAILED" or time.monotonic() > deadline:
             break
         time.sleep(1)
-    assert record["state"] == "FAILED" and record["attempts"][0]["failure"]["kind"] == "code"
-    assert len(record["attempts"]) == 1
+    assert record.state == "FAILED" and record.attempts[0].failure.kind == "code"
+    assert len(record.attempts) == 1
     # A running job's progress comes from the end of its output, read on the driver's node through the proxy.
     ray = sites.open_site("h200", env).ray
     whole = ray.logs(job.submission_id)
@@ -463,7 +463,7 @@ def test_a_gke_environment_reaches_its_ray_head_through_the_api_servers_service_
     assert {(e["type"], e.get("state")) for e in published} >= {("submitted", None), ("state-changed", "FAILED")}
     for token in PLANTED_TOKENS.values():
         assert token not in json.dumps(job.model_dump(), default=str)
-        assert token not in json.dumps(record) and token not in json.dumps(published)
+        assert token not in json.dumps(record.to_json()) and token not in json.dumps(published)
 
 
 def test_rlops_train_publishes_a_gke_environments_message_to_its_train_topic(local, specs, monkeypatch, capsys):
@@ -560,10 +560,10 @@ def test_a_gke_environments_idle_pool_is_reaped_at_once_and_woken_by_a_train_mes
     with pytest.raises(ScaleFailed, match="node pool gpu-pool: resize to 2 nodes failed: GCE_STOCKOUT"):
         train.handle(data)
     state, _ = site.pool.read()
-    assert state["scaled"] is False and "GCE_STOCKOUT" in state["error"]
+    assert state.scaled is False and "GCE_STOCKOUT" in state.error
     assert train.handle(data) == "submitted"
     state, _ = site.pool.read()
-    assert state["scaled"] is True and "error" not in state
+    assert state.scaled is True and state.error is None
     cluster = kube.get("rayclusters", "ray-cluster", "default")
     assert [g["replicas"] for g in cluster["spec"]["workerGroupSpecs"]] == [2]
     assert [(r.body or {}).get("nodeCount") for r in gcp.requests
@@ -612,7 +612,7 @@ def test_the_reaper_and_apply_take_turns_on_the_environments_lock(h200_on_local_
         assert reaping.result(timeout=60)[0].scale_down
         applying.result(timeout=120)
     assert replicas() == [0], "apply undid the reaper's scale-down"
-    assert site.pool.read()[0]["scaled"] is True
+    assert site.pool.read()[0].scaled is True
 
 
 def _until(condition, what: str, timeout: float = 60) -> None:
@@ -628,15 +628,16 @@ def test_a_gke_environment_hashes_its_checkpoints_in_a_ray_job_where_they_are(lo
     manifests on the cluster; the next tick stores them. Here the cluster's Ray is this module's, through the proxy."""
     from rlops.checkpoints import manifest
     from rlops import sites
-    from rlops.runs import record, snapshot
+    from rlops.runs import snapshot
+    from rlops.state.run_records import new
 
     run_dir = tmp_path / "lustre" / "gke-snap"
     subprocess.run([sys.executable, "-m", "rlops.workloads.trl_grpo", "--output-dir", str(run_dir), "max_steps=4",
                     "save_steps=4"], check=True, capture_output=True, timeout=300)
     site = sites.open_site("h200", sites.load_environment("h200"))
-    site.records.create(record.new({"environment": "h200", "recipe": "gemma3-27b-gsm8k", "run": "gke-snap",
-                                     "requested-by": "tests", "settings": "{}", "checkpoint-dir": str(run_dir),
-                                     "attempt": "1"}, "rlops.h200.gke-snap.1", time.time()))
+    site.records.create(new({"environment": "h200", "recipe": "gemma3-27b-gsm8k", "run": "gke-snap",
+                             "requested-by": "tests", "settings": "{}", "checkpoint-dir": str(run_dir),
+                             "attempt": "1"}, "rlops.h200.gke-snap.1", time.time()))
     assert snapshot.tick(site) == []  # starts the job
     # A second tick that, racing the first, also found no scan running: the same checkpoints, the same job.
     started = time.time()
@@ -653,7 +654,7 @@ def test_a_gke_environment_hashes_its_checkpoints_in_a_ray_job_where_they_are(lo
     assert [(e["run"], e["step"]) for e in events] == [("gke-snap", 4)]
     stored = json.loads(site.bucket.blob(events[0]["manifest"]).download_as_bytes())
     assert not any(manifest.verify(run_dir / "checkpoint-4", stored).values())
-    assert site.records.get("gke-snap")[0]["manifests"]["4"]["digest"] == stored["digest"]
+    assert site.records.get("gke-snap")[0].manifests["4"]["digest"] == stored["digest"]
     assert not [j for j in local.ray_jobs() if (j.metadata or {}).get("rlops-kind") == "snapshot"
                 and str(j.status.value) == "SUCCEEDED"], "collected jobs are deleted"
 

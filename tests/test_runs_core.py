@@ -9,7 +9,8 @@ import pytest
 from conftest import ENVIRONMENTS
 from rlops.cloud import ray_jobs
 from rlops.cloud.ray_jobs import JobView
-from rlops.runs import jobs, message, policy, progress, record
+from rlops.runs import jobs, message, policy, progress
+from rlops.state.run_records import Attempt, AttemptFailure, RunRecord, UnknownVersion, new
 from rlops.spec.load import load_or_raise
 
 LOCAL = load_or_raise(ENVIRONMENTS / "local.yaml")
@@ -170,16 +171,17 @@ def test_a_failure_is_a_lost_node_only_when_ray_or_the_nodes_say_so():
 
 
 def test_resubmission_stays_within_the_resume_budget():
-    record = {"attempts": [{}, {}]}
+    record = run_record("FAILED", "RUNNING")
     assert policy.resubmittable(record, "node-lost", 2)
     assert not policy.resubmittable(record, "node-lost", 1)
     assert not policy.resubmittable(record, "code", 5)
 
 
-def run_record(*attempt_states: str, state: str | None = None, submitted_at: float = 0.0) -> dict:
-    attempts = [record.attempt(number, f"rlops.e.r.{number}", submitted_at) | {"state": attempt_state}
+def run_record(*attempt_states: str, state: str | None = None, submitted_at: float = 0.0) -> RunRecord:
+    attempts = [Attempt(number, f"rlops.e.r.{number}", submitted_at, attempt_state)
                 for number, attempt_state in enumerate(attempt_states, 1)]
-    return {"attempts": attempts, "state": state or attempt_states[-1]}
+    return RunRecord("e", "r", "run", "tests", {}, "/lustre/r", submitted_at, submitted_at, attempts, [],
+                     state or attempt_states[-1])
 
 
 ALIVE = [node("h", head=True), node("n1")]
@@ -191,20 +193,17 @@ ALIVE = [node("h", head=True), node("n1")]
     (("PENDING",), job("RUNNING"), 2, policy.Transition("RUNNING")),
     (("RUNNING",), job("SUCCEEDED", end=9000), 2, policy.Transition("SUCCEEDED", 9.0)),
     (("RUNNING",), job("FAILED", message="x" * 600), 2,                         # the code failed: final
-     policy.Transition("FAILED", 5.0, {"kind": "code", "error_type": "JOB_ENTRYPOINT_COMMAND_FAILED",
-                                       "message": "x" * 500})),
+     policy.Transition("FAILED", 5.0, AttemptFailure("code", "JOB_ENTRYPOINT_COMMAND_FAILED", "x" * 500))),
     (("RUNNING",), job("FAILED", error_type="JOB_SUPERVISOR_ACTOR_DIED"), 2,    # its node went away: resume
-     policy.Transition("FAILED", 5.0, {"kind": "node-lost", "error_type": "JOB_SUPERVISOR_ACTOR_DIED",
-                                       "message": ""}, resubmit=True)),
+     policy.Transition("FAILED", 5.0, AttemptFailure("node-lost", "JOB_SUPERVISOR_ACTOR_DIED", ""), resubmit=True)),
     (("FAILED", "FAILED", "RUNNING"), job("FAILED", error_type="JOB_SUPERVISOR_ACTOR_DIED"), 2,  # budget spent
-     policy.Transition("FAILED", 5.0, {"kind": "node-lost", "error_type": "JOB_SUPERVISOR_ACTOR_DIED",
-                                       "message": ""}, reason="node lost, resume budget of 2 spent")),
+     policy.Transition("FAILED", 5.0, AttemptFailure("node-lost", "JOB_SUPERVISOR_ACTOR_DIED", ""),
+                       reason="node lost, resume budget of 2 spent")),
     (("RUNNING",), job("FAILED", error_type="JOB_SUPERVISOR_ACTOR_DIED"), None,  # the recipe left the spec
-     policy.Transition("FAILED", 5.0, {"kind": "node-lost", "error_type": "JOB_SUPERVISOR_ACTOR_DIED",
-                                       "message": ""}, reason="node lost, resume budget of 0 spent")),
+     policy.Transition("FAILED", 5.0, AttemptFailure("node-lost", "JOB_SUPERVISOR_ACTOR_DIED", ""),
+                       reason="node lost, resume budget of 0 spent")),
     (("RUNNING",), job("STOPPED"), 2,                                           # stopped by someone: final
-     policy.Transition("STOPPED", 5.0, {"kind": "stopped", "error_type": "JOB_ENTRYPOINT_COMMAND_FAILED",
-                                        "message": ""})),
+     policy.Transition("STOPPED", 5.0, AttemptFailure("stopped", "JOB_ENTRYPOINT_COMMAND_FAILED", ""))),
     (("SUCCEEDED",), job("FAILED"), 2, None),                                   # an ended run stays ended
 ])
 def test_the_watcher_decides_each_transition_from_what_ray_says(before, seen, budget, expected):
@@ -217,7 +216,7 @@ def test_a_job_missing_from_rays_list_is_waited_for_then_taken_as_lost_with_its_
     forgotten = policy.seen(old, None, now=1000.0 + policy.LISTING_GRACE_SECONDS + 1)  # the head restarted
     assert (forgotten.status, forgotten.message) == ("FAILED", policy.FORGOTTEN)
     transition = policy.advance(old, forgotten, [], now=2000.0, resume_budget=1)
-    assert transition.resubmit and transition.failure["kind"] == "node-lost" and transition.ended_at == 2000.0
+    assert transition.resubmit and transition.failure.kind == "node-lost" and transition.ended_at == 2000.0
     listed = job("RUNNING")
     assert policy.seen(old, listed, now=5000.0) is listed
 
@@ -253,3 +252,17 @@ def test_a_10000_step_series_stays_bounded_and_keeps_its_newest_steps_whole():
     assert len(steps) <= progress.SERIES_LIMIT and len(json.dumps(series)) < 200_000
     assert steps[-progress.RECENT:] == list(range(10_001 - progress.RECENT, 10_001)) and steps == sorted(steps)
     assert steps[0] <= 4, "the beginning of the curve is kept"
+
+
+def test_a_run_record_round_trips_its_versioned_json_and_refuses_a_newer_version():
+    record = new({"environment": "e", "recipe": "r", "run": "one", "requested-by": "tests", "settings": '{"a": 1}',
+                  "checkpoint-dir": "/lustre/one", "attempt": "1"}, "rlops.e.one.1", 100.0)
+    record.current.failure = AttemptFailure("node-lost", "JOB_SUPERVISOR_ACTOR_DIED", "gone")
+    record.manifests["4"] = {"object": "o", "digest": "d"}
+    stored = json.loads(json.dumps(record.to_json()))
+    assert stored["version"] == 1 and stored["attempts"][0]["failure"]["kind"] == "node-lost"
+    assert RunRecord.from_json(stored) == record
+    unversioned = {k: v for k, v in stored.items() if k != "version"}  # written before records had versions
+    assert RunRecord.from_json(unversioned) == record
+    with pytest.raises(UnknownVersion, match="version 2; this rlops reads up to 1"):
+        RunRecord.from_json({**stored, "version": 2})

@@ -175,8 +175,8 @@ def _status(args) -> int:
     site = _site(args.environment)
     shown = None
     while True:
-        rows = [record for record, _ in site.records.all().values() if args.run_name in (None, record["run"])]
-        states = [(r["run"], r["state"], len(r["attempts"]), r["step"], r["last_checkpoint"]) for r in rows]
+        rows = [record for record, _ in site.records.all().values() if args.run_name in (None, record.run)]
+        states = [(r.run, r.state, len(r.attempts), r.step, r.last_checkpoint) for r in rows]
         if states != shown:
             if rows:
                 print(_table(rows), flush=True)
@@ -184,7 +184,7 @@ def _status(args) -> int:
                 print(f"waiting for run {args.run_name}" if args.run_name else f"no runs in {args.environment}",
                       flush=True)
             shown = states
-        done = rows and all(r["state"] in ("SUCCEEDED", "FAILED", "STOPPED") for r in rows)
+        done = rows and all(r.state in ("SUCCEEDED", "FAILED", "STOPPED") for r in rows)
         if not args.follow or (args.run_name and done):
             break
         time.sleep(args.interval)
@@ -192,7 +192,7 @@ def _status(args) -> int:
         print(f"no run {args.run_name} in {args.environment}", file=sys.stderr)
         return Exit.ERROR
     # Following one run to its end: the exit code says how it ended (0 succeeded, 1 not).
-    return Exit.ERROR if args.follow and args.run_name and rows[0]["state"] != "SUCCEEDED" else Exit.OK
+    return Exit.ERROR if args.follow and args.run_name and rows[0].state != "SUCCEEDED" else Exit.OK
 
 
 def _report(args) -> int:
@@ -212,13 +212,13 @@ def _report(args) -> int:
     return Exit.OK
 
 
-def _table(rows: list[dict]) -> str:
+def _table(rows: list) -> str:
     header = ("RUN", "STATE", "ATTEMPT", "STEP", "CHECKPOINT", "REWARD", "AGE")
     lines = [header]
-    for r in sorted(rows, key=lambda r: r["created_at"]):
-        age = int(time.time() - r["created_at"])
-        lines.append((r["run"], r["state"], str(r["attempts"][-1]["attempt"]), _dash(r["step"]),
-                      _dash(r["last_checkpoint"]), _dash(r["reward"]), f"{age // 60}m{age % 60:02d}s"))
+    for r in sorted(rows, key=lambda r: r.created_at):
+        age = int(time.time() - r.created_at)
+        lines.append((r.run, r.state, str(r.current.attempt), _dash(r.step), _dash(r.last_checkpoint),
+                      _dash(r.reward), f"{age // 60}m{age % 60:02d}s"))
     widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
     return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(line, widths)).rstrip() for line in lines)
 
@@ -232,18 +232,18 @@ def _logs(args) -> int:
     record, _ = site.records.get(args.run_name)
     if record is None:
         raise Failure(f"no run {args.run_name} in {args.environment}")
-    attempts = {a["attempt"]: a for a in record["attempts"]}
+    attempts = {a.attempt: a for a in record.attempts}
     attempt = attempts.get(args.attempt or max(attempts))
     if attempt is None:
         raise Failure(f"run {args.run_name} has attempts {sorted(attempts)}, not {args.attempt}")
     try:
-        text = site.ray.logs(attempt["submission_id"])
+        text = site.ray.logs(attempt.submission_id)
     except RuntimeError as error:  # the node that ran it is gone: the copy the watcher kept, if it ended
-        text = site.records.log(args.run_name, attempt["attempt"])
+        text = site.records.log(args.run_name, attempt.attempt)
         if text is None:
-            raise Failure(f"Ray no longer has the output of {attempt['submission_id']} ({str(error)[-200:]}) "
+            raise Failure(f"Ray no longer has the output of {attempt.submission_id} ({str(error)[-200:]}) "
                           "and no copy was kept") from None
-        print(f"(Ray no longer has this output; the copy kept when attempt {attempt['attempt']} ended)",
+        print(f"(Ray no longer has this output; the copy kept when attempt {attempt.attempt} ended)",
               file=sys.stderr)
     sys.stdout.write(text)
     return Exit.OK

@@ -249,7 +249,7 @@ class Stack:
         os.environ["STORAGE_EMULATOR_HOST"] = self.service_env()["STORAGE_EMULATOR_HOST"]
         state, _ = PoolState(client(LOCAL_PROJECT).bucket(self.env.state.bucket), self.env.state.prefix,
                              self.name).read()
-        return bool(state.get("scaled_down"))
+        return state.scaled_down
 
     def _pool_names(self) -> list[str]:
         return [f"ray-worker-{i}" for i in range(self.env.local.gpu_pool.workers)]

@@ -19,6 +19,7 @@ A reap tick that finds the lock held does nothing and looks again next tick; a w
 
 import random
 import time
+from dataclasses import replace
 
 from rlops.cloud.ray_jobs import ACTIVE, JobView
 from rlops.errors import Failure
@@ -27,17 +28,17 @@ from rlops.reaper.policy import Decision, Picture, decide, savings
 from rlops.sites import Site
 from rlops.spec.model import LocalEnvironment
 from rlops.state.lock import Lock, LockHeld
-from rlops.state.pool import PoolState
+from rlops.state.pool import PoolState, PoolStatus
 
 WAKE_LOCK_TIMEOUT_SECONDS = 120.0
 
 
-def picture(site: Site, state: dict, now: float) -> Picture:
+def picture(site: Site, state: PoolStatus, now: float) -> Picture:
     mine = [job for job in map(JobView.of, site.ray.all()) if job.meta.get("environment") == site.name]
     ends = [job.end_time / 1000 for job in mine if job.end_time]
     return Picture(now=now, active_jobs=sum(job.status in ACTIVE for job in mine), last_job_end=max(ends, default=None),
-                   last_accepted=state.get("accepted_at"), woken_at=state.get("woken_at") or state.get("created_at"),
-                   scaled_down=bool(state.get("scaled_down")))
+                   last_accepted=state.accepted_at, woken_at=state.woken_at or state.created_at,
+                   scaled_down=state.scaled_down)
 
 
 def reap(site: Site, dry_run: bool = False) -> tuple[Decision, list[str]]:
@@ -46,13 +47,12 @@ def reap(site: Site, dry_run: bool = False) -> tuple[Decision, list[str]]:
     state, generation = pool.read()
     now = time.time()
     if generation == 0:  # first look at this environment: idleness is measured from now
-        state = {**state, "created_at": now}
         if not dry_run:
-            pool.write(state, 0)
+            pool.write(replace(state, created_at=now), 0)
         return Decision(False, "first look at this environment: idleness counts from now"), []
     actions = _actions(site, down=True)
-    unfinished = state.get("scaled_down") and not state.get("scaled", True)
-    decision = Decision(True, "finishing a scale-down that stopped part way", state.get("since")) if unfinished \
+    unfinished = state.scaled_down and not state.scaled
+    decision = Decision(True, "finishing a scale-down that stopped part way", state.since) if unfinished \
         else decide(picture(site, state, now), site.env.idle.timeout_seconds)
     if not decision.scale_down or dry_run:
         return decision, actions if decision.scale_down else []
@@ -62,7 +62,7 @@ def reap(site: Site, dry_run: bool = False) -> tuple[Decision, list[str]]:
         return Decision(False, f"not this tick: {held}"), []
     with lock:
         if not unfinished:
-            if not pool.write({**state, "scaled_down": True, "since": now, "scaled": False}, generation):
+            if not pool.write(replace(state, scaled_down=True, since=now, scaled=False), generation):
                 return Decision(False, "a train message arrived while deciding"), []
         _scale_and_mark(site, pool, down=True)
     saved = savings(site.env)
@@ -82,9 +82,10 @@ def wake(site: Site) -> bool:
         time.sleep(random.uniform(0, 0.05 * attempt))  # concurrent deliveries of one message take turns
         state, generation = pool.read()
         now = time.time()
-        must_scale = bool(state.get("scaled_down")) or not state.get("scaled", True)
-        woken = {**state, "accepted_at": now,
-                 **({"scaled_down": False, "since": None, "woken_at": now, "scaled": False} if must_scale else {})}
+        must_scale = state.scaled_down or not state.scaled
+        woken = replace(state, accepted_at=now)
+        if must_scale:
+            woken = replace(woken, scaled_down=False, since=None, woken_at=now, scaled=False)
         if pool.write(woken, generation):
             if must_scale:
                 with _lock(site, "wake", timeout=WAKE_LOCK_TIMEOUT_SECONDS):
@@ -108,18 +109,16 @@ def _scale_and_mark(site: Site, pool: PoolState, down: bool) -> None:
         site.scale(down)
     except Exception as error:
         state, generation = pool.read()
-        if bool(state.get("scaled_down")) == down:
-            pool.write({**state, "scaled": False, "error": f"{type(error).__name__}: {error}", "error_at": time.time()},
+        if state.scaled_down == down:
+            pool.write(replace(state, scaled=False, error=f"{type(error).__name__}: {error}", error_at=time.time()),
                        generation)
         emit("ERROR", f"GPU pool scale-{'down' if down else 'up'} stopped part way; "
                       f"{'the next tick' if down else 'the message redelivery'} finishes it",
              environment=site.name, error=str(error))
         raise
     state, generation = pool.read()
-    if bool(state.get("scaled_down")) == down:
-        state.pop("error", None)
-        state.pop("error_at", None)
-        pool.write({**state, "scaled": True}, generation)
+    if state.scaled_down == down:
+        pool.write(replace(state, scaled=True, error=None, error_at=None), generation)
 
 
 def _actions(site: Site, down: bool) -> list[str]:

@@ -9,6 +9,7 @@ the training code itself is final.
 from dataclasses import dataclass
 
 from rlops.cloud.ray_jobs import JobView
+from rlops.state.run_records import AttemptFailure, RunRecord
 
 TERMINAL = ("SUCCEEDED", "FAILED", "STOPPED")
 NODE_DEATH_SLACK_MS = 60_000  # the driver notices a lost actor a little after the node is gone
@@ -23,7 +24,7 @@ class Transition:
 
     state: str
     ended_at: float | None = None
-    failure: dict | None = None   # {"kind": node-lost|code|stopped, "error_type", "message"}
+    failure: AttemptFailure | None = None
     resubmit: bool = False        # a new attempt follows, resuming from the last checkpoint
     reason: str | None = None     # said in the state-changed event
 
@@ -45,32 +46,31 @@ def failure_kind(job: JobView, nodes: list[dict]) -> str:
     return "code"
 
 
-def resubmittable(record: dict, kind: str, resume_budget: int) -> bool:
-    return kind == "node-lost" and len(record["attempts"]) <= resume_budget
+def resubmittable(record: RunRecord, kind: str, resume_budget: int) -> bool:
+    return kind == "node-lost" and len(record.attempts) <= resume_budget
 
 
-def seen(record: dict, job: JobView | None, now: float) -> JobView | None:
+def seen(record: RunRecord, job: JobView | None, now: float) -> JobView | None:
     """The current attempt's job as the watcher should take it: a job the head has forgotten (a restarted head
     keeps no job table) is a failed one whose nodes went away; None while it may just not be listed yet."""
-    current = record["attempts"][-1]
-    if job is not None or now - current["submitted_at"] < LISTING_GRACE_SECONDS:
+    current = record.current
+    if job is not None or now - current.submitted_at < LISTING_GRACE_SECONDS:
         return job
-    return JobView(current["submission_id"], "FAILED", FORGOTTEN, "JOB_SUPERVISOR_ACTOR_DIED")
+    return JobView(current.submission_id, "FAILED", FORGOTTEN, "JOB_SUPERVISOR_ACTOR_DIED")
 
 
-def needs_nodes(record: dict, job: JobView | None) -> bool:
+def needs_nodes(record: RunRecord, job: JobView | None) -> bool:
     """Whether `advance` must know Ray's nodes: only to tell a lost node from a code failure."""
-    return job is not None and job.status == "FAILED" and record["attempts"][-1]["state"] != "FAILED"
+    return job is not None and job.status == "FAILED" and record.current.state != "FAILED"
 
 
-def advance(record: dict, job: JobView | None, nodes: list[dict], now: float, resume_budget: int | None) -> \
+def advance(record: RunRecord, job: JobView | None, nodes: list[dict], now: float, resume_budget: int | None) -> \
         Transition | None:
     """The transition of the run's current attempt, given its job as `seen`; None when nothing changed.
     `resume_budget` is the recipe's, None when the spec no longer has the recipe (nothing is resubmitted)."""
-    current = record["attempts"][-1]
-    if job is None or job.status == current["state"]:
+    if job is None or job.status == record.current.state:
         return None
-    if current["state"] in TERMINAL and record["state"] in TERMINAL:
+    if record.current.state in TERMINAL and record.state in TERMINAL:
         return None
     ended_at = (job.end_time or now * 1000) / 1000
     if job.status == "SUCCEEDED":
@@ -78,7 +78,7 @@ def advance(record: dict, job: JobView | None, nodes: list[dict], now: float, re
     if job.status not in ("FAILED", "STOPPED"):
         return Transition(job.status)
     kind = failure_kind(job, nodes)
-    failure = {"kind": kind, "error_type": job.error_type, "message": (job.message or "")[-500:]}
+    failure = AttemptFailure(kind, job.error_type, (job.message or "")[-500:])
     if resume_budget is not None and resubmittable(record, kind, resume_budget):
         return Transition(job.status, ended_at, failure, resubmit=True)
     reason = f"node lost, resume budget of {resume_budget or 0} spent" if kind == "node-lost" else None

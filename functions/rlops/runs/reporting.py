@@ -7,6 +7,7 @@ import tempfile
 from pathlib import Path
 
 from rlops.runs import report
+from rlops.state.run_records import RunRecord
 
 CONTENT_TYPES = {".md": "text/markdown; charset=utf-8", ".png": "image/png"}
 
@@ -20,19 +21,18 @@ def _checkpoints(site, run: str) -> list[dict]:
             for row in rows]
 
 
-def write(site, record: dict, out_dir: Path) -> report.Report:
-    run = record["run"]
-    series = {a["attempt"]: site.records.metrics(run, a["attempt"]) or {"steps": [], "saves": []}
-              for a in record["attempts"]}
-    return report.write(out_dir, record, series, _checkpoints(site, run), site.pool.read()[0])
+def write(site, record: RunRecord, out_dir: Path) -> report.Report:
+    run = record.run
+    series = {a.attempt: site.records.metrics(run, a.attempt) or {"steps": [], "saves": []} for a in record.attempts}
+    return report.write(out_dir, record.to_json(), series, _checkpoints(site, run), site.pool.read()[0].to_json())
 
 
-def publish(site, record: dict) -> str:
+def publish(site, record: RunRecord) -> str:
     """Draws the report and uploads it beside the run record; the object name of its markdown page."""
     layout = site.records.layout
     with tempfile.TemporaryDirectory(prefix="rlops-report-") as scratch:
         drawn = write(site, record, Path(scratch))
         for path in [drawn.markdown, *drawn.plots]:
-            site.bucket.blob(layout.report(record["run"], path.name)).upload_from_filename(
+            site.bucket.blob(layout.report(record.run, path.name)).upload_from_filename(
                 str(path), content_type=CONTENT_TYPES[path.suffix])
-    return layout.report(record["run"], drawn.markdown.name)
+    return layout.report(record.run, drawn.markdown.name)

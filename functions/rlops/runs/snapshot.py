@@ -18,6 +18,7 @@ from rlops.cloud.ray_jobs import ACTIVE, status_of
 from rlops.logs import emit
 from rlops.runs import policy
 from rlops.state.bucket import write_json_if
+from rlops.state.run_records import RunRecord
 
 RECENT_SECONDS = 24 * 3600
 
@@ -32,9 +33,9 @@ def known_steps(site, run: str) -> dict[int, object]:
             for blob in site.bucket.list_blobs(prefix=prefix) if blob.name.endswith(".json")}
 
 
-def wanted(record: dict, now: float) -> bool:
+def wanted(record: RunRecord, now: float) -> bool:
     """Active runs, and runs that ended less than a day ago (their last checkpoints land at the end)."""
-    return record["state"] not in policy.TERMINAL or now - record["updated_at"] < RECENT_SECONDS
+    return record.state not in policy.TERMINAL or now - record.updated_at < RECENT_SECONDS
 
 
 def tick(site) -> list[dict]:
@@ -45,7 +46,7 @@ def tick(site) -> list[dict]:
         if not wanted(record, now):
             continue
         known = known_steps(site, run)
-        for checkpoint in layout.complete(Path(record["checkpoint_dir"])):
+        for checkpoint in layout.complete(Path(record.checkpoint_dir)):
             if checkpoint.step in known:
                 continue
             try:
@@ -106,7 +107,7 @@ def _start_cluster_scan(site) -> None:
     for run, (record, _) in sorted(site.records.all().items()):
         if wanted(record, now):
             known = ",".join(str(step) for step in sorted(known_steps(site, run)))
-            runs += ["--run", f"{run}={record['checkpoint_dir']}:{known}"]
+            runs += ["--run", f"{run}={record.checkpoint_dir}:{known}"]
     if not runs:
         return
     import shlex
@@ -129,7 +130,7 @@ def _start_cluster_scan(site) -> None:
 def _link(site, run: str, step: int, name: str, digest: str) -> None:
     for _ in range(5):  # the watcher may write the record at the same moment
         record, generation = site.records.get(run)
-        record.setdefault("manifests", {})[str(step)] = {"object": name, "digest": digest}
+        record.manifests[str(step)] = {"object": name, "digest": digest}
         if site.records.replace(record, generation):
             return
     emit("WARNING", "manifest written but not linked from the run record", run=run, step=step)
@@ -141,7 +142,7 @@ def listing(site, run: str) -> list[dict] | None:
     if record is None:
         return None
     known = known_steps(site, run)
-    directory = Path(record["checkpoint_dir"])
+    directory = Path(record.checkpoint_dir)
     present = {c.step: c for c in layout.complete(directory)} if site.checkpoints_here else {}
     rows = []
     for step in sorted(set(known) | set(present)):

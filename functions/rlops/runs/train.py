@@ -10,8 +10,9 @@ import time
 from rlops.cloud.ray_jobs import described
 from rlops.logs import emit
 from rlops.reaper.reap import wake
-from rlops.runs import jobs, message, record
+from rlops.runs import jobs, message
 from rlops.sites import UnknownEnvironment, load_environment, open_site
+from rlops.state.run_records import new
 
 
 def handle(data: bytes) -> str:
@@ -36,7 +37,7 @@ def handle(data: bytes) -> str:
              run=request.run, submission_id=job.submission_id)
         return "duplicate"
     now = time.time()
-    site.records.create(record.new(described(job), job.submission_id, now))
+    site.records.create(new(described(job), job.submission_id, now))
     emit("INFO", "run submitted", environment=request.environment, run=request.run, submission_id=job.submission_id)
     site.publish({"type": "submitted", "environment": request.environment, "run": request.run, "attempt": 1,
                   "recipe": request.recipe, "submission_id": job.submission_id, "requested_by": request.requested_by,

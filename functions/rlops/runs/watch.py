@@ -9,8 +9,9 @@ from pathlib import Path
 
 from rlops.cloud.ray_jobs import JobView, RayError
 from rlops.logs import emit
-from rlops.runs import jobs, policy, progress, record as run_record
+from rlops.runs import jobs, policy, progress
 from rlops.sites import Site
+from rlops.state.run_records import Attempt, HistoryEntry, RunRecord, new
 
 TAIL_LINES = 2000  # NeMo RL prints a few dozen lines a step: a tick sees the last dozens of steps
 
@@ -28,20 +29,20 @@ def tick(site: Site) -> list[dict]:
         attempts = by_run.get(run, {})
         if record is None:  # the train function stopped between submitting and writing the record
             first = attempts[min(attempts)]
-            record = run_record.new(first.meta, first.submission_id, (first.start_time or 0) / 1000)
+            record = new(first.meta, first.submission_id, (first.start_time or 0) / 1000)
         changes = _advance(site, record, attempts, nodes)
         if not changes:
             continue
-        if record["state"] in policy.TERMINAL:
-            record["report"] = _publish_report(site, record)
+        if record.state in policy.TERMINAL:
+            record.report = _publish_report(site, record)
         written = site.records.create(record) if generation == 0 else site.records.replace(record, generation)
         if not written:
             emit("INFO", "run record changed during this tick; the next tick will look again", run=run)
             continue
         for change in changes:
             event = {"type": "state-changed", "environment": site.name, "run": run, **change,
-                     "step": record["step"], "last_checkpoint": record["last_checkpoint"],
-                     **({"report": record["report"]} if record.get("report") else {})}
+                     "step": record.step, "last_checkpoint": record.last_checkpoint,
+                     **({"report": record.report} if record.report else {})}
             site.publish(event)
             events.append(event)
     return events
@@ -59,7 +60,7 @@ class _Nodes:
         return self.known
 
 
-def _publish_report(site: Site, record: dict) -> str | None:
+def _publish_report(site: Site, record: RunRecord) -> str | None:
     """The ended run's report in the state bucket; a report that cannot be drawn is logged, never blocks the
     record of how the run ended."""
     from rlops.runs import reporting
@@ -67,20 +68,20 @@ def _publish_report(site: Site, record: dict) -> str | None:
     try:
         return reporting.publish(site, record)
     except Exception as error:  # noqa: BLE001 - a plot's failure is not the run's
-        emit("WARNING", "run report not written", run=record["run"], error=f"{type(error).__name__}: {error}"[-300:])
+        emit("WARNING", "run report not written", run=record.run, error=f"{type(error).__name__}: {error}"[-300:])
         return None
 
 
-def _advance(site: Site, record: dict, attempts: dict[int, JobView], nodes: _Nodes) -> list[dict]:
+def _advance(site: Site, record: RunRecord, attempts: dict[int, JobView], nodes: _Nodes) -> list[dict]:
     """Bring `record` up to date with Ray; the state changes it went through."""
     now = time.time()
-    known = {a["attempt"] for a in record["attempts"]}
+    known = {a.attempt for a in record.attempts}
     for number in sorted(set(attempts) - known):  # an attempt submitted by a tick whose record write lost
-        record["attempts"].append(run_record.attempt(number, attempts[number].submission_id, now))
-    current = record["attempts"][-1]
-    job = policy.seen(record, attempts.get(current["attempt"]), now)
-    recipe = site.env.recipes.get(record["recipe"])
-    settled = current["state"] in policy.TERMINAL and record["state"] in policy.TERMINAL
+        record.attempts.append(Attempt(number, attempts[number].submission_id, now))
+    current = record.current
+    job = policy.seen(record, attempts.get(current.attempt), now)
+    recipe = site.env.recipes.get(record.recipe)
+    settled = current.state in policy.TERMINAL and record.state in policy.TERMINAL
     text = None
     if job is not None and not settled and job.status != "PENDING" and job.start_time:
         text = _update_progress(site, record, current, job, recipe.runner if recipe else "trl")
@@ -89,60 +90,60 @@ def _advance(site: Site, record: dict, attempts: dict[int, JobView], nodes: _Nod
     if transition is None:
         return []
     if transition.state in policy.TERMINAL and text:
-        site.records.save_log(record["run"], current["attempt"], text)
-    current["state"] = record["state"] = transition.state
-    record["history"].append({"at": now, "attempt": current["attempt"], "state": transition.state})
-    changes = [{"attempt": current["attempt"], "state": transition.state,
+        site.records.save_log(record.run, current.attempt, text)
+    current.state = record.state = transition.state
+    record.history.append(HistoryEntry(now, current.attempt, transition.state))
+    changes = [{"attempt": current.attempt, "state": transition.state,
                 **({"reason": transition.reason} if transition.reason else {})}]
     if transition.ended_at is not None:
-        current["ended_at"] = transition.ended_at
+        current.ended_at = transition.ended_at
     if transition.failure is not None:
-        current["failure"] = transition.failure
+        current.failure = transition.failure
     if transition.resubmit:
-        number = current["attempt"] + 1
-        request = jobs.for_site(site, record["recipe"], record["run"], record["settings"], record["requested_by"],
-                                number)
+        number = current.attempt + 1
+        request = jobs.for_site(site, record.recipe, record.run, record.settings, record.requested_by, number)
         site.ray.submit_once(request)
-        record["attempts"].append(run_record.attempt(number, request.submission_id, now))
-        record["state"] = "PENDING"
-        record["history"].append({"at": now, "attempt": number, "state": "RESUBMITTED"})
-        changes.append({"attempt": number, "state": "RESUBMITTED", "reason": transition.failure["kind"]})
-        emit("INFO", "run resubmitted after its nodes went away", run=record["run"], attempt=number,
+        record.attempts.append(Attempt(number, request.submission_id, now))
+        record.state = "PENDING"
+        record.history.append(HistoryEntry(now, number, "RESUBMITTED"))
+        changes.append({"attempt": number, "state": "RESUBMITTED", "reason": transition.failure.kind})
+        emit("INFO", "run resubmitted after its nodes went away", run=record.run, attempt=number,
              submission_id=request.submission_id)
     return changes
 
 
-def _update_progress(site: Site, record: dict, current: dict, job: JobView, runner: str) -> str:
+def _update_progress(site: Site, record: RunRecord, current: Attempt, job: JobView, runner: str) -> str:
     """Step, reward and checkpoint from the job's output and its checkpoint directory; the output.
 
     A long run's output is megabytes: once what its beginning says is known (the first step, a
     resume), a tick reads only its end. The whole output is read at the end, to be kept.
     """
     whole = (job.status in policy.TERMINAL or not job.driver_node_id
-             or (runner == "trl" and current.get("first_step") is None))
+             or (runner == "trl" and current.first_step is None))
     try:
         text = (site.ray.logs(job.submission_id) if whole
                 else site.ray.tail(job.submission_id, job.driver_node_id, TAIL_LINES))
     except (RuntimeError, RayError) as error:  # the driver's node is gone, and its logs with it (Ray's SDK: RuntimeError)
         emit("INFO", "job logs unavailable", submission_id=job.submission_id, error=str(error)[-200:])
         text = ""
-    found = progress.from_logs(runner, text, current.get("epoch", 1))
-    points = progress.series(runner, text, current.get("epoch", 1))
+    found = progress.from_logs(runner, text, current.epoch)
+    points = progress.series(runner, text, current.epoch)
     if points["steps"] or points["saves"]:
-        site.records.add_metrics(record["run"], current["attempt"], lambda old: progress.merged(old, points))
+        site.records.add_metrics(record.run, current.attempt, lambda old: progress.merged(old, points))
     if found.get("epoch"):
-        current["epoch"] = found["epoch"]
+        current.epoch = found["epoch"]
     if whole:
-        for key in ("first_step", "resumed_from"):
-            if found[key] is not None:
-                current[key] = found[key]
+        if found["first_step"] is not None:
+            current.first_step = found["first_step"]
+        if found["resumed_from"] is not None:
+            current.resumed_from = found["resumed_from"]
     if found["step"] is not None:
-        record["step"], record["reward"] = found["step"], found["reward"]
-    directory = Path(record["checkpoint_dir"])
+        record.step, record.reward = found["step"], found["reward"]
+    directory = Path(record.checkpoint_dir)
     if site.checkpoints_here and directory.is_dir():  # look at the checkpoints themselves
-        record["last_checkpoint"] = progress.last_complete_checkpoint(directory)
-    elif not site.checkpoints_here and record.get("manifests"):  # what the snapshot scan found complete
-        record["last_checkpoint"] = max(map(int, record["manifests"]))
+        record.last_checkpoint = progress.last_complete_checkpoint(directory)
+    elif not site.checkpoints_here and record.manifests:  # what the snapshot scan found complete
+        record.last_checkpoint = max(map(int, record.manifests))
     elif runner == "trl" and found["reported_checkpoint"] is not None:  # printed once the save is done
-        record["last_checkpoint"] = found["reported_checkpoint"]
+        record.last_checkpoint = found["reported_checkpoint"]
     return text

@@ -1,11 +1,17 @@
-"""Run records in the state bucket: `PREFIX/environments/ENV/runs/RUN.json`, one per run (the shape of a
-record: `rlops.runs.record`), with each attempt's per-step series and its kept output beside it.
+"""Run records: typed, and kept in the state bucket as `PREFIX/environments/ENV/runs/RUN.json`, one per run,
+with each attempt's per-step series and its kept output beside it.
 
-Writes are conditional on the generation read, so two ticks never overwrite each other's changes.
+A record holds the run's request, its attempts (one Ray job each), its state and the transitions
+that led there, and its progress (step, reward, last complete checkpoint). The JSON form carries
+`version`: a record of a newer version than this code knows is refused rather than misread, and
+one without (written before records were versioned) has the same fields as version 1. Writes are
+conditional on the generation read, so two ticks never overwrite each other's changes.
 """
 
+import json
 import time
 from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, fields
 
 from google.api_core import exceptions as gexc
 
@@ -13,23 +19,113 @@ from rlops.state.bucket import read_json, write_json_if
 from rlops.state.layout import Layout
 
 LOG_TAIL_BYTES = 256 * 1024
+VERSION = 1
+
+
+class UnknownVersion(ValueError):
+    pass
+
+
+@dataclass
+class AttemptFailure:
+    kind: str                 # node-lost, code or stopped (runs.policy.failure_kind)
+    error_type: str | None
+    message: str
+
+
+@dataclass
+class Attempt:
+    attempt: int
+    submission_id: str
+    submitted_at: float
+    state: str = "PENDING"
+    ended_at: float | None = None
+    failure: AttemptFailure | None = None
+    resumed_from: int | None = None   # the checkpoint step NeMo RL or the recipe said it resumed from
+    first_step: int | None = None
+    epoch: int = 1
+
+
+@dataclass
+class HistoryEntry:
+    at: float
+    attempt: int
+    state: str               # a Ray job status, or RESUBMITTED
+
+
+@dataclass
+class RunRecord:
+    environment: str
+    recipe: str
+    run: str
+    requested_by: str
+    settings: dict
+    checkpoint_dir: str
+    created_at: float
+    updated_at: float
+    attempts: list[Attempt]
+    history: list[HistoryEntry]
+    state: str = "PENDING"
+    step: int | None = None
+    reward: float | None = None
+    last_checkpoint: int | None = None
+    manifests: dict[str, dict] = field(default_factory=dict)  # step -> {object, digest}: the snapshot's links
+    report: str | None = None                                  # the report's object, once the run ended
+
+    @property
+    def current(self) -> Attempt:
+        return self.attempts[-1]
+
+    def to_json(self) -> dict:
+        return {"version": VERSION, **asdict(self)}
+
+    @classmethod
+    def from_json(cls, content: dict) -> "RunRecord":
+        version = content.get("version", VERSION)
+        if version > VERSION:
+            raise UnknownVersion(f"run record {content.get('run')!r} is version {version}; this rlops reads up to "
+                                 f"{VERSION}: upgrade rlops")
+        known = {f.name for f in fields(cls)}
+        values = {key: value for key, value in content.items() if key in known}
+        values["attempts"] = [_attempt(a) for a in content.get("attempts", [])]
+        values["history"] = [HistoryEntry(**h) for h in content.get("history", [])]
+        return cls(**values)
+
+
+def _attempt(content: dict) -> Attempt:
+    known = {f.name for f in fields(Attempt)}
+    values = {key: value for key, value in content.items() if key in known}
+    if values.get("failure"):
+        values["failure"] = AttemptFailure(**values["failure"])
+    return Attempt(**values)
+
+
+def new(job_meta: dict, submission_id: str, submitted_at: float) -> RunRecord:
+    """The record of a run whose first attempt was just submitted, from the job's rlops metadata."""
+    number = int(job_meta["attempt"])
+    return RunRecord(environment=job_meta["environment"], recipe=job_meta["recipe"], run=job_meta["run"],
+                     requested_by=job_meta["requested-by"], settings=json.loads(job_meta["settings"]),
+                     checkpoint_dir=job_meta["checkpoint-dir"], created_at=submitted_at, updated_at=submitted_at,
+                     attempts=[Attempt(number, submission_id, submitted_at)],
+                     history=[HistoryEntry(submitted_at, number, "PENDING")])
 
 
 class RunRecords:
     def __init__(self, bucket, prefix: str, environment: str):
         self.bucket, self.layout = bucket, Layout(prefix, environment)
 
-    def get(self, run: str) -> tuple[dict | None, int]:
-        return read_json(self.bucket.blob(self.layout.run(run)))
+    def get(self, run: str) -> tuple[RunRecord | None, int]:
+        content, generation = read_json(self.bucket.blob(self.layout.run(run)))
+        return (None if content is None else RunRecord.from_json(content)), generation
 
-    def create(self, record: dict) -> bool:
+    def create(self, record: RunRecord) -> bool:
         """Write a new record; False when the run already has one."""
-        return write_json_if(self.bucket.blob(self.layout.run(record["run"])), record, 0)
+        return write_json_if(self.bucket.blob(self.layout.run(record.run)), record.to_json(), 0)
 
-    def replace(self, record: dict, generation: int) -> bool:
+    def replace(self, record: RunRecord, generation: int) -> bool:
         """Write over the version read at `generation`; False when someone wrote in between."""
-        record["updated_at"] = time.time()
-        return write_json_if(self.bucket.blob(self.layout.run(record["run"])), record, generation)
+        record.updated_at = time.time()
+        return write_json_if(self.bucket.blob(self.layout.run(record.run)), record.to_json(), generation)
 
     def metrics(self, run: str, attempt: int) -> dict | None:
         """The per-step series of an attempt ({"steps": [[step, reward, loss, seconds]], "saves": [[step,
@@ -58,12 +154,12 @@ class RunRecords:
         except gexc.NotFound:
             return None
 
-    def all(self) -> dict[str, tuple[dict, int]]:
+    def all(self) -> dict[str, tuple[RunRecord, int]]:
         records = {}
         for blob in self.bucket.list_blobs(prefix=self.layout.runs):
             if not blob.name.endswith(".json") or "/" in blob.name[len(self.layout.runs):]:
                 continue
             content, generation = read_json(blob)
             if content is not None:
-                records[content["run"]] = (content, generation)
+                records[content["run"]] = (RunRecord.from_json(content), generation)
         return records
