@@ -19,10 +19,10 @@ import sys
 import time
 from pathlib import Path
 
-from google.auth.credentials import AnonymousCredentials
 from google.cloud import compute_v1
 
 from rlops.cloud.base import Connection
+from rlops.endpoints import Endpoints
 from rlops.provision import service
 from rlops.spec.load import load_text
 from rlops.state.bucket import client as storage_client
@@ -72,8 +72,8 @@ def main() -> None:
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         with fake_gcs():
-            connection = Connection(credentials=AnonymousCredentials(), endpoints=json.loads(fake.stdout.readline()))
-            bucket = storage_client("bench").create_bucket("rlops-bench-state")
+            connection = Connection.to(Endpoints(apis=json.loads(fake.stdout.readline())))
+            bucket = storage_client("bench", Endpoints.from_environment()).create_bucket("rlops-bench-state")
             one_env, ten_envs, hundred_envs = environments(1), environments(10), environments(100)
             plan_seconds(hundred_envs, connection, bucket)  # warm up imports and connections
             call = best(rounds, lambda: one_call_seconds(connection))

@@ -6,13 +6,23 @@
 - `snapshot` (the same ticks): manifests of new complete checkpoints, written once (`rlops/runs/snapshot.py`).
 - `reap` (the same ticks): an idle environment's GPU pool scaled to zero (`rlops/reaper/reap.py`).
 
-Each handler imports only what it needs when it runs, so a cold start stays small.
+Each handler imports only what it needs when it runs, so a cold start stays small. Where the clients point
+(`rlops.endpoints`) is read from the function's environment once, at the first message.
 """
 
 import base64
 import json
+import os
+from functools import cache
 
 import functions_framework
+
+
+@cache
+def _endpoints():
+    from rlops.endpoints import Endpoints
+
+    return Endpoints.from_environment()
 
 
 def _data(cloud_event) -> bytes | None:
@@ -33,7 +43,7 @@ def train(cloud_event) -> None:
     if data is None:
         emit("WARNING", "train message refused", reason="message.data: missing or not base64")
         return
-    handle(data)
+    handle(data, _endpoints())
 
 
 def _each_environment(cloud_event, what: str, act) -> None:
@@ -46,9 +56,10 @@ def _each_environment(cloud_event, what: str, act) -> None:
     except (ValueError, AttributeError, RecursionError):
         emit("WARNING", f"{what} tick refused: not a JSON object")
         return
-    for name, env in sites.ticked_environments(wanted, what):
+    # RLOPS_PROJECT: the deployment's project; an environment of another is that project's deployment's to tick.
+    for name, env in sites.ticked_environments(wanted, what, _endpoints(), os.environ.get("RLOPS_PROJECT")):
         try:
-            events = act(sites.open_site(name, env))
+            events = act(sites.open_site(name, env, _endpoints()))
         except Exception as error:  # one unreachable environment must not starve the others; the next tick retries
             emit("ERROR", f"{what} tick failed", environment=name, error=f"{type(error).__name__}: {error}")
             continue

@@ -24,9 +24,10 @@ def gcs():
 @pytest.fixture
 def state_buckets(gcs):
     """The seed environments' state buckets, empty."""
+    from rlops.endpoints import Endpoints
     from rlops.state.bucket import client
 
-    storage = client("test")
+    storage = client("test", Endpoints.from_environment())
     for name in ("rlops-h200-example-state", "rlops-b200-example-state"):
         bucket = storage.lookup_bucket(name) or storage.create_bucket(name)
         for blob in bucket.list_blobs():

@@ -15,6 +15,7 @@ from google.cloud import lustre_v1
 from rlops import cli
 from rlops.cli import common
 from rlops.cloud import base
+from rlops.endpoints import Endpoints
 from rlops.state.resources import AppliedSpec
 
 
@@ -33,7 +34,8 @@ def run(*argv) -> int:
 def applied(name: str) -> bool:
     """Whether the state bucket says the environment's current spec was applied completely."""
     _, env = common.load_gcp(name)
-    return (AppliedSpec(common.bucket(env), env.spec.state.prefix, env.name).read() or {}).get("spec_sha256") == env.digest
+    record = AppliedSpec(common.bucket(env, Endpoints.from_environment()), env.spec.state.prefix, env.name)
+    return (record.read() or {}).get("spec_sha256") == env.digest
 
 
 def bodies(fake, method: str, path_end: str) -> list[dict]:
@@ -281,7 +283,8 @@ def test_every_write_path_of_a_seed_is_a_request_google_accepts(fake, specs, cap
     """Create, the cluster's update, the pool's autoscaling, Lustre's growth, the reaper's resize and destroy, each
     checked by the fake against the discovery documents and Lustre's protos (a refusal is a 400)."""
     from rlops.cloud.container import ContainerAdapter
-    from rlops.provision.service import connection_from_environment, target_of
+    from rlops.cloud.base import Connection
+    from rlops.provision.service import target_of
 
     assert run("apply", env_name) == 0
     spec = specs / f"{env_name}.yaml"
@@ -291,7 +294,7 @@ def test_every_write_path_of_a_seed_is_a_request_google_accepts(fake, specs, cap
     assert run("apply", env_name) == 0, capsys.readouterr().err
     assert {r.method for r in fake.mutations()} >= {"POST", "PUT", "PATCH"}
     _, env = common.load_gcp(env_name)
-    adapter = ContainerAdapter(target_of(env.name, env.spec), connection_from_environment())
+    adapter = ContainerAdapter(target_of(env.name, env.spec), Connection.to(Endpoints.from_environment()))
     assert adapter.resize_pool(pool, 0).wait(60) is None
     assert run("destroy", env_name, "--yes") == 0
     refused = [f"{r.method} {r.path} {r.status}" for r in fake.requests if r.status == 400]

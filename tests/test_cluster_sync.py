@@ -8,6 +8,7 @@ import pytest
 from conftest import PLANTED_TOKENS
 from rlops import cli
 from rlops.cloud import base
+from rlops.endpoints import Endpoints
 
 
 @pytest.fixture
@@ -131,7 +132,7 @@ def test_the_dns_endpoint_is_reached_with_the_callers_google_token_and_no_kubeco
         monkeypatch.delenv("RLOPS_KUBE_API", raising=False)
         monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(adc))
         monkeypatch.setenv("HOME", str(tmp_path / "home"))
-        api = cluster.connect("gke-0123456789abcdef-123456789012.us-central1.gke.goog")
+        api = cluster.connect("gke-0123456789abcdef-123456789012.us-central1.gke.goog", Endpoints())
     finally:
         server.stop()
     configuration = api.api.configuration
@@ -147,7 +148,7 @@ def test_a_cluster_without_a_dns_endpoint_is_refused_with_the_fix(monkeypatch):
 
     monkeypatch.delenv("RLOPS_KUBE_API", raising=False)
     with pytest.raises(cluster.KubeError, match="cluster.dns_endpoint: true"):
-        cluster.connect(None)
+        cluster.connect(None, Endpoints())
 
 
 @pytest.mark.parametrize("env_name", ["h200", "b200-spot"])

@@ -18,6 +18,8 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO
+from rlops.cloud.base import Connection
+from rlops.endpoints import Endpoints
 from rlops.local import processes
 
 RLOPS = str(Path(sys.executable).parent / "rlops")
@@ -193,6 +195,23 @@ def test_a_run_goes_from_message_to_checkpoints_to_succeeded(local):
     assert ended["report"] == record["report"]
     drawn = local.rlops("report", "local", "first", "--output", str(local.root / "first-report")).stdout
     assert f"report: {local.root / 'first-report' / 'report.md'}" in drawn and "reward.png" in drawn
+
+
+def test_the_cli_finds_the_local_emulators_without_writing_its_environment(local, monkeypatch, capsys):
+    """In this process, as the command line runs: the stack says where its emulators are, the endpoints carry
+    them to the clients, and os.environ is read, never written."""
+    from rlops import cli
+
+    for name in list(os.environ):
+        if name.startswith(("STORAGE_EMULATOR", "PUBSUB_EMULATOR", "RLOPS_")):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("RLOPS_ENVIRONMENTS", str(local.root / "environments"))
+    monkeypatch.chdir(local.root)
+    before = dict(os.environ)
+    assert cli.main(["status", "local", "--run", "first"]) == 0
+    assert capsys.readouterr().out.splitlines()[1].split()[:2] == ["first", "SUCCEEDED"]
+    # Ray sets RAY_CLIENT_MODE itself (ray/_private/client_mode_hook.py); every other variable is as it was.
+    assert {k: v for k, v in os.environ.items() if k != "RAY_CLIENT_MODE"} == before
 
 
 def test_snapshot_ticks_write_each_complete_checkpoints_manifest_once_even_at_the_same_time(local):
@@ -432,8 +451,8 @@ def test_a_gke_environment_reaches_its_ray_head_through_the_api_servers_service_
 
     data = json.dumps({"environment": "h200", "recipe": "gemma3-27b-gsm8k", "run": "gke-1", "overrides": {},
                        "requested_by": "tests"}).encode()
-    assert train.handle(data) == "submitted"
-    assert train.handle(data) == "duplicate"
+    assert train.handle(data, Endpoints.from_environment()) == "submitted"
+    assert train.handle(data, Endpoints.from_environment()) == "duplicate"
     proxied = [r for r in kube.requests if "/services/ray-cluster-head-svc:dashboard/proxy/api/jobs/" in r.path]
     assert {r.method for r in proxied} >= {"GET", "POST"}
     job = next(j for j in local.ray_jobs() if j.submission_id == "rlops.h200.gke-1.1")
@@ -445,15 +464,15 @@ def test_a_gke_environment_reaches_its_ray_head_through_the_api_servers_service_
     env = sites.load_environment("h200")
     deadline = time.monotonic() + 120
     while True:
-        watch.tick(sites.open_site("h200", env))
-        record, _ = sites.open_site("h200", env).records.get("gke-1")
+        watch.tick(sites.open_site("h200", env, Endpoints.from_environment()))
+        record, _ = sites.open_site("h200", env, Endpoints.from_environment()).records.get("gke-1")
         if record.state == "FAILED" or time.monotonic() > deadline:
             break
         time.sleep(1)
     assert record.state == "FAILED" and record.attempts[0].failure.kind == "code"
     assert len(record.attempts) == 1
     # A running job's progress comes from the end of its output, read on the driver's node through the proxy.
-    ray = sites.open_site("h200", env).ray
+    ray = sites.open_site("h200", env, Endpoints.from_environment()).ray
     whole = ray.logs(job.submission_id)
     assert whole.count("\n") == 3
     assert ray.tail(job.submission_id, job.driver_node_id, 2) == "".join(whole.splitlines(keepends=True)[-2:])
@@ -528,7 +547,7 @@ def test_a_gke_environments_idle_pool_is_reaped_at_once_and_woken_by_a_train_mes
     gcp, kube = h200_on_local_ray
     spec = specs / "h200.yaml"
     spec.write_text(spec.read_text().replace("timeout: 30m", "timeout: 1s"))
-    site = sites.open_site("h200", sites.load_environment("h200"))
+    site = sites.open_site("h200", sites.load_environment("h200"), Endpoints.from_environment())
     assert not reap(site)[0].scale_down  # the first look starts the clock
     time.sleep(1.5)
     assert cli.main(["reap", "h200", "--dry-run"]) == 0
@@ -558,10 +577,10 @@ def test_a_gke_environments_idle_pool_is_reaped_at_once_and_woken_by_a_train_mes
     gcp.fail_operations(1, "SET_NODE_POOL_SIZE", 8, "GCE_STOCKOUT: The zone 'projects/rlops-h200-example/zones/"
                         "us-central1-b' does not have enough resources available to fulfill the request.")
     with pytest.raises(ScaleFailed, match="node pool gpu-pool: resize to 2 nodes failed: GCE_STOCKOUT"):
-        train.handle(data)
+        train.handle(data, Endpoints.from_environment())
     state, _ = site.pool.read()
     assert state.scaled is False and "GCE_STOCKOUT" in state.error
-    assert train.handle(data) == "submitted"
+    assert train.handle(data, Endpoints.from_environment()) == "submitted"
     state, _ = site.pool.read()
     assert state.scaled is True and state.error is None
     cluster = kube.get("rayclusters", "ray-cluster", "default")
@@ -584,7 +603,7 @@ def test_the_reaper_and_apply_take_turns_on_the_environments_lock(h200_on_local_
     gcp, kube = h200_on_local_ray
     spec = specs / "h200.yaml"
     spec.write_text(spec.read_text().replace("timeout: 30m", "timeout: 1s"))
-    site = sites.open_site("h200", sites.load_environment("h200"))
+    site = sites.open_site("h200", sites.load_environment("h200"), Endpoints.from_environment())
     assert not reap(site)[0].scale_down  # the first look starts the clock
     time.sleep(1.5)  # the idle timeout itself
     replicas = lambda: [g["replicas"] for g in kube.get("rayclusters", "ray-cluster", "default")["spec"]  # noqa: E731
@@ -600,7 +619,7 @@ def test_the_reaper_and_apply_take_turns_on_the_environments_lock(h200_on_local_
         assert replicas() == [2] and not resizes()
 
     said: list[str] = []
-    session = provision.Session(provision.Environment("h200", site.env), provision.connection_from_environment(),
+    session = provision.Session(provision.Environment("h200", site.env), Connection.to(Endpoints.from_environment()),
                                 site.bucket, said.append)
     with ThreadPoolExecutor(2) as threads:
         with gcp.holding_operations():  # the reaper's resize drains nodes for a while, under the lock
@@ -634,7 +653,7 @@ def test_a_gke_environment_hashes_its_checkpoints_in_a_ray_job_where_they_are(lo
     run_dir = tmp_path / "lustre" / "gke-snap"
     subprocess.run([sys.executable, "-m", "rlops.workloads.trl_grpo", "--output-dir", str(run_dir), "max_steps=4",
                     "save_steps=4"], check=True, capture_output=True, timeout=300)
-    site = sites.open_site("h200", sites.load_environment("h200"))
+    site = sites.open_site("h200", sites.load_environment("h200"), Endpoints.from_environment())
     site.records.create(new({"environment": "h200", "recipe": "gemma3-27b-gsm8k", "run": "gke-snap",
                              "requested-by": "tests", "settings": "{}", "checkpoint-dir": str(run_dir),
                              "attempt": "1"}, "rlops.h200.gke-snap.1", time.time()))

@@ -5,6 +5,7 @@ import time
 
 import pytest
 
+from rlops.endpoints import Endpoints
 from rlops.errors import Failure
 from rlops.state import bucket as state_bucket
 from rlops.state.lock import Lock, LockHeld, force_unlock
@@ -13,7 +14,7 @@ from rlops.state.resources import ResourceRecord
 
 @pytest.fixture
 def bucket(gcs, request):
-    client = state_bucket.client("test")
+    client = state_bucket.client("test", Endpoints.from_environment())
     name = f"state-{request.node.name.lower().replace('_', '-')[:40]}"
     return client.create_bucket(name)
 
@@ -88,7 +89,7 @@ def test_the_record_refuses_a_writer_that_read_an_older_version(bucket):
 def test_a_reader_that_saw_an_older_generation_reads_the_live_one(state_buckets):
     from rlops.state.bucket import client, read_json, write_json
 
-    bucket = client("test").bucket("rlops-h200-example-state")
+    bucket = client("test", Endpoints.from_environment()).bucket("rlops-h200-example-state")
     reader = bucket.blob("tests/reread.json")
     write_json(reader, {"n": 1}, 0)
     assert read_json(reader)[0] == {"n": 1}

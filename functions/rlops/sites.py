@@ -5,12 +5,12 @@ and GPU pool scaler. The functions (`runs/train.py`, `runs/watch.py`, `runs/snap
 `reaper/reap.py`) and the CLI get one from `open_site` and never ask which kind of environment it is.
 """
 
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from rlops import environments
 from rlops.cloud.ray_jobs import RayJobs
+from rlops.endpoints import Endpoints
 from rlops.errors import Failure
 from rlops.logs import emit
 from rlops.spec.model import GcpEnvironment, LocalEnvironment
@@ -28,6 +28,7 @@ class Site:
 
     name: str
     env: LocalEnvironment | GcpEnvironment
+    endpoints: Endpoints  # a local environment's with its emulators
     ray: RayJobs
     bucket: object  # google.cloud.storage.Bucket
     publish: Callable[[dict], None]
@@ -61,12 +62,13 @@ def load_environment(name: str) -> LocalEnvironment | GcpEnvironment:
     return loaded.environment
 
 
-def ticked_environments(wanted: str | None, what: str) -> list[tuple[str, LocalEnvironment | GcpEnvironment]]:
+def ticked_environments(wanted: str | None, what: str, endpoints: Endpoints, own_project: str | None) -> \
+        list[tuple[str, LocalEnvironment | GcpEnvironment]]:
     """(name, spec) of the environments a `what` tick covers: the one it names, or else every deployed GCP
     environment that has cloud resources. A spec that does not load is logged and left out.
 
     A local environment is ticked by its own scheduler (`rlops up`), one in another project than
-    RLOPS_PROJECT (the deployment's) by that project's deployment, and a spec that was never applied
+    `own_project` (the deployment's) by that project's deployment, and a spec that was never applied
     (an example) or was destroyed has no Ray to watch: ticking those would log an error every minute.
     """
     ticked = []
@@ -76,23 +78,22 @@ def ticked_environments(wanted: str | None, what: str) -> list[tuple[str, LocalE
         except UnknownEnvironment as unknown:
             emit("WARNING", f"{what} tick for an unknown environment", reason=str(unknown))
             continue
-        if wanted or _has_cloud_resources(name, env):
+        if wanted or _has_cloud_resources(name, env, endpoints, own_project):
             ticked.append((name, env))
     return ticked
 
 
-def _has_cloud_resources(name: str, env) -> bool:
+def _has_cloud_resources(name: str, env, endpoints: Endpoints, own_project: str | None) -> bool:
     from rlops.state.bucket import of_environment
     from rlops.state.resources import ResourceRecord
 
     if isinstance(env, LocalEnvironment):
         return False
-    own_project = os.environ.get("RLOPS_PROJECT")
     if own_project and env.project.id != own_project:
         emit("INFO", "tick skips an environment of another project", environment=name, project=env.project.id)
         return False
     try:
-        resources = ResourceRecord(of_environment(env), env.state.prefix, name).load()
+        resources = ResourceRecord(of_environment(env, endpoints), env.state.prefix, name).load()
     except Exception:  # noqa: BLE001 - an unreadable bucket is the tick's to report, with the environment's name
         return True
     if not resources.resources:
@@ -110,23 +111,24 @@ def placement(env) -> tuple[str, dict[str, float]]:
     return "/lustre", {}
 
 
-def open_site(name: str, env: LocalEnvironment | GcpEnvironment) -> Site:
+def open_site(name: str, env: LocalEnvironment | GcpEnvironment, endpoints: Endpoints) -> Site:
     from rlops.state.bucket import client
 
     if isinstance(env, LocalEnvironment):
         from rlops.local.stack import LOCAL_PROJECT, Stack
 
         stack = Stack(name, env, lambda line: emit("INFO", line))
+        endpoints = stack.endpoints(endpoints)
         ray, project = RayJobs(stack.dashboard_url()), LOCAL_PROJECT
         scale = lambda down: stack.stop_pool() if down else stack.start_pool()  # noqa: E731
-        publish = _publisher(project, emulated=True)
+        publish = _publisher(project, endpoints, emulated=True)
     else:
-        gke = GkeCluster(name, env)
+        gke = GkeCluster(name, env, endpoints)
         ray, project, scale = RayJobs(*gke.dashboard()), env.project.id, gke.scale
-        publish = _publisher(project, emulated=False)
+        publish = _publisher(project, endpoints, emulated=False)
     lustre, resources = placement(env)
-    return Site(name, env, ray, client(project).bucket(env.state.bucket), publish, scale, lustre, resources,
-                checkpoints_here=isinstance(env, LocalEnvironment))
+    return Site(name, env, endpoints, ray, client(project, endpoints).bucket(env.state.bucket), publish, scale,
+                lustre, resources, checkpoints_here=isinstance(env, LocalEnvironment))
 
 
 class GkeCluster:
@@ -135,12 +137,13 @@ class GkeCluster:
 
     RESIZE_TIMEOUT_SECONDS = 400.0  # a tick runs in a function with 540 s; a longer resize is finished next tick
 
-    def __init__(self, name: str, env: GcpEnvironment):
+    def __init__(self, name: str, env: GcpEnvironment, endpoints: Endpoints):
+        from rlops.cloud.base import Connection
         from rlops.cloud.container import ContainerAdapter
-        from rlops.provision.service import connection_from_environment, target_of
+        from rlops.provision.service import target_of
 
-        self.name, self.env = name, env
-        self.adapter = ContainerAdapter(target_of(name, env), connection_from_environment())
+        self.name, self.env, self.endpoints = name, env, endpoints
+        self.adapter = ContainerAdapter(target_of(name, env), Connection.to(endpoints))
 
     def _endpoint(self) -> str | None:
         """The API server's DNS endpoint; None while the cluster does not exist."""
@@ -154,7 +157,7 @@ class GkeCluster:
         if endpoint is None:
             raise Failure(f"environment {self.name}: cluster {self.env.cluster.name} does not exist; "
                           f"run `rlops apply {self.name}`")
-        return ray_dashboard(endpoint, self.env.ray.namespace, self.env.ray.cluster_name)
+        return ray_dashboard(endpoint, self.env.ray.namespace, self.env.ray.cluster_name, self.endpoints)
 
     def scale(self, down: bool) -> None:
         """The RayCluster's GPU worker groups and the GPU node pools, as the spec's `idle.scale_down` says."""
@@ -165,7 +168,7 @@ class GkeCluster:
         endpoint = self._endpoint()
         if "ray-workers" in env.idle.scale_down and endpoint is not None:
             sizes = {p.name: 0 if down else p.ray_worker_replicas for p in env.gpu_pools}
-            connect(endpoint).set_worker_replicas(Ref("RayCluster", env.ray.cluster_name, env.ray.namespace), sizes)
+            connect(endpoint, self.endpoints).set_worker_replicas(Ref("RayCluster", env.ray.cluster_name, env.ray.namespace), sizes)
         if "node-pools" in env.idle.scale_down:
             for pool in env.gpu_pools:  # one at a time: GKE refuses a second operation on a cluster while one runs
                 size = 0 if down else pool.autoscaling.min_nodes or pool.ray_worker_replicas
@@ -178,13 +181,13 @@ class ScaleFailed(Failure):
     pass
 
 
-def _publisher(project: str, emulated: bool) -> Callable[[dict], None]:
+def _publisher(project: str, endpoints: Endpoints, emulated: bool) -> Callable[[dict], None]:
     from rlops.cloud import pubsub
 
     def publish(event: dict) -> None:
-        if emulated and not os.environ.get("PUBSUB_EMULATOR_HOST"):
+        if emulated and not endpoints.pubsub:
             emit("INFO", "event (no Pub/Sub emulator to publish it to)", event=event)
             return
-        pubsub.publish(project, pubsub.EVENTS_TOPIC, event, type=event["type"])
+        pubsub.publish(endpoints, project, pubsub.EVENTS_TOPIC, event, type=event["type"])
 
     return publish

@@ -11,6 +11,7 @@ from google.auth.exceptions import GoogleAuthError
 
 from rlops.cli import infra, pipelines, runs
 from rlops.cli.common import Exit, Parser
+from rlops.endpoints import Endpoints
 from rlops.errors import Failure
 
 
@@ -32,6 +33,7 @@ def main(argv: list[str] | None = None) -> int:
         build_parser().error("--base goes with --offline")
     if getattr(args, "offline", False) and hasattr(args, "dry_run") and not args.dry_run:
         build_parser().error("apply --offline goes with --dry-run")
+    args.endpoints = Endpoints.from_environment()  # read once; passed to every client from here
     try:
         return int(args.run(args))
     except Failure as error:

@@ -5,6 +5,7 @@ import sys
 from enum import IntEnum
 
 from rlops import environments
+from rlops.endpoints import Endpoints
 from rlops.errors import Failure
 
 
@@ -63,10 +64,10 @@ def cloud_environment(name: str, verb: str):
     return env
 
 
-def bucket(env):
+def bucket(env, endpoints: Endpoints):
     from rlops.state.bucket import of_environment
 
-    return of_environment(env.spec)
+    return of_environment(env.spec, endpoints)
 
 
 def say(text: str) -> None:

@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 from rlops import environments
+from rlops.cloud.base import Connection
 from rlops.cli.common import Exit, bucket, cloud_environment, environment_command, load_gcp, say
 from rlops.errors import Failure
 
@@ -57,7 +58,8 @@ def _plan(args: argparse.Namespace) -> int:
         plans = [service.plan_offline(env, service.base_environment(path, args.base) if args.base else None)
                  for path, env in targets]
     elif targets:
-        plans = service.plan_live([env for _, env in targets], service.connection_from_environment(), bucket)
+        plans = service.plan_live([env for _, env in targets], Connection.to(args.endpoints),
+                                  lambda env: bucket(env, args.endpoints))
     if args.format == "json":
         sys.stdout.write(render.as_json(plans))
     elif args.format == "markdown":
@@ -83,10 +85,10 @@ def _apply(args: argparse.Namespace) -> int:
     if args.dry_run:
         live = None
         if not args.offline:
-            live = service.read_one(env, service.connection_from_environment(), bucket(env))
+            live = service.read_one(env, Connection.to(args.endpoints), bucket(env, args.endpoints))
         print("\n".join(service.dry_run(env, live)))
         return Exit.OK
-    session = service.Session(env, service.connection_from_environment(), bucket(env), say, args.lock_timeout,
+    session = service.Session(env, Connection.to(args.endpoints), bucket(env, args.endpoints), say, args.lock_timeout,
                               args.ready_timeout)
 
     def show(plan) -> bool:
@@ -111,7 +113,7 @@ def _destroy(args: argparse.Namespace) -> int:
     from rlops.provision import render, service
 
     env = cloud_environment(args.environment, "destroy")
-    session = service.Session(env, service.connection_from_environment(), bucket(env), say, args.lock_timeout)
+    session = service.Session(env, Connection.to(args.endpoints), bucket(env, args.endpoints), say, args.lock_timeout)
 
     def confirm(plan) -> bool:
         sys.stdout.write(render.text(plan))
@@ -134,8 +136,8 @@ def _render(args: argparse.Namespace) -> int:
     if args.offline:
         rendered = render.objects(env.name, env.spec, render.LiveFacts(render.UNKNOWN_LUSTRE_IP))
     else:
-        connection = service.connection_from_environment()
-        live = service.read_one(env, connection, bucket(env))
+        connection = Connection.to(args.endpoints)
+        live = service.read_one(env, connection, bucket(env, args.endpoints))
         if f"lustre_instance/{env.spec.lustre.name}" not in live:
             raise Failure(f"the Lustre instance {env.spec.lustre.name} does not exist (yet): rlops apply "
                          f"{env.name} first, or render --offline")
@@ -150,7 +152,7 @@ def _unlock(args: argparse.Namespace) -> int:
     env = cloud_environment(args.environment, "lock")
     if not args.force:
         raise Failure("unlock removes another process's lock; make sure it is dead, then pass --force")
-    held = force_unlock(bucket(env), env.spec.state.prefix, env.name)
+    held = force_unlock(bucket(env, args.endpoints), env.spec.state.prefix, env.name)
     say(f"removed the lock of {held['holder']} ({held['operation']} since {held['since']})" if held
          else f"{env.name} was not locked")
     return Exit.OK

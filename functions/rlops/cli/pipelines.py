@@ -7,6 +7,7 @@ from pathlib import Path
 
 from rlops import environments
 from rlops.cli.common import Exit
+from rlops.endpoints import Endpoints
 from rlops.errors import Failure
 
 
@@ -54,7 +55,7 @@ def _changed(args) -> int:
             continue
         (deleted if status == "D" else changed).append(name.stem)
     if args.unapplied:
-        changed = _unapplied(folder, touched=set(changed))
+        changed = _unapplied(folder, set(changed), args.endpoints)
     elif args.gcp_only:
         changed = [name for name in changed if _is_gcp(folder / f"{name}.yaml")]
     for name in sorted(changed):
@@ -70,7 +71,7 @@ def _changed(args) -> int:
     return Exit.OK
 
 
-def _unapplied(folder: Path, touched: set[str]) -> list[str]:
+def _unapplied(folder: Path, touched: set[str], endpoints: Endpoints) -> list[str]:
     """GCP environments to apply: those `touched` and those applied before whose spec has changed since.
 
     An invalid spec that was touched is listed too: `rlops validate`, which runs next, reports it.
@@ -92,7 +93,7 @@ def _unapplied(folder: Path, touched: set[str]) -> list[str]:
         if isinstance(loaded.environment, LocalEnvironment):
             continue
         env = Environment(loaded.name, loaded.environment)
-        record = AppliedSpec(of_environment(env.spec), env.spec.state.prefix, env.name)
+        record = AppliedSpec(of_environment(env.spec, endpoints), env.spec.state.prefix, env.name)
         try:
             applied = record.read()
         except GoogleAPICallError as error:
@@ -122,7 +123,7 @@ def _comment(args) -> int:
     parts = [part.strip("\n") + "\n" for text in texts for part in text.split(MARKDOWN_SPLIT) if part.strip()]
     if not parts:
         raise Failure(f"{', '.join(args.file)}: empty; nothing to post")
-    for line in GitHub(args.repo).post_plan(args.pr, parts):
+    for line in GitHub(args.repo, args.endpoints.github).post_plan(args.pr, parts):
         print(line)
     return Exit.OK
 
@@ -130,7 +131,7 @@ def _comment(args) -> int:
 def _has_label(args) -> int:
     from rlops.cloud.github import GitHub
 
-    present = args.label in GitHub(args.repo).labels(args.pr)
+    present = args.label in GitHub(args.repo, args.endpoints.github).labels(args.pr)
     print(f"pull request #{args.pr} {'has' if present else 'does not have'} the label {args.label!r}")
     return Exit.OK if present else Exit.ERROR
 

@@ -7,6 +7,7 @@ import sys
 import time
 
 from rlops.cli.common import Exit, environment_command, load_spec
+from rlops.endpoints import Endpoints
 from rlops.errors import Failure
 
 
@@ -20,15 +21,12 @@ def _local_stack(name: str, verb: str):
     return Stack(env_name, env, lambda text: print(text, flush=True))
 
 
-def _site(name: str):
-    """The environment's runs, with a local stack's emulators put in this process's environment."""
+def _site(name: str, endpoints: Endpoints):
+    """The environment's runs (a local one's with its stack's emulators)."""
     from rlops import sites
-    from rlops.spec.model import LocalEnvironment
 
     _, env_name, env = load_spec(name)
-    if isinstance(env, LocalEnvironment):
-        os.environ.update(_local_stack(name, "status").service_env())
-    return sites.open_site(env_name, env)
+    return sites.open_site(env_name, env, endpoints)
 
 
 def _up(args) -> int:
@@ -73,11 +71,12 @@ def _train(args) -> int:
         print(_would_submit(env_name, env, parsed, settings))
         return Exit.OK
     if isinstance(env, LocalEnvironment):
-        how = _send_local(_local_stack(args.environment, "train"), data)
+        how = _send_local(_local_stack(args.environment, "train"), data, args.endpoints)
     else:
         from rlops.cloud import pubsub
 
-        how = f"published to {pubsub.TRAIN_TOPIC} (message {pubsub.publish(env.project.id, pubsub.TRAIN_TOPIC, payload)})"
+        sent = pubsub.publish(args.endpoints, env.project.id, pubsub.TRAIN_TOPIC, payload)
+        how = f"published to {pubsub.TRAIN_TOPIC} (message {sent})"
     print(f"train message for run {args.run_name} of {env_name}: {how}")
     print(f"follow it with: rlops status {args.environment} --run {args.run_name} --follow")
     return Exit.OK
@@ -119,15 +118,14 @@ def _would_submit(env_name: str, env, parsed, settings: dict) -> str:
     return "\n".join(lines)
 
 
-def _send_local(stack, data: bytes) -> str:
+def _send_local(stack, data: bytes, endpoints: Endpoints) -> str:
     """Through the emulator's train topic when it runs; else the CloudEvent its push subscription would POST."""
     from rlops.cloud import pubsub
     from rlops.local.stack import LOCAL_PROJECT, post_cloud_event
 
     running = stack.processes()
     if "pubsub" in running:
-        os.environ.update(stack.service_env())
-        message_id = pubsub.publish(LOCAL_PROJECT, pubsub.TRAIN_TOPIC, json.loads(data))
+        message_id = pubsub.publish(stack.endpoints(endpoints), LOCAL_PROJECT, pubsub.TRAIN_TOPIC, json.loads(data))
         return f"published to the emulator's {pubsub.TRAIN_TOPIC} topic (message {message_id})"
     if "functions-train" not in running:
         raise Failure(f"{stack.name} is not up; run `rlops up {stack.name}`")
@@ -138,7 +136,7 @@ def _send_local(stack, data: bytes) -> str:
 def _watch(args) -> int:
     from rlops.runs.watch import tick
 
-    events = tick(_site(args.environment))
+    events = tick(_site(args.environment, args.endpoints))
     for event in events:
         print(f"{event['run']}: attempt {event['attempt']} {event['state']}"
               + (f" ({event['reason']})" if event.get("reason") else ""))
@@ -150,7 +148,7 @@ def _watch(args) -> int:
 def _snapshot(args) -> int:
     from rlops.runs import snapshot
 
-    events = snapshot.tick(_site(args.environment))
+    events = snapshot.tick(_site(args.environment, args.endpoints))
     for event in events:
         print(f"{event['run']}: manifest of step {event['step']} written ({event['manifest']})")
     if not events:
@@ -161,7 +159,7 @@ def _snapshot(args) -> int:
 def _reap(args) -> int:
     from rlops.reaper.reap import reap
 
-    decision, actions = reap(_site(args.environment), dry_run=args.dry_run)
+    decision, actions = reap(_site(args.environment, args.endpoints), dry_run=args.dry_run)
     if decision.scale_down:
         print(f"{'would scale down' if args.dry_run else 'scaled down'}: {decision.reason}")
         for action in actions:
@@ -172,7 +170,7 @@ def _reap(args) -> int:
 
 
 def _status(args) -> int:
-    site = _site(args.environment)
+    site = _site(args.environment, args.endpoints)
     shown = None
     while True:
         rows = [record for record, _ in site.records.all().values() if args.run_name in (None, record.run)]
@@ -200,7 +198,7 @@ def _report(args) -> int:
 
     from rlops.runs import reporting
 
-    site = _site(args.environment)
+    site = _site(args.environment, args.endpoints)
     record, _ = site.records.get(args.run_name)
     if record is None:
         raise Failure(f"no run {args.run_name} in {args.environment}")
@@ -228,7 +226,7 @@ def _dash(value) -> str:
 
 
 def _logs(args) -> int:
-    site = _site(args.environment)
+    site = _site(args.environment, args.endpoints)
     record, _ = site.records.get(args.run_name)
     if record is None:
         raise Failure(f"no run {args.run_name} in {args.environment}")
@@ -322,7 +320,7 @@ def _list_checkpoints(args) -> int:
     from rlops.runs import snapshot
 
     environment, run = args.environment, args.run_name
-    site = _site(environment)
+    site = _site(environment, args.endpoints)
     rows = snapshot.listing(site, run)
     if rows is None:
         raise Failure(f"no run {run} in {environment}")

@@ -17,6 +17,7 @@ import requests
 from google.api_core import exceptions as gexc
 from google.api_core.gapic_v1.client_info import ClientInfo
 
+from rlops.endpoints import Endpoints
 from rlops.errors import Failure
 from rlops.resource_shapes import Live, Resource
 
@@ -52,12 +53,22 @@ class Connection:
     """How to reach the APIs: Google's endpoints with default credentials, or a local fake."""
 
     credentials: Any = None
-    endpoints: dict[str, str] = field(default_factory=dict)  # api -> URL, e.g. {"compute": "http://127.0.0.1:8080"}
+    endpoints: Endpoints = field(default_factory=Endpoints)
     # Says which rlops process sent a request, in the API's audit log (and a fake's request log).
     user_agent: str = field(default_factory=lambda: f"rlops pid/{os.getpid()}")
 
+    @classmethod
+    def to(cls, endpoints: Endpoints) -> "Connection":
+        """Google's APIs with application default credentials, or, where `endpoints.apis` names a fake, no
+        credentials at all."""
+        if endpoints.apis:
+            from google.auth.credentials import AnonymousCredentials
+            return cls(credentials=AnonymousCredentials(), endpoints=endpoints)
+        return cls(endpoints=endpoints)
+
     def client_options(self, api: str) -> dict | None:
-        return {"api_endpoint": self.endpoints[api]} if api in self.endpoints else None
+        apis = self.endpoints.apis
+        return {"api_endpoint": apis[api]} if api in apis else None
 
     # GAPIC clients are thread-safe and keep their HTTP connections open: one of each per connection,
     # shared by every environment's adapters, so planning ten environments does not open ten sets.

@@ -1,8 +1,8 @@
 """GitHub's REST API, for the pull-request pipeline: the plan comment and the approval label.
 
 The token comes from GITHUB_TOKEN (Cloud Build fills it from Secret Manager through
-`availableSecrets`); it is sent in the Authorization header and never printed. RLOPS_GITHUB_API
-points at another API server (tests: a local one).
+`availableSecrets`); it is sent in the Authorization header and never printed. `Endpoints.github`
+(RLOPS_GITHUB_API) points at another API server (tests: a local one).
 
 The plan is one or more comments (GitHub caps a comment at 65,536 characters), each starting with
 a hidden marker `<!-- rlops-plan i/n -->`: a later run edits them in place, adds what is missing
@@ -39,11 +39,11 @@ def git_credentials() -> dict[str, str]:
 
 
 class GitHub:
-    def __init__(self, repository: str, token: str | None = None, api: str | None = None):
+    def __init__(self, repository: str, api: str, token: str | None = None):
         if not re.fullmatch(r"[\w.-]+/[\w.-]+", repository):
             raise GitHubError(f"--repo {repository!r}: expected OWNER/NAME")
         self.repository = repository
-        self.api = (api or os.environ.get("RLOPS_GITHUB_API") or "https://api.github.com").rstrip("/")
+        self.api = api.rstrip("/")
         self._token = token or os.environ.get("GITHUB_TOKEN")
         if not self._token:
             raise GitHubError("GITHUB_TOKEN is not set (in Cloud Build: availableSecrets from Secret Manager)")

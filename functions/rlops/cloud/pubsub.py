@@ -1,9 +1,13 @@
 """Pub/Sub (google-cloud-pubsub): the train topic a message starts a run from, and the events topic rlops reports on.
 
-PUBSUB_EMULATOR_HOST points the client at Google's emulator (the local provider starts one).
+`Endpoints.pubsub` points the clients at Google's emulator (the local provider starts one) as the
+library does for PUBSUB_EMULATOR_HOST (google/pubsub_v1/services/publisher/client.py): a gRPC
+transport over an insecure channel to the emulator.
 """
 
 import json
+
+from rlops.endpoints import Endpoints
 
 TRAIN_TOPIC = "rlops-train"
 EVENTS_TOPIC = "rlops-events"
@@ -11,27 +15,34 @@ TRAIN_PUSH_SUBSCRIPTION = "rlops-train-push"
 EVENTS_LOG_SUBSCRIPTION = "rlops-events-log"  # a pull subscription: `rlops events` and the tests read it
 
 
-def _publisher():
-    from google.cloud import pubsub_v1
+def _emulated(endpoints: Endpoints, transport_class) -> dict:
+    """A client's arguments for the emulator, else none."""
+    if not endpoints.pubsub:
+        return {}
+    import grpc
 
-    return pubsub_v1.PublisherClient()
+    return {"transport": transport_class(channel=grpc.insecure_channel(target=endpoints.pubsub))}
 
 
-def publish(project: str, topic: str, payload: dict, **attributes: str) -> str:
+def publish(endpoints: Endpoints, project: str, topic: str, payload: dict, **attributes: str) -> str:
     """Publish `payload` as JSON; the message id, once the server has it."""
+    from google.cloud import pubsub_v1
+    from google.pubsub_v1.services.publisher.transports import PublisherGrpcTransport
+
     data = json.dumps(payload, sort_keys=True).encode()
-    return _publisher().publish(f"projects/{project}/topics/{topic}", data, **attributes).result(timeout=30)
+    publisher = pubsub_v1.PublisherClient(**_emulated(endpoints, PublisherGrpcTransport))
+    return publisher.publish(f"projects/{project}/topics/{topic}", data, **attributes).result(timeout=30)
 
 
-def create_local(emulator_host: str, project: str, push_to: str) -> None:
+def create_local(endpoints: Endpoints, project: str, push_to: str) -> None:
     """In the emulator: both topics, the train topic pushed to `push_to`, and a pull subscription on events."""
-    import os
-
     from google.api_core import exceptions
     from google.cloud import pubsub_v1
+    from google.pubsub_v1.services.publisher.transports import PublisherGrpcTransport
+    from google.pubsub_v1.services.subscriber.transports import SubscriberGrpcTransport
 
-    os.environ["PUBSUB_EMULATOR_HOST"] = emulator_host
-    publisher, subscriber = pubsub_v1.PublisherClient(), pubsub_v1.SubscriberClient()
+    publisher = pubsub_v1.PublisherClient(**_emulated(endpoints, PublisherGrpcTransport))
+    subscriber = pubsub_v1.SubscriberClient(**_emulated(endpoints, SubscriberGrpcTransport))
     for topic in (TRAIN_TOPIC, EVENTS_TOPIC):
         try:
             publisher.create_topic(name=f"projects/{project}/topics/{topic}")

@@ -1,15 +1,15 @@
 """The Kubernetes API of an environment's cluster (the official kubernetes client): get, list, apply, delete.
 
 Reached through the GKE control plane's DNS endpoint with the caller's Google credentials (no
-kubeconfig on disk, no IP allow-list), or at an explicit URL (RLOPS_KUBE_API, for tests and local
-clusters). Objects are applied by server-side apply with the field manager `rlops`, as Argo CD does.
+kubeconfig on disk, no IP allow-list), or at an explicit URL (`Endpoints.kube`, from RLOPS_KUBE_API: tests
+and local clusters). Objects are applied by server-side apply with the field manager `rlops`, as Argo CD does.
 """
 
 import json
-import os
 
 from kubernetes import client
 
+from rlops.endpoints import Endpoints
 from rlops.errors import Failure
 from rlops.kube.objects import KINDS, Ref
 
@@ -25,12 +25,11 @@ class KubeError(Failure):
         self.code, self.said = code, said
 
 
-def access(dns_endpoint: str | None) -> tuple[str, dict[str, str]]:
-    """(base URL, headers) of the cluster's API server: RLOPS_KUBE_API if set, else the DNS endpoint with a
+def access(dns_endpoint: str | None, endpoints: Endpoints) -> tuple[str, dict[str, str]]:
+    """(base URL, headers) of the cluster's API server: `endpoints.kube` if set, else the DNS endpoint with a
     Google access token of the caller's credentials."""
-    explicit = os.environ.get("RLOPS_KUBE_API")
-    if explicit:
-        return explicit, {}
+    if endpoints.kube:
+        return endpoints.kube, {}
     if not dns_endpoint:
         raise KubeError("the cluster has no DNS endpoint to reach its control plane; set cluster.dns_endpoint: true "
                         "and apply, or point RLOPS_KUBE_API at the API server")
@@ -42,15 +41,16 @@ def access(dns_endpoint: str | None) -> tuple[str, dict[str, str]]:
     return f"https://{dns_endpoint}", {"Authorization": f"Bearer {credentials.token}"}
 
 
-def ray_dashboard(dns_endpoint: str | None, namespace: str, ray_cluster: str) -> tuple[str, dict[str, str]]:
+def ray_dashboard(dns_endpoint: str | None, namespace: str, ray_cluster: str,
+                  endpoints: Endpoints) -> tuple[str, dict[str, str]]:
     """(URL, headers) of a RayCluster's Ray dashboard through the API server's service proxy (KubeRay's
     NAME-head-svc), with the caller's credentials."""
-    base, headers = access(dns_endpoint)
+    base, headers = access(dns_endpoint, endpoints)
     return f"{base}/api/v1/namespaces/{namespace}/services/{ray_cluster}-head-svc:dashboard/proxy", headers
 
 
-def connect(dns_endpoint: str | None) -> "KubeApi":
-    host, headers = access(dns_endpoint)
+def connect(dns_endpoint: str | None, endpoints: Endpoints) -> "KubeApi":
+    host, headers = access(dns_endpoint, endpoints)
     configuration = client.Configuration(host=host)
     if headers:
         configuration.api_key = {"authorization": headers["Authorization"].removeprefix("Bearer ")}

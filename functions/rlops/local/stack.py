@@ -23,6 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from rlops.cloud import pubsub
+from rlops.endpoints import Endpoints
 from rlops.errors import Failure
 from rlops.local.processes import Process, Registry, free_port, start, stop, wait_until
 from rlops.spec.model import LocalEnvironment
@@ -64,14 +65,22 @@ class Stack:
             raise Failure(f"the local environment {self.name} is not up; run `rlops up {self.name}`")
         return f"http://127.0.0.1:{head.ports['dashboard']}"
 
-    def service_env(self) -> dict[str, str]:
-        """What a client of this stack needs in its environment: the emulators' addresses."""
+    def endpoints(self, base: Endpoints) -> Endpoints:
+        """`base` with this stack's emulators (the state bucket's, Pub/Sub's), those that run."""
         running = self.processes()
+        return base.with_emulators(
+            storage=f"http://127.0.0.1:{running['storage'].ports['http']}" if "storage" in running else None,
+            pubsub=f"127.0.0.1:{running['pubsub'].ports['grpc']}" if "pubsub" in running else None)
+
+    def service_env(self) -> dict[str, str]:
+        """The environment of the processes this stack starts (the functions): the emulators' addresses, which
+        their `Endpoints.from_environment` reads."""
+        emulators = self.endpoints(Endpoints())
         env = {"RLOPS_LOCAL_DIR": str(self.directory.parent)}
-        if "storage" in running:
-            env["STORAGE_EMULATOR_HOST"] = f"http://127.0.0.1:{running['storage'].ports['http']}"
-        if "pubsub" in running:
-            env["PUBSUB_EMULATOR_HOST"] = f"127.0.0.1:{running['pubsub'].ports['grpc']}"
+        if emulators.storage:
+            env["STORAGE_EMULATOR_HOST"] = emulators.storage
+        if emulators.pubsub:
+            env["PUBSUB_EMULATOR_HOST"] = emulators.pubsub
         return env
 
     # -- up --------------------------------------------------------------------------------
@@ -131,13 +140,11 @@ class Stack:
                                       "-external-url", url], self._plain_env(), {"http": port})
         wait_until(lambda: _answers(f"{url}/storage/v1/b"), process, "serving", 30, self.report)
         from google.api_core import exceptions
-        from google.auth.credentials import AnonymousCredentials
-        from google.cloud import storage
 
-        os.environ["STORAGE_EMULATOR_HOST"] = url
+        from rlops.state.bucket import client
+
         try:
-            storage.Client(project=LOCAL_PROJECT, credentials=AnonymousCredentials()).create_bucket(
-                self.env.state.bucket)
+            client(LOCAL_PROJECT, Endpoints(storage=url)).create_bucket(self.env.state.bucket)
         except exceptions.Conflict:
             pass
         return process
@@ -188,8 +195,7 @@ class Stack:
         wait_until(lambda: _answers(f"http://127.0.0.1:{port}/", accept_status=(405,)), process, "serving", 30,
                    self.report)
         if target == "train" and "pubsub" in self.processes():
-            pubsub.create_local(self.service_env()["PUBSUB_EMULATOR_HOST"], LOCAL_PROJECT,
-                                push_to=f"http://127.0.0.1:{port}/")
+            pubsub.create_local(self.endpoints(Endpoints()), LOCAL_PROJECT, push_to=f"http://127.0.0.1:{port}/")
         return process
 
     def _start_scheduler(self, name: str) -> Process:
@@ -246,9 +252,8 @@ class Stack:
         from rlops.state.pool import PoolState
         from rlops.state.bucket import client
 
-        os.environ["STORAGE_EMULATOR_HOST"] = self.service_env()["STORAGE_EMULATOR_HOST"]
-        state, _ = PoolState(client(LOCAL_PROJECT).bucket(self.env.state.bucket), self.env.state.prefix,
-                             self.name).read()
+        state, _ = PoolState(client(LOCAL_PROJECT, self.endpoints(Endpoints())).bucket(self.env.state.bucket),
+                             self.env.state.prefix, self.name).read()
         return state.scaled_down
 
     def _pool_names(self) -> list[str]:

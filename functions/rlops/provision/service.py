@@ -2,7 +2,6 @@
 
 import hashlib
 import json
-import os
 import subprocess
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -26,15 +25,6 @@ class Refused(Failure):
 
 class Superseded(Failure):
     """A newer commit than the one this apply was asked to carry out is applied, or being applied, already."""
-
-
-def connection_from_environment() -> Connection:
-    """Google's endpoints with application default credentials, or RLOPS_API_ENDPOINTS (tests, fakes)."""
-    endpoints = json.loads(os.environ.get("RLOPS_API_ENDPOINTS") or "{}")
-    if endpoints:
-        from google.auth.credentials import AnonymousCredentials
-        return Connection(credentials=AnonymousCredentials(), endpoints=endpoints)
-    return Connection()
 
 
 def target_of(name: str, env: GcpEnvironment) -> Target:
@@ -98,12 +88,12 @@ def rendered_objects(env: Environment, live: dict[str, Live], connection: Connec
     return render.objects(env.name, env.spec, facts, values)
 
 
-def cluster_api(env: Environment, live: dict[str, Live]):
+def cluster_api(env: Environment, live: dict[str, Live], connection: Connection):
     """The cluster's Kubernetes API, or None while the cluster does not exist."""
     from rlops.kube.cluster import connect
 
     cluster = live.get(f"cluster/{env.spec.cluster.name}")
-    return None if cluster is None else connect(cluster.fields.get("dns_endpoint_host"))
+    return None if cluster is None else connect(cluster.fields.get("dns_endpoint_host"), connection.endpoints)
 
 
 def cluster_changes(env: Environment, live: dict[str, Live], connection: Connection, with_secrets: bool) -> list:
@@ -111,7 +101,7 @@ def cluster_changes(env: Environment, live: dict[str, Live], connection: Connect
     from rlops.kube.objects import ObjectChange, Ref
 
     rendered = rendered_objects(env, live, connection, with_secrets)
-    api = cluster_api(env, live)
+    api = cluster_api(env, live, connection)
     if api is None:
         return [ObjectChange(Ref.of(obj), "create", desired=obj) for obj in rendered]
     return sync.plan(api, env.name, rendered, secret_values_known=with_secrets)
@@ -241,7 +231,7 @@ class Session:
             refusals = plan.errors + data_loss_refusals(plan, self.env.spec.lustre.deletion_policy, delete_data)
             if refusals:
                 raise Refused("; ".join(refusals))
-            api = cluster_api(self.env, live)
+            api = cluster_api(self.env, live, self.connection)
             if operation == "destroy" and api is not None:
                 plan.cluster_objects = [sync.ObjectChange(ref, "delete") for ref in sync.owned_refs(api, self.env.name)]
             if plan.has_changes and not confirm(plan):
@@ -265,13 +255,14 @@ class Session:
 
         cluster = live[f"cluster/{self.env.spec.cluster.name}"]
         ray = self.env.spec.ray
-        return active_jobs(*ray_dashboard(cluster.fields.get("dns_endpoint_host"), ray.namespace, ray.cluster_name))
+        return active_jobs(*ray_dashboard(cluster.fields.get("dns_endpoint_host"), ray.namespace, ray.cluster_name,
+                                          self.connection.endpoints))
 
     def _sync_cluster(self, live: dict[str, Live]) -> None:
         """After the cloud: the cluster's objects by server-side apply, pruned, and waited on until ready."""
         from rlops.kube import sync
 
-        api = cluster_api(self.env, live)
+        api = cluster_api(self.env, live, self.connection)
         rendered = rendered_objects(self.env, live, self.connection, with_secrets=True)
         changes = sync.plan(api, self.env.name, rendered, secret_values_known=True)
         if changes:

@@ -8,6 +8,7 @@ metadata, no secrets) → `cloud/ray_jobs.py` `RayJobs.submit_once`.
 import time
 
 from rlops.cloud.ray_jobs import described
+from rlops.endpoints import Endpoints
 from rlops.logs import emit
 from rlops.reaper.reap import wake
 from rlops.runs import jobs, message
@@ -15,7 +16,7 @@ from rlops.sites import UnknownEnvironment, load_environment, open_site
 from rlops.state.run_records import new
 
 
-def handle(data: bytes) -> str:
+def handle(data: bytes, endpoints: Endpoints) -> str:
     """'submitted', 'duplicate' or 'poison'. A poison message is logged with its reason and never submitted;
     an error reaching Ray or the bucket raises, so that Pub/Sub delivers the message again."""
     try:
@@ -26,7 +27,7 @@ def handle(data: bytes) -> str:
     except (message.Poison, UnknownEnvironment) as poison:
         emit("WARNING", "train message refused", reason=str(poison), bytes=len(data))
         return "poison"
-    site = open_site(request.environment, env)
+    site = open_site(request.environment, env, endpoints)
     job = jobs.for_site(site, request.recipe, request.run, settings, request.requested_by, attempt=1)
     # The record outlives Ray's job table (a restarted head forgets its jobs and their ids): look there first.
     known = site.records.get(request.run)[0] is not None

@@ -1,22 +1,24 @@
-"""The state bucket (Cloud Storage). STORAGE_EMULATOR_HOST points the client at a local emulator."""
+"""The state bucket (Cloud Storage), or a local emulator's (`Endpoints.storage`)."""
 
 import json
-import os
 
 from google.api_core import exceptions as gexc
 from google.cloud import storage
 
+from rlops.endpoints import Endpoints
 
-def client(project: str | None = None) -> storage.Client:
-    if os.environ.get("STORAGE_EMULATOR_HOST"):
+
+def client(project: str | None, endpoints: Endpoints) -> storage.Client:
+    if endpoints.storage:
         from google.auth.credentials import AnonymousCredentials
-        return storage.Client(project=project or "local", credentials=AnonymousCredentials())
+        return storage.Client(project=project or "local", credentials=AnonymousCredentials(),
+                              client_options={"api_endpoint": endpoints.storage})
     return storage.Client(project=project)
 
 
-def of_environment(spec):
+def of_environment(spec, endpoints: Endpoints):
     """The state bucket a GCP environment's spec names, in its project."""
-    return client(spec.project.id).bucket(spec.state.bucket)
+    return client(spec.project.id, endpoints).bucket(spec.state.bucket)
 
 
 def read_json(blob: storage.Blob) -> tuple[dict | None, int]:
