@@ -1,4 +1,9 @@
-"""Adapters whose requests are written down instead of sent: what `apply --dry-run` prints."""
+"""Adapters whose requests are written down instead of sent: what `apply --dry-run` prints.
+
+The apply path runs over them as it would over the APIs: every request is answered as if it had
+finished at once (a long-running operation done, without error), and the changing ones (not the
+GETs that poll operations) are written down.
+"""
 
 import json
 from urllib.parse import parse_qsl, urlencode, urlsplit
@@ -9,6 +14,13 @@ from google.auth.credentials import AnonymousCredentials
 
 from rlops.cloud import adapters
 from rlops.cloud.base import Connection, Target
+
+
+# An operation that has finished, in each API's words: Compute's and GKE's `status`, a long-running
+# operation's `done` with its `response` (Lustre's is the instance; Service Networking reads only `done`).
+# Each client ignores the fields that are not its own.
+DONE = json.dumps({"name": "operation-recorded", "status": "DONE", "done": True,
+                   "response": {"@type": "type.googleapis.com/google.cloud.lustre.v1.Instance"}}).encode()
 
 
 def _line(method: str, url: str, body) -> str:
@@ -28,10 +40,11 @@ class _RecordingTransport(requests.adapters.BaseAdapter):
         self.transcript = transcript
 
     def send(self, request, **kwargs):
-        self.transcript.append(_line(request.method, request.url, request.body))
+        if request.method != "GET":
+            self.transcript.append(_line(request.method, request.url, request.body))
         response = requests.Response()
         response.status_code = 200
-        response._content = b"{}"
+        response._content = DONE
         response.headers["Content-Type"] = "application/json"
         response.request = request
         response.url = request.url
@@ -48,8 +61,9 @@ class _RecordingHttp:
         self.transcript = transcript
 
     def request(self, uri, method="GET", body=None, headers=None, **kwargs):
-        self.transcript.append(_line(method, uri, body))
-        return httplib2.Response({"status": "200", "content-type": "application/json"}), b"{}"
+        if method != "GET":
+            self.transcript.append(_line(method, uri, body))
+        return httplib2.Response({"status": "200", "content-type": "application/json"}), DONE
 
 
 def recording_adapters(target: Target, transcript: list[str]) -> dict:

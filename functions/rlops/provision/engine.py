@@ -142,6 +142,7 @@ class Runner:
     max_poll_seconds: float = 5.0
     progress_seconds: float = 30.0
     max_parallel: int = 8
+    on_step: Callable[[Step], None] = lambda step: None  # told as each step starts (a dry run's transcript)
     _started: float = field(default_factory=time.monotonic)
     _serial: dict = field(default_factory=dict)
     _running: dict = field(default_factory=dict)
@@ -169,7 +170,11 @@ class Runner:
         with ThreadPoolExecutor(max_workers=self.max_parallel, thread_name_prefix="apply") as pool:
             while steps or futures:
                 if not failures:
+                    # At most max_parallel in flight, taken in the plan's order: with one at a time, a run is the
+                    # same sequence every time (a dry run's transcript).
                     for step_id, step in list(steps.items()):
+                        if len(futures) >= self.max_parallel:
+                            break
                         if step.needs <= done:
                             futures[pool.submit(self._run_step, step)] = step
                             del steps[step_id]
@@ -192,6 +197,7 @@ class Runner:
             raise ApplyFailed("; ".join(failures) + (f" (not started: {', '.join(skipped)})" if skipped else ""))
 
     def _run_step(self, step: Step) -> None:
+        self.on_step(step)
         change, ws = step.change, self.workspace
         kind, name = change.key.split("/", 1)
         if step.verb == "record":
@@ -246,25 +252,3 @@ class Runner:
         error = pending.wait(first_poll_seconds=self.first_poll_seconds, max_poll_seconds=self.max_poll_seconds)
         if error:
             raise ApplyFailed(f"{pending.description} failed: {error}")
-
-
-def dry_run(plan: Plan, workspace: Workspace, transcript: list) -> None:
-    """Send every step's requests to a recorder instead of the API, in dependency order, one at a time."""
-    steps = {s.id: s for s in steps_for(plan)}
-    done: set = set()
-    while steps:
-        ready = [s for s in steps.values() if s.needs <= done]
-        if not ready:
-            raise ApplyFailed(f"dependency cycle among {sorted(steps)}")
-        for step in ready:
-            kind, name = step.change.key.split("/", 1)
-            transcript.append(f"# {step.label()}")
-            adapter = workspace.adapters[kind]
-            if step.verb == "create":
-                adapter.create(step.change.resource)
-            elif step.verb == "update":
-                adapter.update(step.change.resource, [f.field for f in step.change.fields])
-            elif step.verb == "delete":
-                adapter.delete(kind, name, workspace.locator(step.change.key))
-            done.add(step.id)
-            del steps[step.id]

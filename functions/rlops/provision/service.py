@@ -281,5 +281,7 @@ def dry_run(env: Environment, live: dict[str, Live] | None) -> list[str]:
     plan = build_plan(env.name, space.desired, live or {})
     if plan.errors:
         raise Refused("; ".join(plan.errors))
-    engine.dry_run(plan, space, transcript)
+    # The apply path itself, one step at a time so that the transcript's order is the plan's, not the threads'.
+    engine.Runner(space, report=lambda line: None, max_parallel=1, first_poll_seconds=0.0,
+                  on_step=lambda step: transcript.append(f"# {step.label()}")).run(plan)
     return transcript
