@@ -35,14 +35,14 @@ from fakes.gcs import fake_gcs  # noqa: E402
 LATENCY = float(__import__("os").environ.get("BENCH_LATENCY", "0.05"))
 
 
-def environments(count: int) -> list[service.Environment]:
+def environments(count: int) -> list[service.CloudEnvironment]:
     """`count` copies of the H200 seed in one project, each with resource names of its own."""
     text = (REPO / "environments" / "h200.yaml").read_text().replace("rlops-h200-example", "rlops-bench")
     envs = []
     for i in range(count):
         loaded = load_text(text.replace("rl-", f"rl{i}-"), f"bench-{i}", f"bench-{i}.yaml")
         assert not loaded.problems, loaded.problems
-        envs.append(service.Environment(f"bench-{i}", loaded.environment))
+        envs.append(service.CloudEnvironment(f"bench-{i}", loaded.environment))
     return envs
 
 

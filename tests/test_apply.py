@@ -282,7 +282,7 @@ def test_in_place_updates_of_networks_and_firewalls_are_requests_google_accepts(
 def test_every_write_path_of_a_seed_is_a_request_google_accepts(fake, specs, capsys, env_name, pool, grown):
     """Create, the cluster's update, the pool's autoscaling, Lustre's growth, the reaper's resize and destroy, each
     checked by the fake against the discovery documents and Lustre's protos (a refusal is a 400)."""
-    from rlops.cloud.container import ContainerAdapter
+    from rlops.cloud.container import NodePools
     from rlops.cloud.base import Connection
     from rlops.provision.service import target_of
 
@@ -294,8 +294,8 @@ def test_every_write_path_of_a_seed_is_a_request_google_accepts(fake, specs, cap
     assert run("apply", env_name) == 0, capsys.readouterr().err
     assert {r.method for r in fake.mutations()} >= {"POST", "PUT", "PATCH"}
     _, env = common.load_gcp(env_name)
-    adapter = ContainerAdapter(target_of(env.name, env.spec), Connection.to(Endpoints.from_environment()))
-    assert adapter.resize_pool(pool, 0).wait(60) is None
+    node_pools = NodePools(target_of(env.name, env.spec), Connection.to(Endpoints.from_environment()))
+    assert node_pools.resize(pool, 0).wait(60) is None
     assert run("destroy", env_name, "--yes") == 0
     refused = [f"{r.method} {r.path} {r.status}" for r in fake.requests if r.status == 400]
     assert refused == [], refused

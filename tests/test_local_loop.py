@@ -619,7 +619,8 @@ def test_the_reaper_and_apply_take_turns_on_the_environments_lock(h200_on_local_
         assert replicas() == [2] and not resizes()
 
     said: list[str] = []
-    session = provision.Session(provision.Environment("h200", site.env), Connection.to(Endpoints.from_environment()),
+    session = provision.Session(provision.CloudEnvironment("h200", site.env),
+                                Connection.to(Endpoints.from_environment()),
                                 site.bucket, said.append)
     with ThreadPoolExecutor(2) as threads:
         with gcp.holding_operations():  # the reaper's resize drains nodes for a while, under the lock

@@ -139,15 +139,16 @@ class GkeCluster:
 
     def __init__(self, name: str, env: GcpEnvironment, endpoints: Endpoints):
         from rlops.cloud.base import Connection
-        from rlops.cloud.container import ContainerAdapter
+        from rlops.cloud.container import Clusters, NodePools
         from rlops.provision.service import target_of
 
         self.name, self.env, self.endpoints = name, env, endpoints
-        self.adapter = ContainerAdapter(target_of(name, env), Connection.to(endpoints))
+        target, connection = target_of(name, env), Connection.to(endpoints)
+        self.clusters, self.node_pools = Clusters(target, connection), NodePools(target, connection)
 
     def _endpoint(self) -> str | None:
         """The API server's DNS endpoint; None while the cluster does not exist."""
-        cluster = self.adapter.read("cluster", self.env.cluster.name, {})
+        cluster = self.clusters.read("cluster", self.env.cluster.name, {})
         return None if cluster is None else cluster.fields.get("dns_endpoint_host")
 
     def dashboard(self) -> tuple[str, dict[str, str]]:
@@ -168,11 +169,12 @@ class GkeCluster:
         endpoint = self._endpoint()
         if "ray-workers" in env.idle.scale_down and endpoint is not None:
             sizes = {p.name: 0 if down else p.ray_worker_replicas for p in env.gpu_pools}
-            connect(endpoint, self.endpoints).set_worker_replicas(Ref("RayCluster", env.ray.cluster_name, env.ray.namespace), sizes)
+            ray_cluster = Ref("RayCluster", env.ray.cluster_name, env.ray.namespace)
+            connect(endpoint, self.endpoints).set_worker_replicas(ray_cluster, sizes)
         if "node-pools" in env.idle.scale_down:
             for pool in env.gpu_pools:  # one at a time: GKE refuses a second operation on a cluster while one runs
                 size = 0 if down else pool.autoscaling.min_nodes or pool.ray_worker_replicas
-                error = self.adapter.resize_pool(pool.name, size).wait(self.RESIZE_TIMEOUT_SECONDS)
+                error = self.node_pools.resize(pool.name, size).wait(self.RESIZE_TIMEOUT_SECONDS)
                 if error:
                     raise ScaleFailed(f"node pool {pool.name}: resize to {size} nodes failed: {error}")
 

@@ -48,12 +48,12 @@ def load_spec(name: str):
 
 
 def load_gcp(name: str):
-    """(path, provision.service.Environment), or (path, None) for a local environment."""
-    from rlops.provision.service import Environment
+    """(path, provision.service.CloudEnvironment), or (path, None) for a local environment."""
+    from rlops.provision.service import CloudEnvironment
     from rlops.spec.model import GcpEnvironment
 
     path, env_name, env = load_spec(name)
-    return path, Environment(env_name, env) if isinstance(env, GcpEnvironment) else None
+    return path, CloudEnvironment(env_name, env) if isinstance(env, GcpEnvironment) else None
 
 
 def cloud_environment(name: str, verb: str):

@@ -79,7 +79,7 @@ def _unapplied(folder: Path, touched: set[str], endpoints: Endpoints) -> list[st
     from google.api_core.exceptions import GoogleAPICallError
 
     from rlops.state.bucket import of_environment
-    from rlops.provision.service import Environment
+    from rlops.provision.service import CloudEnvironment
     from rlops.spec.load import load
     from rlops.spec.model import LocalEnvironment
     from rlops.state.resources import AppliedSpec
@@ -92,7 +92,7 @@ def _unapplied(folder: Path, touched: set[str], endpoints: Endpoints) -> list[st
             continue
         if isinstance(loaded.environment, LocalEnvironment):
             continue
-        env = Environment(loaded.name, loaded.environment)
+        env = CloudEnvironment(loaded.name, loaded.environment)
         record = AppliedSpec(of_environment(env.spec, endpoints), env.spec.state.prefix, env.name)
         try:
             applied = record.read()

@@ -1,4 +1,8 @@
-"""Compute Engine: networks, subnetworks, firewalls and global addresses (google-cloud-compute, REST)."""
+"""Compute Engine: networks, subnetworks, firewalls and global addresses (google-cloud-compute, REST).
+
+One handler per kind (`HANDLERS`), each following `cloud.base.ResourceAdapter`; what they share (the
+list read, the get, the delete, waiting on an operation) is `_ComputeKind`.
+"""
 
 from google.cloud import compute_v1
 
@@ -8,131 +12,158 @@ from rlops.resource_shapes import Live, Resource
 API = "compute"
 
 
-class ComputeAdapter:
-    kinds = ("network", "subnetwork", "firewall", "address")
+class _ComputeKind:
+    kind: str
+    client_class: type
+    argument: str          # the resource's name in the client's calls: network=, firewall=, ...
+    regional: bool = False
 
     def __init__(self, target: Target, connection: Connection):
         self.target = target
-        self.networks = connection.gapic(API, compute_v1.NetworksClient)
-        self.subnetworks = connection.gapic(API, compute_v1.SubnetworksClient)
-        self.firewalls = connection.gapic(API, compute_v1.FirewallsClient)
-        self.addresses = connection.gapic(API, compute_v1.GlobalAddressesClient)
+        self.client = connection.gapic(API, self.client_class)
         # Our own operation clients: ExtendedOperation.result() ignores a custom endpoint (feasibility §2, gotcha 5).
         self.global_operations = connection.gapic(API, compute_v1.GlobalOperationsClient)
         self.region_operations = connection.gapic(API, compute_v1.RegionOperationsClient)
+
+    @property
+    def kinds(self) -> tuple[str, ...]:
+        return (self.kind,)
+
+    def _where(self, fields: dict) -> dict:
+        return {"project": self.target.project, **({"region": fields["region"]} if self.regional else {})}
 
     def _network_url(self, name: str) -> str:
         return f"projects/{self.target.project}/global/networks/{name}"
 
     # -- read -------------------------------------------------------------------------------
-    def read(self, kind: str, name: str, fields: dict) -> Live | None:
-        project = self.target.project
-        getter = {
-            "network": lambda: self.networks.get(project=project, network=name),
-            "subnetwork": lambda: self.subnetworks.get(project=project, region=fields["region"], subnetwork=name),
-            "firewall": lambda: self.firewalls.get(project=project, firewall=name),
-            "address": lambda: self.addresses.get(project=project, address=name),
-        }[kind]
-        found = get_or_none(API, f"get {kind} {name}", getter)
-        return None if found is None else self._live(kind, found)
-
     def reads(self, wanted: list[tuple[str, str, dict]]) -> list[Read]:
         """One list call per kind (and region) instead of a get per resource, shared by the project's environments."""
-        groups: dict[tuple[str, str | None], set[str]] = {}
-        for kind, name, fields in wanted:
-            groups.setdefault((kind, fields.get("region") if kind == "subnetwork" else None), set()).add(name)
-        return [Read((API, self.target.project, kind, region), lambda kind=kind, region=region: self._list(kind, region),
-                     lambda listed, kind=kind, names=names: self._pick(kind, listed, names))
-                for (kind, region), names in groups.items()]
+        groups: dict[str | None, set[str]] = {}
+        for _, name, fields in wanted:
+            groups.setdefault(fields.get("region") if self.regional else None, set()).add(name)
+        return [Read((API, self.target.project, self.kind, region), lambda region=region: self._list(region),
+                     lambda listed, names=names: {f"{self.kind}/{name}": self.live(listed[name]) if name in listed
+                                                  else None for name in names})
+                for region, names in groups.items()]
 
-    def _list(self, kind: str, region: str | None) -> dict:
-        project = self.target.project
-        lister = {
-            "network": lambda: list(self.networks.list(project=project)),
-            "subnetwork": lambda: list(self.subnetworks.list(project=project, region=region)),
-            "firewall": lambda: list(self.firewalls.list(project=project)),
-            "address": lambda: list(self.addresses.list(project=project)),
-        }[kind]
-        return {item.name: item for item in call(API, f"list {kind}s", lister)}
+    def _list(self, region: str | None) -> dict:
+        where = {"project": self.target.project, **({"region": region} if self.regional else {})}
+        return {item.name: item for item in call(API, f"list {self.kind}s", lambda: list(self.client.list(**where)))}
 
-    def _pick(self, kind: str, listed: dict, names: set[str]) -> dict[str, Live | None]:
-        return {f"{kind}/{name}": self._live(kind, listed[name]) if name in listed else None for name in names}
+    def read(self, kind: str, name: str, fields: dict) -> Live | None:
+        found = get_or_none(API, f"get {kind} {name}", self.client.get, **self._where(fields), **{self.argument: name})
+        return None if found is None else self.live(found)
 
-    def _live(self, kind: str, live) -> Live:
-        owned = self.target.owns_description(live.description)
-        if kind == "network":
-            return Live({"auto_create_subnetworks": live.auto_create_subnetworks, "mtu": live.mtu,
-                         "network_profile": from_projects(live.network_profile) if live.network_profile else None,
-                         "routing_mode": live.routing_config.routing_mode or None}, owned)
-        if kind == "subnetwork":
-            return Live({"network": last_segment(live.network), "region": last_segment(live.region),
-                         "ip_cidr_range": live.ip_cidr_range}, owned)
-        if kind == "firewall":
-            allowed = [[rule.I_p_protocol, *rule.ports] for rule in live.allowed]
-            return Live({"network": last_segment(live.network), "direction": live.direction,
-                         "source_ranges": list(live.source_ranges), "allowed": allowed}, owned)
-        return Live({"network": last_segment(live.network), "purpose": live.purpose,
-                     "address_type": live.address_type, "prefix_length": live.prefix_length,
-                     "address": live.address}, owned)
+    def live(self, item) -> Live:
+        raise NotImplementedError
 
     # -- create / update / delete -----------------------------------------------------------
-    def create(self, resource: Resource) -> Pending:
-        project, d, name = self.target.project, resource.desired, resource.name
-        description = self.target.description
-        if resource.kind == "network":
-            body = compute_v1.Network(name=name, description=description, auto_create_subnetworks=d["auto_create_subnetworks"],
-                                      mtu=d["mtu"], routing_config=compute_v1.NetworkRoutingConfig(routing_mode=d["routing_mode"]))
-            if d["network_profile"]:
-                body.network_profile = d["network_profile"]
-            return self._global(call(API, f"insert network {name}", self.networks.insert, project=project, network_resource=body))
-        if resource.kind == "subnetwork":
-            body = compute_v1.Subnetwork(name=name, description=description, network=self._network_url(d["network"]),
-                                         ip_cidr_range=d["ip_cidr_range"])
-            return self._regional(d["region"], call(API, f"insert subnetwork {name}", self.subnetworks.insert,
-                                                    project=project, region=d["region"], subnetwork_resource=body))
-        if resource.kind == "firewall":
-            body = compute_v1.Firewall(name=name, description=description, network=self._network_url(d["network"]),
-                                       direction=d["direction"], source_ranges=d["source_ranges"], allowed=_allowed(d["allowed"]))
-            return self._global(call(API, f"insert firewall {name}", self.firewalls.insert, project=project, firewall_resource=body))
-        body = compute_v1.Address(name=name, description=description, network=self._network_url(d["network"]),
-                                  purpose=d["purpose"], address_type=d["address_type"], prefix_length=d["prefix_length"])
-        if d.get("address"):  # the range's base: the LNet firewall admits this range, so Google may not pick another
-            body.address = d["address"]
-        return self._global(call(API, f"insert address {name}", self.addresses.insert, project=project, address_resource=body))
+    def _insert(self, resource: Resource, body) -> Pending:
+        where = self._where(resource.desired)
+        operation = call(API, f"insert {self.kind} {resource.name}", self.client.insert, **where,
+                         **{f"{self.argument}_resource": body})
+        return self._operation(operation, where)
 
     def update(self, resource: Resource, changed: list[str]) -> Pending:
-        project, d, name = self.target.project, resource.desired, resource.name
-        if resource.kind == "network":
-            body = compute_v1.Network(mtu=d["mtu"], routing_config=compute_v1.NetworkRoutingConfig(routing_mode=d["routing_mode"]))
-            return self._global(call(API, f"patch network {name}", self.networks.patch, project=project, network=name,
-                                     network_resource=body))
-        if resource.kind == "firewall":
-            # `name` is required in a patch body too (compute.v1 discovery: Firewall.name annotations.required).
-            body = compute_v1.Firewall(name=name, source_ranges=d["source_ranges"], allowed=_allowed(d["allowed"]))
-            return self._global(call(API, f"patch firewall {name}", self.firewalls.patch, project=project, firewall=name,
-                                     firewall_resource=body))
-        raise ValueError(f"{resource.kind} has no in-place update")  # the plan replaces these
+        raise ValueError(f"{self.kind} has no in-place update")  # the plan replaces these
 
     def delete(self, kind: str, name: str, fields: dict) -> Pending:
-        project = self.target.project
-        if kind == "subnetwork":
-            return self._regional(fields["region"], call(API, f"delete subnetwork {name}", self.subnetworks.delete,
-                                                         project=project, region=fields["region"], subnetwork=name))
-        client, argument = {"network": (self.networks, "network"), "firewall": (self.firewalls, "firewall"),
-                            "address": (self.addresses, "address")}[kind]
-        return self._global(call(API, f"delete {kind} {name}", client.delete, project=project, **{argument: name}))
+        where = self._where(fields)
+        return self._operation(call(API, f"delete {kind} {name}", self.client.delete, **where,
+                                    **{self.argument: name}), where)
 
-    # -- operations -------------------------------------------------------------------------
-    def _global(self, operation) -> Pending:
+    def _operation(self, operation, where: dict) -> Pending:
         name = operation.name
-        return Pending(f"compute operation {name}", lambda: _status(call(
-            API, f"get operation {name}", self.global_operations.get, project=self.target.project, operation=name)))
+        if self.regional:
+            get = lambda: self.region_operations.get(**where, operation=name)  # noqa: E731
+        else:
+            get = lambda: self.global_operations.get(**where, operation=name)  # noqa: E731
+        return Pending(f"compute operation {name}", lambda: _status(call(API, f"get operation {name}", get)))
 
-    def _regional(self, region: str, operation) -> Pending:
-        name = operation.name
-        return Pending(f"compute operation {name}", lambda: _status(call(
-            API, f"get operation {name}", self.region_operations.get, project=self.target.project, region=region,
-            operation=name)))
+
+class Networks(_ComputeKind):
+    kind, client_class, argument = "network", compute_v1.NetworksClient, "network"
+
+    def live(self, item: compute_v1.Network) -> Live:
+        return Live({"auto_create_subnetworks": item.auto_create_subnetworks, "mtu": item.mtu,
+                     "network_profile": from_projects(item.network_profile) if item.network_profile else None,
+                     "routing_mode": item.routing_config.routing_mode or None},
+                    self.target.owns_description(item.description))
+
+    def create(self, resource: Resource) -> Pending:
+        d = resource.desired
+        body = compute_v1.Network(name=resource.name, description=self.target.description,
+                                  auto_create_subnetworks=d["auto_create_subnetworks"], mtu=d["mtu"],
+                                  routing_config=compute_v1.NetworkRoutingConfig(routing_mode=d["routing_mode"]))
+        if d["network_profile"]:
+            body.network_profile = d["network_profile"]
+        return self._insert(resource, body)
+
+    def update(self, resource: Resource, changed: list[str]) -> Pending:
+        d, name = resource.desired, resource.name
+        body = compute_v1.Network(mtu=d["mtu"], routing_config=compute_v1.NetworkRoutingConfig(routing_mode=d["routing_mode"]))
+        where = self._where(d)
+        return self._operation(call(API, f"patch network {name}", self.client.patch, **where, network=name,
+                                    network_resource=body), where)
+
+
+class Subnetworks(_ComputeKind):
+    kind, client_class, argument, regional = "subnetwork", compute_v1.SubnetworksClient, "subnetwork", True
+
+    def live(self, item: compute_v1.Subnetwork) -> Live:
+        return Live({"network": last_segment(item.network), "region": last_segment(item.region),
+                     "ip_cidr_range": item.ip_cidr_range}, self.target.owns_description(item.description))
+
+    def create(self, resource: Resource) -> Pending:
+        d = resource.desired
+        return self._insert(resource, compute_v1.Subnetwork(
+            name=resource.name, description=self.target.description, network=self._network_url(d["network"]),
+            ip_cidr_range=d["ip_cidr_range"]))
+
+
+class Firewalls(_ComputeKind):
+    kind, client_class, argument = "firewall", compute_v1.FirewallsClient, "firewall"
+
+    def live(self, item: compute_v1.Firewall) -> Live:
+        allowed = [[rule.I_p_protocol, *rule.ports] for rule in item.allowed]
+        return Live({"network": last_segment(item.network), "direction": item.direction,
+                     "source_ranges": list(item.source_ranges), "allowed": allowed},
+                    self.target.owns_description(item.description))
+
+    def create(self, resource: Resource) -> Pending:
+        d = resource.desired
+        return self._insert(resource, compute_v1.Firewall(
+            name=resource.name, description=self.target.description, network=self._network_url(d["network"]),
+            direction=d["direction"], source_ranges=d["source_ranges"], allowed=_allowed(d["allowed"])))
+
+    def update(self, resource: Resource, changed: list[str]) -> Pending:
+        d, name = resource.desired, resource.name
+        # `name` is required in a patch body too (compute.v1 discovery: Firewall.name annotations.required).
+        body = compute_v1.Firewall(name=name, source_ranges=d["source_ranges"], allowed=_allowed(d["allowed"]))
+        where = self._where(d)
+        return self._operation(call(API, f"patch firewall {name}", self.client.patch, **where, firewall=name,
+                                    firewall_resource=body), where)
+
+
+class Addresses(_ComputeKind):
+    kind, client_class, argument = "address", compute_v1.GlobalAddressesClient, "address"
+
+    def live(self, item: compute_v1.Address) -> Live:
+        return Live({"network": last_segment(item.network), "purpose": item.purpose,
+                     "address_type": item.address_type, "prefix_length": item.prefix_length,
+                     "address": item.address}, self.target.owns_description(item.description))
+
+    def create(self, resource: Resource) -> Pending:
+        d = resource.desired
+        body = compute_v1.Address(name=resource.name, description=self.target.description,
+                                  network=self._network_url(d["network"]), purpose=d["purpose"],
+                                  address_type=d["address_type"], prefix_length=d["prefix_length"])
+        if d.get("address"):  # the range's base: the LNet firewall admits this range, so Google may not pick another
+            body.address = d["address"]
+        return self._insert(resource, body)
+
+
+HANDLERS = (Networks, Subnetworks, Firewalls, Addresses)
 
 
 def _status(operation: compute_v1.Operation) -> tuple[bool, str | None]:

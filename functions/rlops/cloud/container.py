@@ -1,11 +1,16 @@
-"""GKE: the cluster (with its system pool) and the GPU node pools (google-cloud-container, REST)."""
+"""GKE: the cluster (with its system pool) and the GPU node pools (google-cloud-container, REST).
+
+One handler per kind (`Clusters`, `NodePools`), each following `cloud.base.ResourceAdapter`; both read
+through the one list of the location's clusters (each carries its node pools), which the engine makes
+once for every environment of the project.
+"""
 
 from dataclasses import replace
 
 from google.api_core import exceptions as gexc
 from google.cloud import container_v1 as gke
 
-from rlops.cloud.base import Connection, Pending, Read, Target, call, get_or_none, last_segment, read_each
+from rlops.cloud.base import Connection, Pending, Read, Target, call, get_or_none, last_segment
 from rlops.resource_shapes import Live, Resource
 
 API = "container"
@@ -14,8 +19,10 @@ _SETTLED = {gke.Cluster.Status.RUNNING, gke.Cluster.Status.ERROR, gke.Cluster.St
 _POOL_SETTLED = {gke.NodePool.Status.RUNNING, gke.NodePool.Status.RUNNING_WITH_ERROR, gke.NodePool.Status.ERROR}
 
 
-class ContainerAdapter:
-    kinds = ("cluster", "node_pool")
+class _Gke:
+    """What the two kinds share: the client, the paths, the list of the location's clusters, operations."""
+
+    kind: str
 
     def __init__(self, target: Target, connection: Connection):
         self.target = target
@@ -31,25 +38,17 @@ class ContainerAdapter:
     def _pool_path(self, pool: str, cluster: str | None = None) -> str:
         return f"{self._cluster_path(cluster)}/nodePools/{pool}"
 
-    # -- read -------------------------------------------------------------------------------
-    def read(self, kind: str, name: str, fields: dict) -> Live | None:
-        if kind == "cluster":
-            cluster = get_or_none(API, f"get cluster {name}", self.client.get_cluster, name=self._cluster_path(name))
-            return None if cluster is None else self._cluster_live(cluster, fields)
-        path = self._pool_path(name, fields.get("cluster"))
-        pool = get_or_none(API, f"get node pool {name}", self.client.get_node_pool, name=path)
-        return None if pool is None else self._pool_live(pool, fields, path)
+    @property
+    def kinds(self) -> tuple[str, ...]:
+        return (self.kind,)
 
+    # -- read -------------------------------------------------------------------------------
     def reads(self, wanted: list[tuple[str, str, dict]]) -> list[Read]:
-        """One list of the location's clusters, with their node pools, reads every cluster and pool the project's
-        environments name; pools of a cluster the spec no longer names (recorded ones) are read one by one."""
-        clusters = {name: fields for kind, name, fields in wanted if kind == "cluster"}
-        pools = [(name, fields) for kind, name, fields in wanted if kind == "node_pool"]
-        listed = [(name, fields) for name, fields in pools if fields.get("cluster", self.target.cluster) in clusters]
-        reads = [Read((API, self._location), self._clusters, lambda found: self._pick(found, clusters, listed))] \
-            if clusters else []
-        return reads + read_each(self, API, [("node_pool", name, fields) for name, fields in pools
-                                             if (name, fields) not in listed])
+        """The list of the location's clusters, with their node pools: one call for every cluster and pool."""
+        return [Read((API, self._location), self._clusters, lambda found: self._pick(found, wanted))]
+
+    def _pick(self, found: dict[str, gke.Cluster], wanted: list[tuple[str, str, dict]]) -> dict[str, Live | None]:
+        raise NotImplementedError
 
     def _clusters(self) -> dict[str, gke.Cluster]:
         def listed() -> list[gke.Cluster]:
@@ -59,17 +58,6 @@ class ContainerAdapter:
             return list(answer.clusters)
 
         return {cluster.name: cluster for cluster in call(API, f"list clusters in {self.target.region}", listed)}
-
-    def _pick(self, found: dict[str, gke.Cluster], clusters: dict[str, dict],
-              pools: list[tuple[str, dict]]) -> dict[str, Live | None]:
-        read: dict[str, Live | None] = {f"cluster/{name}": self._cluster_live(found[name], fields) if name in found else None
-                                        for name, fields in clusters.items()}
-        for pool, wanted in pools:
-            cluster = wanted.get("cluster", self.target.cluster)
-            live = {p.name: p for p in found[cluster].node_pools} if cluster in found else {}
-            read[f"node_pool/{pool}"] = (self._pool_live(live[pool], wanted, self._pool_path(pool, cluster))
-                                         if pool in live else None)
-        return read
 
     def _cluster_live(self, cluster: gke.Cluster, fields: dict) -> Live:
         live, path = self._cluster_fields(cluster, fields), self._cluster_path(cluster.name)
@@ -128,55 +116,6 @@ class ContainerAdapter:
             "max_nodes": pool.autoscaling.max_node_count if pool.autoscaling.enabled else None,
         }, self.target.owns_labels(config.resource_labels))
 
-    # -- create / update / delete -----------------------------------------------------------
-    def create(self, resource: Resource) -> Pending:
-        d = resource.desired
-        if resource.kind == "node_pool":
-            operation = call(API, f"create node pool {resource.name}", self.client.create_node_pool,
-                             parent=self._cluster_path(d["cluster"]), node_pool=self._node_pool(resource.name, d, resource.labels))
-            return self._wait(operation)
-        cluster = gke.Cluster(
-            name=resource.name, network=d["network"], resource_labels=resource.labels,
-            workload_identity_config=gke.WorkloadIdentityConfig(workload_pool=d["workload_pool"] or ""),
-            network_config=gke.NetworkConfig(datapath_provider=gke.DatapathProvider[d["datapath_provider"]],
-                                             enable_multi_networking=d["enable_multi_networking"]),
-            ip_allocation_policy=gke.IPAllocationPolicy(use_ip_aliases=d["use_ip_aliases"]),
-            release_channel=gke.ReleaseChannel(channel=gke.ReleaseChannel.Channel[d["release_channel"]]),
-            initial_cluster_version=d["min_master_version"] or "",
-            addons_config=self._addons(d),
-            control_plane_endpoints_config=self._endpoints(d),
-            node_pools=[self._node_pool(d["system_pool"].get("name", "default-pool"), d["system_pool"], resource.labels)],
-        )
-        return self._wait(call(API, f"create cluster {resource.name}", self.client.create_cluster,
-                               parent=self._location, cluster=cluster))
-
-    def update(self, resource: Resource, changed: list[str]) -> Pending:
-        d, name = resource.desired, resource.name
-        if resource.kind == "node_pool":
-            request = gke.SetNodePoolAutoscalingRequest(name=self._pool_path(name, d["cluster"]), autoscaling=self._autoscaling(d))
-            return self._wait(call(API, f"set autoscaling of node pool {name}", self.client.set_node_pool_autoscaling,
-                                   request=request))
-        # GKE applies one desired_* field per update call, so each changed group is its own operation.
-        updates = []
-        if {"ray_operator", "lustre_csi_driver", "lustre_legacy_port", "lustre_multi_nic"} & set(changed):
-            updates.append(("add-ons", gke.ClusterUpdate(desired_addons_config=self._addons(d))))
-        if "release_channel" in changed:
-            updates.append(("release channel", gke.ClusterUpdate(
-                desired_release_channel=gke.ReleaseChannel(channel=gke.ReleaseChannel.Channel[d["release_channel"]]))))
-        if "workload_pool" in changed:
-            updates.append(("workload identity", gke.ClusterUpdate(
-                desired_workload_identity_config=gke.WorkloadIdentityConfig(workload_pool=d["workload_pool"] or ""))))
-        if "dns_endpoint" in changed:
-            updates.append(("DNS endpoint", gke.ClusterUpdate(desired_control_plane_endpoints_config=self._endpoints(d))))
-        if "min_master_version" in changed:
-            updates.append(("version", gke.ClusterUpdate(desired_master_version=d["min_master_version"])))
-        return self._sequence(name, updates)
-
-    def resize_pool(self, name: str, node_count: int) -> Pending:
-        """The reaper's and the wake's resize: at once, not through the cluster autoscaler."""
-        return self._wait(call(API, f"resize node pool {name} to {node_count}", self.client.set_node_pool_size,
-                               request=gke.SetNodePoolSizeRequest(name=self._pool_path(name), node_count=node_count)))
-
     def _sequence(self, name: str, updates: list) -> Pending:
         remaining = list(updates)
         current: list[Pending] = []
@@ -195,12 +134,6 @@ class ContainerAdapter:
             return False, None
 
         return Pending(f"cluster {name} updates", poll)
-
-    def delete(self, kind: str, name: str, fields: dict) -> Pending:
-        if kind == "cluster":
-            return self._wait(call(API, f"delete cluster {name}", self.client.delete_cluster, name=self._cluster_path(name)))
-        return self._wait(call(API, f"delete node pool {name}", self.client.delete_node_pool,
-                               name=self._pool_path(name, fields.get("cluster"))))
 
     # -- request pieces ---------------------------------------------------------------------
     def _node_pool(self, name: str, d: dict, labels: dict) -> gke.NodePool:
@@ -255,6 +188,98 @@ class ContainerAdapter:
             return True, error or None
 
         return Pending(f"GKE operation {operation.name} ({operation.operation_type.name.lower()})", poll)
+
+
+class Clusters(_Gke):
+    kind = "cluster"
+
+    def _pick(self, found: dict[str, gke.Cluster], wanted: list[tuple[str, str, dict]]) -> dict[str, Live | None]:
+        return {f"cluster/{name}": self._cluster_live(found[name], fields) if name in found else None
+                for _, name, fields in wanted}
+
+    def read(self, kind: str, name: str, fields: dict) -> Live | None:
+        cluster = get_or_none(API, f"get cluster {name}", self.client.get_cluster, name=self._cluster_path(name))
+        return None if cluster is None else self._cluster_live(cluster, fields)
+
+    def create(self, resource: Resource) -> Pending:
+        d = resource.desired
+        cluster = gke.Cluster(
+            name=resource.name, network=d["network"], resource_labels=resource.labels,
+            workload_identity_config=gke.WorkloadIdentityConfig(workload_pool=d["workload_pool"] or ""),
+            network_config=gke.NetworkConfig(datapath_provider=gke.DatapathProvider[d["datapath_provider"]],
+                                             enable_multi_networking=d["enable_multi_networking"]),
+            ip_allocation_policy=gke.IPAllocationPolicy(use_ip_aliases=d["use_ip_aliases"]),
+            release_channel=gke.ReleaseChannel(channel=gke.ReleaseChannel.Channel[d["release_channel"]]),
+            initial_cluster_version=d["min_master_version"] or "",
+            addons_config=self._addons(d),
+            control_plane_endpoints_config=self._endpoints(d),
+            node_pools=[self._node_pool(d["system_pool"].get("name", "default-pool"), d["system_pool"], resource.labels)],
+        )
+        return self._wait(call(API, f"create cluster {resource.name}", self.client.create_cluster,
+                               parent=self._location, cluster=cluster))
+
+    def update(self, resource: Resource, changed: list[str]) -> Pending:
+        d, name = resource.desired, resource.name
+        # GKE applies one desired_* field per update call, so each changed group is its own operation.
+        updates = []
+        if {"ray_operator", "lustre_csi_driver", "lustre_legacy_port", "lustre_multi_nic"} & set(changed):
+            updates.append(("add-ons", gke.ClusterUpdate(desired_addons_config=self._addons(d))))
+        if "release_channel" in changed:
+            updates.append(("release channel", gke.ClusterUpdate(
+                desired_release_channel=gke.ReleaseChannel(channel=gke.ReleaseChannel.Channel[d["release_channel"]]))))
+        if "workload_pool" in changed:
+            updates.append(("workload identity", gke.ClusterUpdate(
+                desired_workload_identity_config=gke.WorkloadIdentityConfig(workload_pool=d["workload_pool"] or ""))))
+        if "dns_endpoint" in changed:
+            updates.append(("DNS endpoint", gke.ClusterUpdate(desired_control_plane_endpoints_config=self._endpoints(d))))
+        if "min_master_version" in changed:
+            updates.append(("version", gke.ClusterUpdate(desired_master_version=d["min_master_version"])))
+        return self._sequence(name, updates)
+
+    def delete(self, kind: str, name: str, fields: dict) -> Pending:
+        return self._wait(call(API, f"delete cluster {name}", self.client.delete_cluster, name=self._cluster_path(name)))
+
+
+class NodePools(_Gke):
+    kind = "node_pool"
+
+    def _pick(self, found: dict[str, gke.Cluster], wanted: list[tuple[str, str, dict]]) -> dict[str, Live | None]:
+        read: dict[str, Live | None] = {}
+        for _, pool, fields in wanted:  # a pool of a cluster the spec no longer names (a recorded one) too
+            cluster = fields.get("cluster", self.target.cluster)
+            live = {p.name: p for p in found[cluster].node_pools} if cluster in found else {}
+            read[f"node_pool/{pool}"] = (self._pool_live(live[pool], fields, self._pool_path(pool, cluster))
+                                         if pool in live else None)
+        return read
+
+    def read(self, kind: str, name: str, fields: dict) -> Live | None:
+        path = self._pool_path(name, fields.get("cluster"))
+        pool = get_or_none(API, f"get node pool {name}", self.client.get_node_pool, name=path)
+        return None if pool is None else self._pool_live(pool, fields, path)
+
+    def create(self, resource: Resource) -> Pending:
+        d = resource.desired
+        operation = call(API, f"create node pool {resource.name}", self.client.create_node_pool,
+                         parent=self._cluster_path(d["cluster"]), node_pool=self._node_pool(resource.name, d, resource.labels))
+        return self._wait(operation)
+
+    def update(self, resource: Resource, changed: list[str]) -> Pending:
+        d, name = resource.desired, resource.name
+        request = gke.SetNodePoolAutoscalingRequest(name=self._pool_path(name, d["cluster"]), autoscaling=self._autoscaling(d))
+        return self._wait(call(API, f"set autoscaling of node pool {name}", self.client.set_node_pool_autoscaling,
+                               request=request))
+
+    def delete(self, kind: str, name: str, fields: dict) -> Pending:
+        return self._wait(call(API, f"delete node pool {name}", self.client.delete_node_pool,
+                               name=self._pool_path(name, fields.get("cluster"))))
+
+    def resize(self, name: str, node_count: int) -> Pending:
+        """The reaper's and the wake's resize: at once, not through the cluster autoscaler."""
+        return self._wait(call(API, f"resize node pool {name} to {node_count}", self.client.set_node_pool_size,
+                               request=gke.SetNodePoolSizeRequest(name=self._pool_path(name), node_count=node_count)))
+
+
+HANDLERS = (Clusters, NodePools)
 
 
 def _driver(version: str) -> str:

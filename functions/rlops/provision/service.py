@@ -32,7 +32,9 @@ def target_of(name: str, env: GcpEnvironment) -> Target:
 
 
 @dataclass
-class Environment:
+class CloudEnvironment:
+    """A GCP environment's spec with its name: what plan, apply and destroy work on."""
+
     name: str
     spec: GcpEnvironment
 
@@ -47,7 +49,7 @@ class Environment:
         return hashlib.sha256(canonical.encode()).hexdigest()
 
 
-def workspace(env: Environment, connection: Connection, bucket, adapters: dict | None = None) -> engine.Workspace:
+def workspace(env: CloudEnvironment, connection: Connection, bucket, adapters: dict | None = None) -> engine.Workspace:
     from rlops.cloud import adapters as build_adapters
 
     record = ResourceRecord(bucket, env.spec.state.prefix, env.name).load()
@@ -56,7 +58,7 @@ def workspace(env: Environment, connection: Connection, bucket, adapters: dict |
                             record)
 
 
-def plan_live(envs: list[Environment], connection: Connection, bucket_of: Callable[[Environment], object],
+def plan_live(envs: list[CloudEnvironment], connection: Connection, bucket_of: Callable[[CloudEnvironment], object],
               with_cluster_objects: bool = True) -> list[Plan]:
     """Plans of several environments from one round of parallel reads.
 
@@ -74,7 +76,8 @@ def plan_live(envs: list[Environment], connection: Connection, bucket_of: Callab
     return plans
 
 
-def rendered_objects(env: Environment, live: dict[str, Live], connection: Connection, with_secrets: bool) -> list[dict]:
+def rendered_objects(env: CloudEnvironment, live: dict[str, Live], connection: Connection,
+                     with_secrets: bool) -> list[dict]:
     """The in-cluster objects; before Lustre exists its address is a placeholder (the objects wait for it anyway)."""
     from rlops.kube import render
 
@@ -88,7 +91,7 @@ def rendered_objects(env: Environment, live: dict[str, Live], connection: Connec
     return render.objects(env.name, env.spec, facts, values)
 
 
-def cluster_api(env: Environment, live: dict[str, Live], connection: Connection):
+def cluster_api(env: CloudEnvironment, live: dict[str, Live], connection: Connection):
     """The cluster's Kubernetes API, or None while the cluster does not exist."""
     from rlops.kube.cluster import connect
 
@@ -96,7 +99,7 @@ def cluster_api(env: Environment, live: dict[str, Live], connection: Connection)
     return None if cluster is None else connect(cluster.fields.get("dns_endpoint_host"), connection.endpoints)
 
 
-def cluster_changes(env: Environment, live: dict[str, Live], connection: Connection, with_secrets: bool) -> list:
+def cluster_changes(env: CloudEnvironment, live: dict[str, Live], connection: Connection, with_secrets: bool) -> list:
     from rlops.kube import sync
     from rlops.kube.objects import ObjectChange, Ref
 
@@ -107,11 +110,11 @@ def cluster_changes(env: Environment, live: dict[str, Live], connection: Connect
     return sync.plan(api, env.name, rendered, secret_values_known=with_secrets)
 
 
-def read_one(env: Environment, connection: Connection, bucket) -> dict[str, Live]:
+def read_one(env: CloudEnvironment, connection: Connection, bucket) -> dict[str, Live]:
     return engine.read_live([workspace(env, connection, bucket)])[env.name]
 
 
-def plan_offline(env: Environment, base: Environment | None) -> Plan:
+def plan_offline(env: CloudEnvironment, base: CloudEnvironment | None) -> Plan:
     """The plan a reviewer sees without credentials: the spec against the base revision's spec."""
     live = {} if base is None else {r.key: Live(r.desired, True, r.depends_on) for r in base.desired}
     return build_plan(env.name, env.desired, live)
@@ -133,7 +136,7 @@ def spec_at_revision(path: Path, revision: str) -> str | None:
     return shown.stdout if shown.returncode == 0 else None
 
 
-def base_environment(path: Path, revision: str) -> Environment | None:
+def base_environment(path: Path, revision: str) -> CloudEnvironment | None:
     text = spec_at_revision(path, revision)
     if text is None:
         return None
@@ -142,10 +145,10 @@ def base_environment(path: Path, revision: str) -> Environment | None:
         raise SpecError(loaded.problems)
     if not isinstance(loaded.environment, GcpEnvironment):
         return None
-    return Environment(path.stem, loaded.environment)
+    return CloudEnvironment(path.stem, loaded.environment)
 
 
-def destroy_plan(env: Environment, live: dict[str, Live], delete_data: bool) -> tuple[Plan, list[str]]:
+def destroy_plan(env: CloudEnvironment, live: dict[str, Live], delete_data: bool) -> tuple[Plan, list[str]]:
     """Everything rlops owns, deleted; a Lustre instance (and what it stands on) kept unless both say delete."""
     plan = build_plan(env.name, [], live)
     for change in plan.changes:
@@ -175,7 +178,7 @@ def _with_dependencies(keys: list[str], live: dict[str, Live]) -> set[str]:
 class Session:
     """One apply or destroy of one environment, under its lock."""
 
-    env: Environment
+    env: CloudEnvironment
     connection: Connection
     bucket: object
     report: Callable[[str], None]
@@ -272,7 +275,7 @@ class Session:
                         {pool.name: pool.autoscaling.min_nodes for pool in self.env.spec.gpu_pools})
 
 
-def dry_run(env: Environment, live: dict[str, Live] | None) -> list[str]:
+def dry_run(env: CloudEnvironment, live: dict[str, Live] | None) -> list[str]:
     """The mutating requests an apply would send from `live` (None: from nothing), as transcript lines."""
     from rlops.cloud.recording import recording_adapters
 

@@ -17,11 +17,11 @@ from pydantic import BaseModel, TypeAdapter
 
 from rlops.errors import Failure
 from rlops.spec import inline_secrets, rules
-from rlops.spec.model import PATTERN_HINTS, ROOT_MODELS, Environment, GcpEnvironment, LocalEnvironment
+from rlops.spec.model import PATTERN_HINTS, ROOT_MODELS, EnvironmentSpec, GcpEnvironment, LocalEnvironment
 from rlops.spec.source import Document, Problem, parse_text, read_document
 
 ENVIRONMENT_NAME = re.compile(r"^[a-z]([-a-z0-9]{0,28}[a-z0-9])?$")
-_ADAPTER = TypeAdapter(Environment)
+_ADAPTER = TypeAdapter(EnvironmentSpec)
 _EXPECTED = {"string_type": "a string", "int_type": "an integer", "float_type": "a number", "bool_type": "true or false",
              "dict_type": "a mapping", "model_type": "a mapping", "model_attributes_type": "a mapping",
              "list_type": "a list", "none_required": "nothing (null)"}

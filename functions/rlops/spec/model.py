@@ -342,7 +342,7 @@ class LocalEnvironment(_Environment):
     local: LocalSection = LocalSection()
 
 
-Environment = Annotated[Union[GcpEnvironment, LocalEnvironment], Field(discriminator="provider")]
+EnvironmentSpec = Annotated[Union[GcpEnvironment, LocalEnvironment], Field(discriminator="provider")]
 
 # The models an unknown key may be compared against, by the discriminator value.
 ROOT_MODELS: dict[str, type[Spec]] = {"gcp": GcpEnvironment, "local": LocalEnvironment}

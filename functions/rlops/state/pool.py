@@ -3,11 +3,11 @@ last woke it, and whether the last scale finished. The reaper and the wake write
 they read as a precondition; `up` and the run report only read it. Its JSON form is versioned like a run
 record's (`state.run_records`)."""
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 
 from rlops.state.bucket import read_json, write_json_if
 from rlops.state.layout import Layout
-from rlops.state.run_records import UnknownVersion
+from rlops.state.run_records import readable
 
 VERSION = 1
 
@@ -28,11 +28,7 @@ class PoolStatus:
 
     @classmethod
     def from_json(cls, content: dict) -> "PoolStatus":
-        version = content.get("version", VERSION)
-        if version > VERSION:
-            raise UnknownVersion(f"pool.json is version {version}; this rlops reads up to {VERSION}: upgrade rlops")
-        known = {f.name for f in fields(cls)}
-        return cls(**{key: value for key, value in content.items() if key in known})
+        return cls(**readable(cls, content, "pool.json", VERSION))
 
 
 class PoolState:

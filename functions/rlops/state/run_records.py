@@ -81,20 +81,24 @@ class RunRecord:
 
     @classmethod
     def from_json(cls, content: dict) -> "RunRecord":
-        version = content.get("version", VERSION)
-        if version > VERSION:
-            raise UnknownVersion(f"run record {content.get('run')!r} is version {version}; this rlops reads up to "
-                                 f"{VERSION}: upgrade rlops")
-        known = {f.name for f in fields(cls)}
-        values = {key: value for key, value in content.items() if key in known}
+        values = readable(cls, content, f"run record {content.get('run')!r}", VERSION)
         values["attempts"] = [_attempt(a) for a in content.get("attempts", [])]
         values["history"] = [HistoryEntry(**h) for h in content.get("history", [])]
         return cls(**values)
 
 
+def readable(cls, content: dict, what: str, version: int) -> dict:
+    """The fields of `content` that dataclass `cls` has, once `content` is of a version this code reads (one
+    without a version was written before versions, in the first one's shape)."""
+    found = content.get("version", 1)
+    if found > version:
+        raise UnknownVersion(f"{what} is version {found}; this rlops reads up to {version}: upgrade rlops")
+    known = {f.name for f in fields(cls)}
+    return {key: value for key, value in content.items() if key in known}
+
+
 def _attempt(content: dict) -> Attempt:
-    known = {f.name for f in fields(Attempt)}
-    values = {key: value for key, value in content.items() if key in known}
+    values = readable(Attempt, content, "attempt", VERSION)
     if values.get("failure"):
         values["failure"] = AttemptFailure(**values["failure"])
     return Attempt(**values)
