@@ -96,7 +96,7 @@ def _apply(args: argparse.Namespace) -> int:
         return True
 
     def newer(other: str) -> bool:
-        from rlops.cli.pipelines import descends_from
+        from rlops.cloud.git import descends_from
 
         return descends_from(other, args.commit)
 

@@ -1,30 +1,14 @@
 """The CLI the Cloud Build pipelines run: which environments a push changed, and the pull request's plan comment."""
 
-import os
-import subprocess
 import sys
 from pathlib import Path
 
 from rlops import environments
 from rlops.cli.common import Exit
+from rlops.cloud import git
 from rlops.endpoints import Endpoints
 from rlops.errors import Failure
 
-
-
-def _git(*args: str, cwd: Path, env: dict[str, str] | None = None) -> str:
-    done = subprocess.run(["git", *args], capture_output=True, text=True, cwd=cwd,
-                          env={**os.environ, **env} if env else None)
-    if done.returncode:
-        raise Failure(f"git {' '.join(args)}: {done.stderr.strip()}")
-    return done.stdout
-
-
-def descends_from(later: str, earlier: str) -> bool:
-    """Whether commit `later` comes after `earlier` in this checkout's history (False when either is unknown
-    here: a rewritten history proves nothing)."""
-    done = subprocess.run(["git", "merge-base", "--is-ancestor", earlier, later], capture_output=True)
-    return done.returncode == 0 and later != earlier
 
 
 def _fetch(args) -> int:
@@ -33,9 +17,9 @@ def _fetch(args) -> int:
     header from git's environment (never in a URL, an argument or the output)."""
     from rlops.cloud.github import git_credentials
 
-    root = Path(_git("rev-parse", "--show-toplevel", cwd=Path.cwd()).strip())
-    shallow = _git("rev-parse", "--is-shallow-repository", cwd=root).strip() == "true"
-    _git("fetch", "--quiet", *(["--unshallow"] if shallow else []), "origin", *args.refs, cwd=root,
+    root = git.top(Path.cwd())
+    shallow = git.run("rev-parse", "--is-shallow-repository", cwd=root).strip() == "true"
+    git.run("fetch", "--quiet", *(["--unshallow"] if shallow else []), "origin", *args.refs, cwd=root,
          env=git_credentials())
     print(f"fetched origin {' '.join(args.refs) or '(all branches)'}" + (", whole history" if shallow else ""))
     return Exit.OK
@@ -43,10 +27,10 @@ def _fetch(args) -> int:
 
 def _changed(args) -> int:
     folder = environments.directory().resolve()
-    root = Path(_git("rev-parse", "--show-toplevel", cwd=folder).strip())
-    _git("rev-parse", "--verify", "--quiet", f"{args.since}^{{commit}}", cwd=root)
+    root = git.top(folder)
+    git.check_revision(args.since, root)
     relative = folder.relative_to(root.resolve()).as_posix()
-    listing = _git("diff", "--name-status", "--no-renames", args.since, args.until, "--", relative, cwd=root)
+    listing = git.run("diff", "--name-status", "--no-renames", args.since, args.until, "--", relative, cwd=root)
     changed, deleted = [], []
     for line in listing.splitlines():
         status, path = line.split("\t", 1)

@@ -2,12 +2,12 @@
 
 import hashlib
 import json
-import subprocess
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from rlops.cloud import git
 from rlops.cloud.base import Connection, Target
 from rlops.errors import Failure
 from rlops.provision import engine, resources
@@ -120,24 +120,8 @@ def plan_offline(env: CloudEnvironment, base: CloudEnvironment | None) -> Plan:
     return build_plan(env.name, env.desired, live)
 
 
-def spec_at_revision(path: Path, revision: str) -> str | None:
-    """The file's text at a git revision, or None when it did not exist there."""
-    top = subprocess.run(["git", "rev-parse", "--show-toplevel"], capture_output=True, text=True,
-                         cwd=path.resolve().parent)
-    if top.returncode:
-        raise Failure(f"--base needs a git checkout: {top.stderr.strip()}")
-    root = top.stdout.strip()
-    exists = subprocess.run(["git", "rev-parse", "--verify", "--quiet", f"{revision}^{{commit}}"], capture_output=True,
-                            cwd=root)
-    if exists.returncode:
-        raise Failure(f"no such git revision: {revision}")
-    relative = path.resolve().relative_to(Path(root).resolve())
-    shown = subprocess.run(["git", "show", f"{revision}:{relative.as_posix()}"], capture_output=True, text=True, cwd=root)
-    return shown.stdout if shown.returncode == 0 else None
-
-
 def base_environment(path: Path, revision: str) -> CloudEnvironment | None:
-    text = spec_at_revision(path, revision)
+    text = git.file_at(path, revision)
     if text is None:
         return None
     loaded = load_text(text, path.stem, f"{path}@{revision}")
