@@ -46,7 +46,7 @@ def _schema(args: argparse.Namespace) -> int:
 
 
 def _plan(args: argparse.Namespace) -> int:
-    from rlops.provision import render, service
+    from rlops.provision import output, service
 
     plans = []
     loaded = [load_gcp(name) for name in args.environments]
@@ -61,11 +61,11 @@ def _plan(args: argparse.Namespace) -> int:
         plans = service.plan_live([env for _, env in targets], Connection.to(args.endpoints),
                                   lambda env: bucket(env, args.endpoints))
     if args.format == "json":
-        sys.stdout.write(render.as_json(plans))
+        sys.stdout.write(output.as_json(plans))
     elif args.format == "markdown":
-        sys.stdout.write(f"\n{render.MARKDOWN_SPLIT}\n".join(render.markdown(plans)))
+        sys.stdout.write(f"\n{output.MARKDOWN_SPLIT}\n".join(output.markdown(plans)))
     else:
-        sys.stdout.write("\n".join(render.text(plan) for plan in plans))
+        sys.stdout.write("\n".join(output.text(plan) for plan in plans))
     if any(plan.errors for plan in plans):
         return Exit.ERROR
     destructive = [f"{plan.environment}: {change.key}" for plan in plans for change in plan.destructive]
@@ -79,7 +79,7 @@ def _plan(args: argparse.Namespace) -> int:
 
 
 def _apply(args: argparse.Namespace) -> int:
-    from rlops.provision import render, service
+    from rlops.provision import output, service
 
     env = cloud_environment(args.environment, "apply")
     if args.dry_run:
@@ -92,7 +92,7 @@ def _apply(args: argparse.Namespace) -> int:
                               args.ready_timeout)
 
     def show(plan) -> bool:
-        sys.stdout.write(render.text(plan))
+        sys.stdout.write(output.text(plan))
         return True
 
     def newer(other: str) -> bool:
@@ -110,13 +110,13 @@ def _apply(args: argparse.Namespace) -> int:
 
 
 def _destroy(args: argparse.Namespace) -> int:
-    from rlops.provision import render, service
+    from rlops.provision import output, service
 
     env = cloud_environment(args.environment, "destroy")
     session = service.Session(env, Connection.to(args.endpoints), bucket(env, args.endpoints), say, args.lock_timeout)
 
     def confirm(plan) -> bool:
-        sys.stdout.write(render.text(plan))
+        sys.stdout.write(output.text(plan))
         if args.yes:
             return True
         if not sys.stdin.isatty():

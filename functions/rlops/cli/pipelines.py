@@ -100,7 +100,7 @@ def _is_gcp(path: Path) -> bool:
 
 
 def _comment(args) -> int:
-    from rlops.provision.render import MARKDOWN_SPLIT
+    from rlops.provision.output import MARKDOWN_SPLIT
     from rlops.cloud.github import GitHub
 
     texts = [Path(name).read_text() if name != "-" else sys.stdin.read() for name in args.file]
