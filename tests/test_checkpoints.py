@@ -186,3 +186,49 @@ def test_a_bug_in_rlops_keeps_its_traceback_where_a_users_failure_is_one_line(mo
     monkeypatch.setattr(manifest, "build", lambda path: {}["a key rlops forgot"])
     with pytest.raises(KeyError):  # not printed as if the user had done something wrong
         cli.main(["checkpoints", "manifest", str(tmp_path)])
+
+
+def _run_with_three_checkpoints(trained: Path, tmp_path: Path) -> Path:
+    """checkpoint-2 and checkpoint-4 as the recipe wrote them, and a checkpoint-6 made from checkpoint-4."""
+    run = tmp_path / "run-r"
+    for step, source in ((2, 2), (4, 4), (6, 4)):
+        shutil.copytree(trained / f"checkpoint-{source}", run / f"checkpoint-{step}")
+    return run
+
+
+def _flip_a_byte(path: Path) -> None:
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    path.write_bytes(bytes(data))
+
+
+def test_a_resume_skips_a_corrupted_a_torn_and_an_unmanifested_checkpoint_and_moves_them_aside(trained, tmp_path):
+    from rlops.checkpoints import resume
+
+    run = _run_with_three_checkpoints(trained, tmp_path)
+    manifests = {step: manifest.build(run / f"checkpoint-{step}") for step in (2, 4, 6)}
+    assert resume.prepare(run, manifests).to_json() == {"step": 6, "set_aside": []}  # all verify: the newest
+
+    _flip_a_byte(run / "checkpoint-6" / "model.safetensors")  # after its manifest was written
+    (run / "checkpoint-4" / "trainer_state.json").unlink()      # torn: the save never finished
+    shutil.copytree(trained / "checkpoint-4", run / "checkpoint-8")  # complete, but no manifest yet
+    point = resume.prepare(run, manifests)
+    assert point.step == 2
+    assert [(a.step, a.reason.split(":")[0]) for a in point.set_aside] == [
+        (8, "no manifest yet"), (6, "does not match its manifest"), (4, "torn")]
+    assert "1 changed (model.safetensors: crc32c" in point.set_aside[1].reason
+    assert sorted(p.name for p in run.iterdir()) == ["checkpoint-2", resume.SET_ASIDE]  # moved, never deleted
+    assert all((run / a.moved_to / "config.json").is_file() for a in point.set_aside)
+    # The workload finds the verified one as the newest: it resumes exactly there.
+    from rlops.workloads.trl_grpo import last_complete_checkpoint
+
+    assert last_complete_checkpoint(str(run)) == str(run / "checkpoint-2")
+
+
+def test_with_no_checkpoint_that_verifies_the_run_starts_again_from_its_beginning(trained, tmp_path):
+    from rlops.checkpoints import resume
+
+    run = _run_with_three_checkpoints(trained, tmp_path)
+    point = resume.prepare(run, {})
+    assert point.step is None and [a.step for a in point.set_aside] == [6, 4, 2]
+    assert [p.name for p in run.iterdir()] == [resume.SET_ASIDE]

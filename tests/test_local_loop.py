@@ -333,9 +333,11 @@ def test_a_preempted_run_is_resubmitted_and_resumes_from_its_last_checkpoint(loc
 
     saved = last_complete_checkpoint(checkpoints)
     assert saved is not None and saved < LONG_RUN_STEPS
+    local.rlops("snapshot", "local")  # its checkpoints' manifests: a resume is only from one that verifies
     record = local.tick_until("preempted", lambda r: len(r["attempts"]) == 2)
     assert record["attempts"][0]["failure"]["kind"] == "node-lost"
     assert "RESUBMITTED" in [h["state"] for h in record["history"]]
+    assert record["attempts"][1]["resume_point"] == {"step": saved, "set_aside": []}
     up = local.rlops("up", "local").stdout  # brings the node back, and says it had stopped
     assert "ray-worker-0 (pid" in up and "had stopped" in up
     record = local.tick_until("preempted", lambda r: r["state"] == "SUCCEEDED")
@@ -346,6 +348,37 @@ def test_a_preempted_run_is_resubmitted_and_resumes_from_its_last_checkpoint(loc
     # The first run's node is gone, and Ray's copy of its output with it; rlops kept one.
     kept = local.rlops("logs", "local", "first")
     assert "[rlops] step=4" in kept.stdout and "the copy kept" in kept.stderr
+
+
+def test_a_preempted_run_whose_newest_checkpoint_was_corrupted_resumes_from_the_previous_verified_one(local):
+    local.rlops("train", "local", "--recipe", "tiny-arith", "--run", "corrupted",
+                "--set", f"max_steps={LONG_RUN_STEPS}")
+    checkpoints = local.root / ".rlops/local/lustre/checkpoints/tiny-arith/corrupted"
+    deadline = time.monotonic() + 180
+    while not (checkpoints / "checkpoint-4" / "trainer_state.json").is_file():
+        assert time.monotonic() < deadline, "no checkpoint-4 in time"
+        time.sleep(0.1)
+    from rlops.local.processes import stop
+    from rlops.runs.progress import last_complete_checkpoint
+
+    stop(local.registry()["ray-worker-0"])
+    newest = last_complete_checkpoint(checkpoints)
+    local.rlops("snapshot", "local")
+    weights = checkpoints / f"checkpoint-{newest}" / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[len(data) // 2] ^= 0x01  # one flipped byte, after the manifest was written
+    weights.write_bytes(bytes(data))
+    record = local.tick_until("corrupted", lambda r: len(r["attempts"]) == 2)
+    point = record["attempts"][1]["resume_point"]
+    assert point["step"] == newest - 2
+    (aside,) = point["set_aside"]
+    assert aside["step"] == newest and "does not match its manifest: 1 changed (model.safetensors" in aside["reason"]
+    assert (checkpoints / aside["moved_to"] / "model.safetensors").is_file()  # moved aside, not deleted
+    said = [e for e in local.events() if e["type"] == "resumed" and e["run"] == "corrupted"]
+    assert [(e["attempt"], e["step"]) for e in said] == [(2, newest - 2)]
+    local.rlops("up", "local")
+    record = local.tick_until("corrupted", lambda r: r["state"] == "SUCCEEDED")
+    assert record["attempts"][1]["resumed_from"] == newest - 2 and record["step"] == LONG_RUN_STEPS
 
 
 def test_the_planted_token_is_in_no_job_log_record_or_event(local):

@@ -4,12 +4,15 @@ The decisions are `policy.advance` (pure); this module reads Ray, the job's outp
 checkpoints, writes the records and resubmits what `advance` says to.
 """
 
+import json
 import time
 from pathlib import Path
 
+from rlops.checkpoints import manifest, resume
+
 from rlops.cloud.ray_jobs import JobView, RayError
 from rlops.logs import emit
-from rlops.runs import jobs, policy, progress
+from rlops.runs import jobs, policy, progress, snapshot
 from rlops.sites import Site
 from rlops.state.run_records import Attempt, HistoryEntry, RunRecord, new
 
@@ -101,15 +104,34 @@ def _advance(site: Site, record: RunRecord, attempts: dict[int, JobView], nodes:
         current.failure = transition.failure
     if transition.resubmit:
         number = current.attempt + 1
+        resume_point = _verified_resume(site, record, number)
         request = jobs.for_site(site, record.recipe, record.run, record.settings, record.requested_by, number)
         site.ray.submit_once(request)
-        record.attempts.append(Attempt(number, request.submission_id, now))
+        record.attempts.append(Attempt(number, request.submission_id, now, resume_point=resume_point))
         record.state = "PENDING"
         record.history.append(HistoryEntry(now, number, "RESUBMITTED"))
         changes.append({"attempt": number, "state": "RESUBMITTED", "reason": transition.failure.kind})
         emit("INFO", "run resubmitted after its nodes went away", run=record.run, attempt=number,
              submission_id=request.submission_id)
     return changes
+
+
+def _verified_resume(site: Site, record: RunRecord, attempt: int) -> dict | None:
+    """Locally, the checkpoints are verified in place against their manifests and what does not verify is set
+    aside (`checkpoints.resume`), before the attempt that resumes from them is submitted; a `resumed` event says
+    where it resumes and why. On GKE the checkpoints are on the cluster's Lustre: not verified yet (None)."""
+    if not site.checkpoints_here:
+        return None
+    manifests = {}
+    for step, blob in snapshot.known_steps(site, record.run).items():
+        content = json.loads(blob.download_as_bytes())
+        if content.get("digest") == manifest.digest(content):  # an altered manifest proves nothing
+            manifests[step] = content
+    point = resume.prepare(Path(record.checkpoint_dir), manifests).to_json()
+    site.publish({"type": "resumed", "environment": site.name, "run": record.run, "attempt": attempt, **point})
+    emit("INFO", "resume point chosen", run=record.run, attempt=attempt, step=point["step"],
+         set_aside=point["set_aside"])
+    return point
 
 
 def _update_progress(site: Site, record: RunRecord, current: Attempt, job: JobView, runner: str) -> str:

@@ -44,6 +44,8 @@ class Attempt:
     resumed_from: int | None = None   # the checkpoint step NeMo RL or the recipe said it resumed from
     first_step: int | None = None
     epoch: int = 1
+    # Where a resubmitted attempt was set to resume, and what was set aside (checkpoints.resume.ResumePoint).
+    resume_point: dict | None = None
 
 
 @dataclass

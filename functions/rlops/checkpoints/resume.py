@@ -1,0 +1,91 @@
+"""Where a resubmitted attempt resumes from: the newest checkpoint that verifies against its manifest.
+
+A resume from an unverified checkpoint is how a torn or corrupted save turns into a hang or a silent
+restart from step 0 (NVIDIA-NeMo/Automodel#3254, NVIDIA-NeMo/RL#415). Before a run is resubmitted,
+its checkpoints are looked at newest first: one that is torn (its save never finished), has no
+manifest yet, or differs from its manifest is moved aside, never deleted, into `SET_ASIDE/` inside
+the run directory, where neither NeMo RL nor the Trainer looks; the first one that verifies is where
+the run resumes, and older ones are left as they are.
+"""
+
+import re
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from rlops.checkpoints import layout, manifest
+
+SET_ASIDE = "set-aside"
+_STEP_DIR = re.compile(r"(?:step_|checkpoint-)(\d+)")
+
+
+@dataclass(frozen=True)
+class Candidate:
+    step: int
+    path: Path
+    complete: bool
+
+
+@dataclass(frozen=True)
+class Aside:
+    step: int
+    reason: str
+    moved_to: str = ""
+
+
+@dataclass(frozen=True)
+class ResumePoint:
+    step: int | None                 # None: no checkpoint verifies; the run starts again from its beginning
+    set_aside: tuple[Aside, ...] = ()
+
+    def to_json(self) -> dict:
+        return {"step": self.step, "set_aside": [asdict(aside) for aside in self.set_aside]}
+
+
+def choose(candidates: list[Candidate], manifests: dict[int, dict],
+           differences: Callable[[Path, dict], dict[str, list[str]]]) -> ResumePoint:
+    """Newest first: the first complete candidate whose files match its manifest, and what goes aside before it.
+    `differences(path, manifest)` is `manifest.verify` (it hashes the files)."""
+    aside = []
+    for candidate in sorted(candidates, key=lambda c: c.step, reverse=True):
+        if not candidate.complete:
+            aside.append(Aside(candidate.step, "torn: its save never finished"))
+            continue
+        wanted = manifests.get(candidate.step)
+        if wanted is None:
+            aside.append(Aside(candidate.step, "no manifest yet: it cannot be verified"))
+            continue
+        found = differences(candidate.path, wanted)
+        if any(found.values()):
+            said = ", ".join(f"{len(v)} {k} ({', '.join(v[:3])})" for k, v in found.items() if v)
+            aside.append(Aside(candidate.step, f"does not match its manifest: {said}"))
+            continue
+        return ResumePoint(candidate.step, tuple(aside))
+    return ResumePoint(None, tuple(aside))
+
+
+def candidates(run_dir: Path) -> list[Candidate]:
+    """Every checkpoint directory of the run, complete or not (NeMo RL's tmp_/old_ directories are not)."""
+    if not run_dir.is_dir():
+        return []
+    found = []
+    for entry in run_dir.iterdir():
+        match = _STEP_DIR.fullmatch(entry.name)
+        if match and entry.is_dir():
+            found.append(Candidate(int(match.group(1)), entry, layout.identify(entry) is not None))
+    return found
+
+
+def prepare(run_dir: Path, manifests: dict[int, dict]) -> ResumePoint:
+    """Choose the resume point of the checkpoints on this machine and move aside what comes after it."""
+    point = choose(candidates(run_dir), manifests, manifest.verify)
+    by_step = {c.step: c for c in candidates(run_dir)}
+    moved = []
+    for aside in point.set_aside:
+        source = by_step[aside.step].path
+        target = run_dir / SET_ASIDE / f"{source.name}-{int(time.time())}"
+        target.parent.mkdir(exist_ok=True)
+        source.rename(target)
+        moved.append(Aside(aside.step, aside.reason, str(target.relative_to(run_dir))))
+    return ResumePoint(point.step, tuple(moved))
