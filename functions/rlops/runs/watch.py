@@ -9,7 +9,6 @@ import time
 from pathlib import Path
 
 from rlops.checkpoints import manifest, resume
-
 from rlops.cloud.ray_jobs import JobView, RayError
 from rlops.logs import emit
 from rlops.runs import jobs, policy, progress, snapshot
