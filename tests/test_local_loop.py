@@ -234,8 +234,17 @@ def test_snapshot_ticks_write_each_complete_checkpoints_manifest_once_even_at_th
     assert [line.split()[0] for line in listing[1:]] == ["2", "4"] and all(" yes " in line for line in listing[1:])
     (run_dir / "checkpoint-2" / "scheduler.pt").write_bytes(b"changed")
     assert "NO: 1 changed" in local.rlops("checkpoints", "list", "local", "first").stdout
-    checkpoint_events = [e for e in local.events() if e["type"] == "checkpoint" and e["run"] == "first"]
+    # Exported to the bucket and verified there object by object; an altered checkpoint is not exported.
+    exported = local.rlops("checkpoints", "export", "local", "first").stdout
+    destination = "gs://rlops-local-state/rlops/environments/local/runs/first/exports/step-4/"
+    assert "exported step 4 of first: " in exported and destination in exported and "verified: " in exported
+    assert local.record("first")["exports"]["4"]["destination"] == destination
+    refused = local.rlops("checkpoints", "export", "local", "first", "--step", "2", check=False)
+    assert refused.returncode == 1 and "does not match its manifest (1 changed (scheduler.pt" in refused.stderr
+    events = local.events()
+    checkpoint_events = [e for e in events if e["type"] == "checkpoint" and e["run"] == "first"]
     assert sorted(e["step"] for e in checkpoint_events) == [2, 4]
+    assert [e["step"] for e in events if e["type"] == "checkpoint-exported" and e["run"] == "first"] == [4]
 
 
 def test_the_same_message_three_times_at_once_and_again_later_makes_one_job(local):

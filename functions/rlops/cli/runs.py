@@ -316,6 +316,24 @@ def _checkpoint_verify(args) -> int:
     return Exit.OK if same else Exit.ERROR
 
 
+def _export_checkpoint(args) -> int:
+    from rlops.runs.exports import export_checkpoint
+    from rlops.state.bucket import client
+
+    site = _site(args.environment, args.endpoints)
+    destination = None
+    if args.to:
+        bucket, _, prefix = args.to.removeprefix("gs://").partition("/")
+        if not args.to.startswith("gs://") or not bucket or not prefix:
+            raise Failure(f"--to {args.to}: expected gs://BUCKET/PREFIX")
+        destination = (client(None, site.endpoints).bucket(bucket), prefix)
+    done = export_checkpoint(site, args.run_name, args.step, destination)
+    print(f"exported step {done['step']} of {args.run_name}: {done['objects']} objects, {_size(done['bytes'])}, to "
+          f"{done['destination']}")
+    print("verified: every object's size and crc32c match the manifest, none missing, none extra")
+    return Exit.OK
+
+
 def _list_checkpoints(args) -> int:
     from rlops.runs import snapshot
 
@@ -353,6 +371,13 @@ def add_checkpoint_commands(commands) -> None:
     build = verbs.add_parser("manifest", help="print the manifest of the checkpoint at PATH (JSON)")
     build.add_argument("path", metavar="PATH")
     build.set_defaults(run=_checkpoint_manifest)
+    export = verbs.add_parser("export", help="copy a run's checkpoint to Cloud Storage and verify every object "
+                                             "against its manifest (local environments; GKE's exportData: not yet)")
+    export.add_argument("environment", metavar="ENV")
+    export.add_argument("run_name", metavar="RUN")
+    export.add_argument("--step", type=int, help="default: the newest with a manifest")
+    export.add_argument("--to", metavar="gs://BUCKET/PREFIX", help="default: the state bucket, runs/RUN/exports")
+    export.set_defaults(run=_export_checkpoint)
     verify = verbs.add_parser("verify", help="re-hash PATH against MANIFEST and list missing, extra and changed "
                                              "files (exit 0 identical, 1 not)")
     verify.add_argument("path", metavar="PATH")

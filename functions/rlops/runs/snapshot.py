@@ -128,12 +128,9 @@ def _start_cluster_scan(site) -> None:
 
 
 def _link(site, run: str, step: int, name: str, digest: str) -> None:
-    for _ in range(5):  # the watcher may write the record at the same moment
-        record, generation = site.records.get(run)
-        record.manifests[str(step)] = {"object": name, "digest": digest}
-        if site.records.replace(record, generation):
-            return
-    emit("WARNING", "manifest written but not linked from the run record", run=run, step=step)
+    if not site.records.update(run, lambda record: record.manifests.update({str(step): {"object": name,
+                                                                                         "digest": digest}})):
+        emit("WARNING", "manifest written but not linked from the run record", run=run, step=step)
 
 
 def listing(site, run: str) -> list[dict] | None:

@@ -60,5 +60,9 @@ class Layout:
     def manifest(self, run: str, step: int) -> str:
         return f"{self.manifests(run)}{step}.json"
 
+    def exports(self, run: str) -> str:
+        """Where `rlops checkpoints export` puts a run's checkpoints by default: EXPORTS/step-N/..."""
+        return f"{self.runs}{run}/exports"
+
     def report(self, run: str, name: str = "") -> str:
         return f"{self.runs}{run}/report/{name}"

@@ -73,6 +73,7 @@ class RunRecord:
     last_checkpoint: int | None = None
     manifests: dict[str, dict] = field(default_factory=dict)  # step -> {object, digest}: the snapshot's links
     report: str | None = None                                  # the report's object, once the run ended
+    exports: dict[str, dict] = field(default_factory=dict)      # step -> {destination, objects, verified_at}
 
     @property
     def current(self) -> Attempt:
@@ -132,6 +133,16 @@ class RunRecords:
         """Write over the version read at `generation`; False when someone wrote in between."""
         record.updated_at = time.time()
         return write_json_if(self.bucket.blob(self.layout.run(record.run)), record.to_json(), generation)
+
+    def update(self, run: str, change: Callable[[RunRecord], None], tries: int = 5) -> bool:
+        """`change` applied to the run's record and written, read again and applied again when another writer
+        (the watcher) got in between; False when it never landed."""
+        for _ in range(tries):
+            record, generation = self.get(run)
+            change(record)
+            if self.replace(record, generation):
+                return True
+        return False
 
     def metrics(self, run: str, attempt: int) -> dict | None:
         """The per-step series of an attempt ({"steps": [[step, reward, loss, seconds]], "saves": [[step,
