@@ -52,6 +52,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/plan.py
 	$(BIN)/python bench/coldstart.py
 	$(BIN)/python bench/snapshot.py
+	$(BIN)/python bench/export.py
 	$(BIN)/python bench/reaper.py
 
 schema: $(STAMP)
