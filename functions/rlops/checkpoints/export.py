@@ -53,7 +53,7 @@ def said(found: dict[str, list[str]]) -> str:
 
 def checked(content: dict) -> dict:
     """A manifest read back from the bucket, refused when its digest does not match (it was altered)."""
-    if content.get("digest") != manifest.digest(content):
+    if not manifest.intact(content):
         raise manifest.ManifestError(f"the manifest of step {content.get('step')} was altered: its digest does not "
                                      "match")
     return content

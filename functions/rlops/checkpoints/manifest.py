@@ -139,6 +139,11 @@ def digest(manifest: dict) -> str:
     return "sha256:" + hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
+def intact(manifest: dict) -> bool:
+    """Whether the manifest is as it was written: its digest still matches (an altered one proves nothing)."""
+    return manifest.get("digest") == digest(manifest)
+
+
 def build(path: Path, run: str | None = None) -> dict:
     """The manifest of the complete checkpoint at `path`."""
     checkpoint = identify(path)

@@ -27,6 +27,12 @@ def _manifest_blob(site, run: str, step: int):
     return site.bucket.blob(site.records.layout.manifest(run, step))
 
 
+def intact_manifests(site, run: str) -> dict[int, dict]:
+    """The run's stored manifests, by step, those whose digest still matches."""
+    read = {step: json.loads(blob.download_as_bytes()) for step, blob in known_steps(site, run).items()}
+    return {step: content for step, content in read.items() if manifest.intact(content)}
+
+
 def known_steps(site, run: str) -> dict[int, object]:
     prefix = site.records.layout.manifests(run)
     return {int(blob.name[len(prefix):-len(".json")]): blob
@@ -87,7 +93,7 @@ def _tick_on_cluster(site) -> list[dict]:
             for line in site.ray.logs(job.submission_id).splitlines():
                 if line.startswith(scan.PREFIX):
                     content = json.loads(line[len(scan.PREFIX):])
-                    if content.get("digest") == manifest.digest(content):
+                    if manifest.intact(content):
                         events += _store(site, content["run"], content)
         else:
             emit("WARNING", "snapshot job did not succeed", submission_id=job.submission_id, status=status,

@@ -4,11 +4,10 @@ The decisions are `policy.advance` (pure); this module reads Ray, the job's outp
 checkpoints, writes the records and resubmits what `advance` says to.
 """
 
-import json
 import time
 from pathlib import Path
 
-from rlops.checkpoints import manifest, resume
+from rlops.checkpoints import resume
 from rlops.cloud.ray_jobs import JobView, RayError
 from rlops.logs import emit
 from rlops.runs import jobs, policy, progress, snapshot
@@ -121,12 +120,7 @@ def _verified_resume(site: Site, record: RunRecord, attempt: int) -> dict | None
     where it resumes and why. On GKE the checkpoints are on the cluster's Lustre: not verified yet (None)."""
     if not site.checkpoints_here:
         return None
-    manifests = {}
-    for step, blob in snapshot.known_steps(site, record.run).items():
-        content = json.loads(blob.download_as_bytes())
-        if content.get("digest") == manifest.digest(content):  # an altered manifest proves nothing
-            manifests[step] = content
-    point = resume.prepare(Path(record.checkpoint_dir), manifests).to_json()
+    point = resume.prepare(Path(record.checkpoint_dir), snapshot.intact_manifests(site, record.run)).to_json()
     site.publish({"type": "resumed", "environment": site.name, "run": record.run, "attempt": attempt, **point})
     emit("INFO", "resume point chosen", run=record.run, attempt=attempt, step=point["step"],
          set_aside=point["set_aside"])
