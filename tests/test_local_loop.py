@@ -328,7 +328,9 @@ def test_a_training_code_failure_is_recorded_and_not_resubmitted(local):
 
 def preempted_after_two_checkpoints(local, run: str) -> tuple[Path, int]:
     """A long run of the local recipe, its GPU-pool node stopped under it once checkpoint-4 is complete (the local
-    stand-in for a Spot preemption); its checkpoint directory and its newest complete checkpoint's step."""
+    stand-in for a Spot preemption); its checkpoint directory, its newest complete checkpoint's step, and how the
+    set-aside list of the resumed attempt starts: the checkpoint the node was writing when it stopped, if any (the
+    stop lands wherever the save is), torn."""
     from rlops.local.processes import stop
     from rlops.runs.progress import last_complete_checkpoint
 
@@ -341,16 +343,19 @@ def preempted_after_two_checkpoints(local, run: str) -> tuple[Path, int]:
     stop(local.registry()["ray-worker-0"])
     newest = last_complete_checkpoint(checkpoints)
     assert newest is not None and 4 <= newest < LONG_RUN_STEPS
-    return checkpoints, newest
+    cut_off = sorted((int(p.name.removeprefix("checkpoint-")) for p in checkpoints.glob("checkpoint-*")
+                      if int(p.name.removeprefix("checkpoint-")) > newest), reverse=True)
+    return checkpoints, newest, [(step, "torn: its save never finished") for step in cut_off]
 
 
 def test_a_preempted_run_is_resubmitted_and_resumes_from_its_last_checkpoint(local):
-    _, saved = preempted_after_two_checkpoints(local, "preempted")
+    _, saved, cut_off = preempted_after_two_checkpoints(local, "preempted")
     local.rlops("snapshot", "local")  # its checkpoints' manifests: a resume is only from one that verifies
     record = local.tick_until("preempted", lambda r: len(r["attempts"]) == 2)
     assert record["attempts"][0]["failure"]["kind"] == "node-lost"
     assert "RESUBMITTED" in [h["state"] for h in record["history"]]
-    assert record["attempts"][1]["resume_point"] == {"step": saved, "set_aside": []}
+    point = record["attempts"][1]["resume_point"]
+    assert point["step"] == saved and [(a["step"], a["reason"]) for a in point["set_aside"]] == cut_off
     up = local.rlops("up", "local").stdout  # brings the node back, and says it had stopped
     assert "ray-worker-0 (pid" in up and "had stopped" in up
     record = local.tick_until("preempted", lambda r: r["state"] == "SUCCEEDED")
@@ -364,7 +369,7 @@ def test_a_preempted_run_is_resubmitted_and_resumes_from_its_last_checkpoint(loc
 
 
 def test_a_preempted_run_whose_newest_checkpoint_was_corrupted_resumes_from_the_previous_verified_one(local):
-    checkpoints, newest = preempted_after_two_checkpoints(local, "corrupted")
+    checkpoints, newest, cut_off = preempted_after_two_checkpoints(local, "corrupted")
     local.rlops("snapshot", "local")
     weights = checkpoints / f"checkpoint-{newest}" / "model.safetensors"
     data = bytearray(weights.read_bytes())
@@ -373,7 +378,8 @@ def test_a_preempted_run_whose_newest_checkpoint_was_corrupted_resumes_from_the_
     record = local.tick_until("corrupted", lambda r: len(r["attempts"]) == 2)
     point = record["attempts"][1]["resume_point"]
     assert point["step"] == newest - 2
-    (aside,) = point["set_aside"]
+    assert [(a["step"], a["reason"]) for a in point["set_aside"][:-1]] == cut_off
+    aside = point["set_aside"][-1]
     assert aside["step"] == newest and "does not match its manifest: 1 changed (model.safetensors" in aside["reason"]
     assert (checkpoints / aside["moved_to"] / "model.safetensors").is_file()  # moved aside, not deleted
     said = [e for e in local.events() if e["type"] == "resumed" and e["run"] == "corrupted"]
@@ -384,13 +390,13 @@ def test_a_preempted_run_whose_newest_checkpoint_was_corrupted_resumes_from_the_
 
 
 def test_a_preempted_run_whose_newest_checkpoint_is_torn_sets_it_aside_and_resumes_from_the_previous_one(local):
-    checkpoints, newest = preempted_after_two_checkpoints(local, "torn")
+    checkpoints, newest, cut_off = preempted_after_two_checkpoints(local, "torn")
     (checkpoints / f"checkpoint-{newest}" / "trainer_state.json").unlink()  # its save cut off with the node
     local.rlops("snapshot", "local")  # a torn checkpoint gets no manifest
     record = local.tick_until("torn", lambda r: len(r["attempts"]) == 2)
     point = record["attempts"][1]["resume_point"]
     assert point["step"] == newest - 2
-    assert [(a["step"], a["reason"]) for a in point["set_aside"]] == [(newest, "torn: its save never finished")]
+    assert [(a["step"], a["reason"]) for a in point["set_aside"]] == cut_off + [(newest, "torn: its save never finished")]
     local.rlops("up", "local")
     record = local.tick_until("torn", lambda r: r["state"] == "SUCCEEDED")
     assert record["attempts"][1]["resumed_from"] == newest - 2 and record["step"] == LONG_RUN_STEPS
