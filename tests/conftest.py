@@ -62,3 +62,14 @@ def specs(monkeypatch, tmp_path):
     shutil.copytree(REPO / "environments", folder)
     monkeypatch.setenv("RLOPS_ENVIRONMENTS", str(folder))
     return folder
+
+
+def workload_words(entrypoint: str, run_dir: str | None = None) -> list[str]:
+    """A job's command after its checkpoint gate (`rlops.checkpoints.gate`, which every attempt runs first, on the
+    run's own directory); the gate's presence and directory are checked."""
+    import shlex
+
+    words = shlex.split(entrypoint)
+    split = words.index("&&")
+    assert words[:5] == ["python", "-m", "rlops.checkpoints.gate", "--run-dir", run_dir or words[4]], words[:split]
+    return words[split + 1:]

@@ -225,6 +225,33 @@ def test_a_resume_skips_a_corrupted_a_torn_and_an_unmanifested_checkpoint_and_mo
     assert last_complete_checkpoint(str(run)) == str(run / "checkpoint-2")
 
 
+def test_the_gate_each_attempt_runs_first_verifies_against_the_manifests_shipped_with_it(trained, tmp_path, capsys,
+                                                                                         monkeypatch):
+    """`python -m rlops.checkpoints.gate`, as a job runs it: the manifests come as the py_module `jobs.submit`
+    stages; its one output line is what the watcher records. `--unverified` (resume_from: newest) hashes nothing."""
+    from rlops.checkpoints import gate
+    from rlops.runs import progress
+
+    run = _run_with_three_checkpoints(trained, tmp_path)
+    manifests = {step: manifest.build(run / f"checkpoint-{step}") for step in (2, 4, 6)}
+    altered = {**manifests[4], "total_bytes": 1}  # a manifest changed in the bucket proves nothing: dropped
+    gate.stage(tmp_path / "shipped", {2: manifests[2], 4: altered, 6: manifests[6]})
+    monkeypatch.syspath_prepend(str(tmp_path / "shipped"))
+    _flip_a_byte(run / "checkpoint-6" / "model.safetensors")
+    shutil.copytree(run / "checkpoint-2", run / "checkpoint-8")
+    (run / "checkpoint-8" / "trainer_state.json").unlink()
+    assert gate.main(["--run-dir", str(run), "--unverified"]) == 0
+    said = progress.resume_point(capsys.readouterr().out)
+    assert said["step"] == 6 and not said["verified"] and [a["step"] for a in said["set_aside"]] == [8]
+    assert gate.main(["--run-dir", str(run)]) == 0
+    said = progress.resume_point("other output\n" + capsys.readouterr().out)
+    assert said["step"] == 2 and said["verified"]
+    assert [(a["step"], a["reason"].split(":")[0]) for a in said["set_aside"]] == [
+        (6, "does not match its manifest"), (4, "no manifest yet")]
+    assert gate.main(["--run-dir", str(tmp_path / "a-new-run")]) == 0  # the first attempt of a new run
+    assert progress.resume_point(capsys.readouterr().out) == {"step": None, "set_aside": [], "verified": True}
+
+
 def test_with_no_checkpoint_that_verifies_the_run_starts_again_from_its_beginning(trained, tmp_path):
     from rlops.checkpoints import resume
 
@@ -234,7 +261,7 @@ def test_with_no_checkpoint_that_verifies_the_run_starts_again_from_its_beginnin
     assert [p.name for p in run.iterdir()] == [resume.SET_ASIDE]
 
 
-def test_an_export_verifies_object_by_object_and_each_tampering_is_reported(trained, gcs):
+def test_an_export_verifies_object_by_object_and_each_tampering_is_reported(trained, gcs, tmp_path):
     """Against fake-gcs-server through the real google-cloud-storage client: the crc32c it keeps per object is
     what the manifest holds per file."""
     from rlops.checkpoints import export
@@ -245,10 +272,18 @@ def test_an_export_verifies_object_by_object_and_each_tampering_is_reported(trai
     bucket = storage.lookup_bucket("rlops-exports") or storage.create_bucket("rlops-exports")
     content = manifest.build(trained / "checkpoint-4")
     destination = "exports/run-a"
-    assert export.upload(bucket, destination, trained / "checkpoint-4", content) == len(content["files"])
+    export.upload(bucket, destination, trained / "checkpoint-4", content)
+    export.upload_manifest(bucket, destination, content)
     assert export.verify(bucket, destination, content) == {"missing": [], "extra": [], "changed": []}
     stored = bucket.blob(export.manifest_object(destination, 4)).download_as_bytes()
     assert export.checked(json.loads(stored)) == content
+    imported = tmp_path / "elsewhere" / "run-a" / "checkpoint-4"
+    imported.parent.mkdir(parents=True)
+    export.download(bucket, destination, content, imported)  # an import: renamed into place once it verifies
+    assert not any(manifest.verify(imported, content).values()) and sorted(p.name for p in imported.parent.iterdir()) \
+        == ["checkpoint-4"]
+    with pytest.raises(manifest.ManifestError, match="exists already"):
+        export.download(bucket, destination, content, imported)
 
     prefix = export.objects_prefix(destination, 4)
     weights = bytearray((trained / "checkpoint-4" / "model.safetensors").read_bytes())
@@ -258,6 +293,11 @@ def test_an_export_verifies_object_by_object_and_each_tampering_is_reported(trai
     bucket.blob(prefix + "notes.txt").upload_from_string(b"not part of it")     # one object extra
     assert export.verify(bucket, destination, content) == {
         "missing": ["trainer_state.json"], "extra": ["notes.txt"], "changed": ["model.safetensors"]}
+    bucket.blob(prefix + "trainer_state.json").upload_from_filename(str(trained / "checkpoint-4" / "trainer_state.json"))
+    torn = imported.with_name("checkpoint-5")
+    with pytest.raises(manifest.ManifestError, match="does not match the manifest: 1 changed"):
+        export.download(bucket, destination, content, torn)  # the flipped byte, caught before the rename
+    assert not torn.exists(), "a copy that does not verify never looks like a checkpoint"
     with pytest.raises(manifest.ManifestError, match="altered"):
         export.checked({**content, "total_bytes": 1})
     for blob in bucket.list_blobs():

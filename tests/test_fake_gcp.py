@@ -1,14 +1,19 @@
 """The fake GCP control plane answers the real Google client libraries as the real APIs do."""
 
+import base64
 import ipaddress
+import os
 import time
+import uuid
 
+import google_crc32c
 import pytest
 import requests
 from google.api_core import exceptions as gexc
 from google.auth.credentials import AnonymousCredentials
-from google.cloud import compute_v1, container_v1, lustre_v1
+from google.cloud import compute_v1, container_v1, lustre_v1, storage
 from google.protobuf import field_mask_pb2
+from google.rpc import code_pb2
 from googleapiclient import discovery
 from googleapiclient.errors import HttpError
 
@@ -209,6 +214,213 @@ def test_lustre_checks_tiers_polls_as_an_lro_grows_only_and_holds_its_peering(fa
         body={"consumerNetwork": f"projects/{PN}/global/networks/net"}).execute()
     assert "still using this connection" in sn_wait(sn, disconnect)["error"]["message"]
     assert set(fake.resources("connection")) == {"net"}
+
+
+# -- Managed Lustre: exportData and importData ---------------------------------------------------
+INSTANCE = f"projects/{P}/locations/{ZONE}/instances/fs"
+EXPORT, IMPORT = lustre_v1.TransferType.EXPORT, lustre_v1.TransferType.IMPORT
+
+
+@pytest.fixture
+def transfers(gcs, tmp_path):
+    """A fake whose transfers use the session's fake-gcs-server, with an ACTIVE instance "fs"; an empty bucket."""
+    server = FakeGcp(operation_seconds=0.05, storage_endpoint=gcs.url, files_root=tmp_path / "lustre").start()
+    server.put("lustre_instance", "fs", lustre_instance(INSTANCE, "ACTIVE"))
+    client = storage.Client(project=P, credentials=AnonymousCredentials(), client_options={"api_endpoint": gcs.url})
+    bucket = client.create_bucket(f"transfers-{uuid.uuid4().hex[:12]}")
+    yield server, bucket
+    server.stop()
+
+
+def lustre_instance(name: str, state: str) -> dict:
+    return {"name": name, "state": state, "capacityGib": "18000", "perUnitStorageThroughput": "1000",
+            "filesystem": "lfs", "network": f"projects/{P}/global/networks/net"}
+
+
+def export(fake: FakeGcp, uri: str, path: str = "/", **fields):
+    return gapic(fake, "lustre", lustre_v1.LustreClient).export_data(request=lustre_v1.ExportDataRequest(
+        name=fields.pop("name", INSTANCE), lustre_path=lustre_v1.LustrePath(path=path),
+        gcs_path=lustre_v1.GcsPath(uri=uri), **fields))
+
+
+def import_(fake: FakeGcp, uri: str, path: str = "/", **fields):
+    return gapic(fake, "lustre", lustre_v1.LustreClient).import_data(request=lustre_v1.ImportDataRequest(
+        name=fields.pop("name", INSTANCE), gcs_path=lustre_v1.GcsPath(uri=uri),
+        lustre_path=lustre_v1.LustrePath(path=path), **fields))
+
+
+def finish(operation, seconds: float = 30.0):
+    """Polls until the operation is done (operation.result() would poll too, backing off by the second)."""
+    deadline = time.monotonic() + seconds
+    while not operation.done():
+        assert time.monotonic() < deadline, f"{operation.operation.name} never finished"
+        time.sleep(0.01)
+    return operation
+
+
+def counters(operation) -> tuple[int, ...]:
+    """(found, bytes found, skipped, bytes skipped, copied, bytes copied, failed, bytes failed)."""
+    c = operation.metadata.operation_metadata.counters
+    return (c.found_objects_count, c.bytes_found_count, c.objects_skipped_count, c.bytes_skipped_count,
+            c.objects_copied_count, c.bytes_copied_count, c.objects_failed_count, c.bytes_failed_count)
+
+
+def crc32c(data: bytes) -> str:
+    return base64.b64encode(google_crc32c.value(data).to_bytes(4, "big")).decode()
+
+
+def write(root, files: dict[str, bytes]) -> None:
+    for name, data in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_bytes(data)
+
+
+def test_an_export_copies_every_file_under_its_relative_path_and_counts_while_it_runs(transfers):
+    fake, bucket = transfers
+    files = {"a/b/c.bin": os.urandom(3000), "a/b/d/empty.bin": b"", "a/top.json": b'{"step": 7}',
+             "a/f.bin": os.urandom(1)}
+    write(fake.lustre_files("fs"), {**files, "elsewhere/z.bin": b"not under /a/"})
+    total = sum(len(data) for data in files.values())
+
+    fake.operation_seconds = 1.5  # the copies are spread over it
+    operation = export(fake, f"gs://{bucket.name}/x/", "/a/")
+    fake.operation_seconds = 0.05
+    started = operation.metadata.operation_metadata
+    assert started.transfer_type == EXPORT and operation.metadata.target == INSTANCE
+    assert (started.source_lustre_path.path, started.destination_gcs_path.uri) == ("/a/", f"gs://{bucket.name}/x/")
+    assert counters(operation) == (4, total, 0, 0, 0, 0, 0, 0)  # what it will copy is known from the start
+    copied = [0]
+    while not operation.done():
+        copied.append(counters(operation)[4])
+        time.sleep(0.01)
+    assert copied == sorted(copied) and any(0 < count < 4 for count in copied), copied
+    assert counters(operation) == (4, total, 0, 0, 4, total, 0, 0)
+    assert isinstance(operation.result(), lustre_v1.ExportDataResponse)
+    assert operation.metadata.verb == "exportData" and operation.metadata.end_time
+
+    objects = {blob.name: blob for blob in bucket.client.list_blobs(bucket)}
+    assert set(objects) == {"x/b/c.bin", "x/b/d/empty.bin", "x/top.json", "x/f.bin"}
+    for name, data in files.items():
+        blob = objects["x/" + name.removeprefix("a/")]
+        assert (blob.size, blob.crc32c) == (len(data), crc32c(data)), name
+    assert [r.path.rsplit(":", 1)[-1] for r in fake.mutations()] == ["exportData"]
+
+
+def test_a_second_export_copies_only_what_changed_and_deletes_nothing(transfers):
+    fake, bucket = transfers
+    root = fake.lustre_files("fs")
+    write(root, {"ckpt/1.bin": b"one", "ckpt/2.bin": b"two", "ckpt/3.bin": b"three"})
+    assert counters(finish(export(fake, f"gs://{bucket.name}/"))) == (3, 11, 0, 0, 3, 11, 0, 0)
+    assert counters(finish(export(fake, f"gs://{bucket.name}/"))) == (0, 0, 3, 11, 0, 0, 0, 0)
+    (root / "ckpt/2.bin").write_bytes(b"TWO")  # same size, other bytes
+    (root / "ckpt/3.bin").unlink()
+    again = finish(export(fake, f"gs://{bucket.name}"))  # the bucket alone: no trailing slash needed
+    assert counters(again) == (1, 3, 1, 3, 1, 3, 0, 0)
+    assert {blob.name: blob.download_as_bytes() for blob in bucket.client.list_blobs(bucket)} == {
+        "ckpt/1.bin": b"one", "ckpt/2.bin": b"TWO", "ckpt/3.bin": b"three"}
+
+
+def test_an_import_copies_the_objects_under_the_prefix_into_an_existing_directory_byte_for_byte(transfers):
+    fake, bucket = transfers
+    shard = os.urandom(70_000)
+    for name, data in {"in/ckpt/shard-0.bin": shard, "in/ckpt/meta.json": b"{}", "in/ckpt/": b"",
+                       "elsewhere/x.bin": b"x"}.items():
+        bucket.blob(name).upload_from_string(data)
+    root = fake.lustre_files("fs")
+
+    missing = finish(import_(fake, f"gs://{bucket.name}/in/", "/restore"))
+    with pytest.raises(gexc.NotFound, match="/restore does not exist"):  # LustrePath: "must already exist"
+        missing.result()
+    assert missing.metadata.operation_metadata.error_summaries[0].error_code == code_pb2.NOT_FOUND
+
+    write(root, {"restore/ckpt/meta.json": b"{}"})  # already there, the same: skipped
+    operation = import_(fake, f"gs://{bucket.name}/in/", "/restore/")
+    assert operation.metadata.operation_metadata.transfer_type == IMPORT
+    assert operation.metadata.operation_metadata.destination_lustre_path.path == "/restore/"
+    assert counters(finish(operation)) == (1, len(shard), 1, 2, 1, len(shard), 0, 0)
+    assert isinstance(operation.result(), lustre_v1.ImportDataResponse)
+    assert (root / "restore/ckpt/shard-0.bin").read_bytes() == shard
+    assert sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file()) == [
+        "restore/ckpt/meta.json", "restore/ckpt/shard-0.bin"]
+
+
+def test_a_transfer_google_refuses_is_refused_before_it_starts(transfers):
+    fake, bucket = transfers
+    with pytest.raises(gexc.BadRequest, match="must end with a forward slash"):
+        export(fake, f"gs://{bucket.name}/x")
+    with pytest.raises(gexc.BadRequest, match="must end with a forward slash"):
+        import_(fake, f"gs://{bucket.name}/in")
+    with pytest.raises(gexc.BadRequest, match="must start with '/'"):
+        export(fake, f"gs://{bucket.name}/", "a/")
+    with pytest.raises(gexc.BadRequest, match="gcs_path.uri is required"):
+        export(fake, "")
+    with pytest.raises(gexc.BadRequest, match="gs://<bucket_name>"):
+        export(fake, f"s3://{bucket.name}/")
+    with pytest.raises(gexc.BadRequest, match="must be a UUID"):
+        export(fake, f"gs://{bucket.name}/", request_id="retry-1")
+    with pytest.raises(gexc.NotFound):
+        export(fake, f"gs://{bucket.name}/", name=f"projects/{P}/locations/{ZONE}/instances/nothing")
+    fake.put("lustre_instance", "young", lustre_instance(f"projects/{P}/locations/{ZONE}/instances/young", "CREATING"))
+    with pytest.raises(gexc.BadRequest, match="CREATING: data can be transferred when it is ACTIVE"):
+        import_(fake, f"gs://{bucket.name}/", name=f"projects/{P}/locations/{ZONE}/instances/young")
+    assert not fake.mutations(), "a refused transfer started something"
+
+
+def test_one_transfer_runs_per_instance_and_a_retried_request_gets_its_operation(transfers):
+    fake, bucket = transfers
+    write(fake.lustre_files("fs"), {"f.bin": b"f"})
+    request_id = str(uuid.uuid4())
+    with fake.holding_operations():
+        first = export(fake, f"gs://{bucket.name}/", request_id=request_id)
+        with pytest.raises(gexc.Conflict, match="unable to queue the operation"):
+            import_(fake, f"gs://{bucket.name}/")
+        assert export(fake, f"gs://{bucket.name}/", request_id=request_id).operation.name == first.operation.name
+    assert counters(finish(first))[4] == 1
+    assert counters(finish(import_(fake, f"gs://{bucket.name}/"))) == (0, 0, 1, 1, 0, 0, 0, 0)
+
+
+def test_a_missing_bucket_or_lustre_path_fails_the_operation(transfers):
+    fake, _ = transfers
+    write(fake.lustre_files("fs"), {"f.bin": b"f"})
+    nowhere = finish(export(fake, "gs://no-such-bucket-for-lustre/x/"))
+    with pytest.raises(gexc.NotFound, match="gs://no-such-bucket-for-lustre does not exist"):
+        nowhere.result()
+    (summary,) = nowhere.metadata.operation_metadata.error_summaries
+    assert (summary.error_code, summary.error_count) == (code_pb2.NOT_FOUND, 1)
+    assert counters(nowhere)[4] == 0
+    with pytest.raises(gexc.NotFound, match="Lustre path /gone/ does not exist"):
+        finish(export(fake, "gs://no-such-bucket-for-lustre/", "/gone/")).result()
+
+
+def test_a_transfer_that_fails_part_way_counts_what_failed_and_ends_with_an_error(transfers):
+    fake, bucket = transfers
+    files = {f"shard-{i}.bin": os.urandom(100 + i) for i in range(4)}
+    write(fake.lustre_files("fs"), files)
+    fake.fail_transfers(1, copied=1, code=code_pb2.PERMISSION_DENIED, message="storage.objects.create denied")
+    operation = finish(export(fake, f"gs://{bucket.name}/run/"))
+    with pytest.raises(gexc.PermissionDenied, match="3 of 4 objects failed"):
+        operation.result()
+    sizes = [len(files[name]) for name in sorted(files)]
+    assert counters(operation) == (4, sum(sizes), 0, 0, 1, sizes[0], 3, sum(sizes[1:]))
+    (summary,) = operation.metadata.operation_metadata.error_summaries
+    assert (summary.error_code, summary.error_count) == (code_pb2.PERMISSION_DENIED, 3)
+    assert [entry.uri for entry in summary.error_log_entries] == [
+        f"gs://{bucket.name}/run/shard-{i}.bin" for i in (1, 2, 3)]
+    assert [blob.name for blob in bucket.client.list_blobs(bucket)] == ["run/shard-0.bin"]
+    retried = finish(export(fake, f"gs://{bucket.name}/run/"))  # the hook was for one transfer
+    assert counters(retried) == (3, sum(sizes[1:]), 1, sizes[0], 3, sum(sizes[1:]), 0, 0)
+
+
+def test_an_instances_files_are_its_own_and_go_with_it_and_with_the_fake():
+    fake = FakeGcp(operation_seconds=0.05).start()
+    fake.put("lustre_instance", "fs", lustre_instance(INSTANCE, "ACTIVE"))
+    root = fake.lustre_files(INSTANCE)
+    write(root, {"f.bin": b"f"})
+    assert fake.lustre_files("fs") == root and fake.lustre_files("other") != root
+    finish(gapic(fake, "lustre", lustre_v1.LustreClient).delete_instance(name=INSTANCE))
+    assert not root.exists()  # deleted data is not recoverable (managed-lustre/docs/back-up-instance-data)
+    fake.stop()
+    assert not root.parent.exists()
 
 
 # -- GKE -----------------------------------------------------------------------------------------

@@ -8,8 +8,6 @@ The job's override words are applied here with Hydra's `OverridesParser` and
 
 import hashlib
 import json
-import shlex
-from pathlib import Path
 
 import pytest
 import yaml
@@ -17,7 +15,7 @@ from hydra._internal.config_loader_impl import ConfigLoaderImpl
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import OmegaConf
 
-from conftest import ENVIRONMENTS
+from conftest import ENVIRONMENTS, workload_words
 from rlops import cli
 from rlops.runs import jobs, message
 from rlops.spec import nemo_rl
@@ -31,7 +29,7 @@ GEMMA, QWEN = H200.recipes["gemma3-27b-gsm8k"], B200.recipes["qwen25-72b-deepsca
 def as_the_job_runs_it(env, recipe, settings: dict, run: str = "r1") -> dict:
     """The config NeMo RL ends up with: the shipped config, then the job command's own override words."""
     request = jobs.request("e", "recipe", recipe, run, settings, "me", 1, "/lustre")
-    words = shlex.split(request.entrypoint)
+    words = workload_words(request.entrypoint, f"{recipe.checkpoint_root}/{run}")
     assert words[:3] == ["cd", nemo_rl.WORKDIR, "&&"]
     overrides = words[words.index("--config") + 2:]
     cfg = nemo_rl.load_config(nemo_rl.tag_for(env.ray.image), recipe.config)
@@ -146,7 +144,8 @@ def test_train_dry_run_prints_the_job_and_the_composed_config_and_sends_nothing(
     job = yaml.safe_load(head)
     env = {"h200": H200, "b200-spot": B200}[env_name]
     the_recipe = env.recipes[recipe]
-    assert job["working_directory"] == "/opt/nemo-rl" and job["entrypoint"].startswith("cd /opt/nemo-rl && uv run")
+    assert job["working_directory"] == "/opt/nemo-rl" and " ".join(workload_words(job["entrypoint"])).startswith(
+        "cd /opt/nemo-rl && uv run")
     assert job["secrets_by_name_only"] == sorted(env.secrets)
     config = yaml.safe_load(config_text)
     assert config == as_the_job_runs_it(env, the_recipe, {**the_recipe.default_settings(),
@@ -158,6 +157,6 @@ def test_train_dry_run_prints_the_job_and_the_composed_config_and_sends_nothing(
 def test_the_local_recipes_dry_run_is_its_command(capsys):
     assert cli.main(["train", "local", "--recipe", "tiny-arith", "--run", "x", "--dry-run"]) == 0
     job = yaml.safe_load(capsys.readouterr().out)
-    assert job["entrypoint"].startswith("python -m rlops.workloads.trl_grpo --output-dir ")
+    assert " ".join(workload_words(job["entrypoint"])).startswith("python -m rlops.workloads.trl_grpo --output-dir ")
     assert job["entrypoint_resources"] == {"gpu_pool": 1}
     assert "---" not in job

@@ -1,12 +1,11 @@
 """The pure parts of training runs: the train message, the job it becomes, progress, the failure policy."""
 
 import json
-import shlex
 from pathlib import Path
 
 import pytest
 
-from conftest import ENVIRONMENTS
+from conftest import ENVIRONMENTS, workload_words
 from rlops.cloud import ray_jobs
 from rlops.cloud.ray_jobs import JobView
 from rlops.runs import jobs, message, policy, progress
@@ -73,7 +72,8 @@ def test_a_trl_job_runs_the_recipe_module_into_the_runs_checkpoint_dir_and_carri
     recipe = LOCAL.recipes["tiny-arith"]
     request = jobs.request("local", "tiny-arith", recipe, "r1", {"max_steps": 4, "seed": 0}, "ana", 1,
                            "/work/.rlops/local/lustre", {"gpu_pool": 1})
-    assert shlex.split(request.entrypoint) == ["python", "-m", "rlops.workloads.trl_grpo", "--output-dir",
+    assert workload_words(request.entrypoint, "/work/.rlops/local/lustre/checkpoints/tiny-arith/r1") == [
+        "python", "-m", "rlops.workloads.trl_grpo", "--output-dir",
                                                "/work/.rlops/local/lustre/checkpoints/tiny-arith/r1",
                                                "max_steps=4", "seed=0"]
     assert request.entrypoint_resources == {"gpu_pool": 1} and request.runtime_env == {}
@@ -84,7 +84,7 @@ def test_a_nemo_rl_job_is_the_seeds_command_with_lustre_paths_and_the_runtime_en
     recipe = H200.recipes[next(iter(H200.recipes))]
     request = jobs.request("h200", "grpo", recipe, "run-7", {"grpo.max_num_steps": 20, "policy.x": "a b;c"}, "ana",
                            2, "/lustre")
-    words = shlex.split(request.entrypoint)
+    words = workload_words(request.entrypoint, f"{recipe.checkpoint_root}/run-7")
     assert words[:3] == ["cd", "/opt/nemo-rl", "&&"]  # the configs' relative paths are relative to the repository
     assert words[3:9] == ["uv", "run", "python", recipe.entrypoint, "--config", recipe.config]
     assert f'checkpointing.checkpoint_dir="{recipe.checkpoint_root}/run-7"' in words
@@ -266,3 +266,18 @@ def test_a_run_record_round_trips_its_versioned_json_and_refuses_a_newer_version
     assert RunRecord.from_json(unversioned) == record
     with pytest.raises(UnknownVersion, match="version 2; this rlops reads up to 1"):
         RunRecord.from_json({**stored, "version": 2})
+
+
+def test_the_export_policy_asks_for_the_final_or_every_nth_checkpoint_once():
+    from rlops.spec.model import ExportPolicy
+
+    final, every = ExportPolicy(when="final"), ExportPolicy(when="every", every=2)
+    running, done = run_record("RUNNING"), run_record("SUCCEEDED")
+    done.last_checkpoint = 8
+    assert policy.exports_due(running, [2, 4, 6], final) == []       # not before the run succeeded
+    assert policy.exports_due(done, [2, 4, 6], final) == []          # its last checkpoint has no manifest yet
+    assert policy.exports_due(done, [2, 4, 6, 8], final) == [8]
+    assert policy.exports_due(running, [2, 4, 6, 8, 10], every) == [4, 8]
+    running.exports["4"] = {"error": "pruned before its export"}      # tried once, said, not tried every tick
+    assert policy.exports_due(running, [2, 4, 6, 8, 10], every) == [8]
+    assert policy.exports_due(done, [2, 4, 6, 8], ExportPolicy()) == []

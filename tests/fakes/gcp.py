@@ -10,6 +10,9 @@ behaviour a provisioning engine has to cope with:
 * 404 for what does not exist, 409 for what does, the checks the real APIs make on the fields sent
   (names, CIDR overlaps, references to other resources, resources in use, Lustre tiers, project
   numbers in peerings) and GKE's one operation per cluster at a time;
+* Managed Lustre's exportData and importData: each instance's file system is a local directory
+  (`lustre_files`), Cloud Storage a real fake-gcs-server (`storage_endpoint`); the copy happens while the
+  operation runs, with TransferCounters in its metadata;
 * injected latency and transient faults, and a log of every request.
 
 One project's worth of resources: names are unique per kind, whatever project a path names.
@@ -23,20 +26,26 @@ import functools
 import ipaddress
 import itertools
 import json
+import os
 import random
 import re
+import shutil
 import sys
+import tempfile
 import threading
 import time
 import traceback
+import uuid
 import zlib
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler
+from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
 import google_crc32c
+from google.rpc import code_pb2
 
 from fakes import google_apis
 from fakes.jsonhttp import JsonServer, reply
@@ -122,6 +131,7 @@ class Operation:
     done: bool = False
     response: dict | None = None
     error: OperationFailed | None = None
+    busy: Callable[[], bool] | None = None  # while it answers True the operation is not done, whatever the time
 
     def phase(self) -> str:
         if self.done:
@@ -129,9 +139,55 @@ class Operation:
         return "PENDING" if time.time() - self.started < self.seconds / 3 else "RUNNING"
 
 
+@dataclass
+class Transfer:
+    """One Lustre exportData or importData: what it copies and how far it got (TransferOperationMetadata)."""
+    kind: str                 # EXPORT or IMPORT (TransferType)
+    instance: str             # the instance's id
+    lustre_path: str          # the request's LustrePath.path ("/" when left out)
+    gcs_uri: str              # the request's GcsPath.uri
+    # (source, destination, bytes) of what is scheduled: a Path and an object name, one way or the other; a None
+    # destination is an object whose name makes no Lustre path (it fails)
+    items: list[tuple]
+    counters: dict[str, int]  # TransferCounters, by JSON name
+    failure: tuple[int, str] | None = None  # the whole transfer failed (google.rpc code, message): nothing copied
+    fail_after: tuple[int, int, str] | None = None  # fail_transfers: (objects copied, then this code, message)
+    errors: dict = field(default_factory=dict)  # google.rpc code -> [count, at most 5 ErrorLogEntry]
+    finished: bool = False    # the worker copied or failed every object
+    ended: float = 0.0        # time.time() when its operation was done
+
+    def fail(self, code: int, uri: str, detail: str, size: int | None = None) -> None:
+        """An object (of `size` bytes) that could not be copied, or with no size the whole transfer: counted in
+        objectsFailedCount if an object, and sampled in errorSummaries."""
+        if size is not None:
+            self.counters["objectsFailedCount"] += 1
+            self.counters["bytesFailedCount"] += size
+        summary = self.errors.setdefault(code, [0, []])
+        summary[0] += 1
+        if len(summary[1]) < 5:  # ErrorSummary.error_log_entries: "At most 5 error log entries are recorded for
+            summary[1].append({"uri": uri, "errorDetails": [detail]})  # a given error code" (types/transfer.py)
+
+
+_COUNTERS = ("foundObjectsCount", "bytesFoundCount", "objectsSkippedCount", "bytesSkippedCount", "objectsCopiedCount",
+             "bytesCopiedCount", "objectsFailedCount", "bytesFailedCount")
+# A bucket's name (cloud.google.com/storage/docs/buckets#naming): 3-63 lowercase letters, digits, dashes,
+# underscores and dots, starting and ending with a letter or digit.
+_BUCKET = re.compile(r"[a-z0-9][a-z0-9._-]{1,61}[a-z0-9]")
+
+
 class FakeGcp:
-    def __init__(self, *, operation_seconds: float = 0.3, latency: float = 0.0, seed: int = 0):
+    def __init__(self, *, operation_seconds: float = 0.3, latency: float = 0.0, seed: int = 0,
+                 storage_endpoint: str | None = None, files_root: Path | None = None):
         self.operation_seconds = operation_seconds
+        # The fake-gcs-server Lustre transfers read and write (None: STORAGE_EMULATOR_HOST at the transfer's time).
+        self.storage_endpoint = storage_endpoint
+        # Where lustre_files keeps each instance's file system; None: a temporary directory, removed by stop().
+        self._files_root, self._owns_files_root = (Path(files_root), False) if files_root else (None, True)
+        self._transfers: dict[str, Transfer] = {}            # operation name -> its transfer
+        self._transfer_requests: dict[tuple[str, str], str] = {}  # (instance, requestId) -> operation name
+        self._failing_transfers: list[tuple[int, int, str]] = []
+        self._workers: list[threading.Thread] = []
+        self._stopping = threading.Event()
         self.latency = latency        # seconds slept per request
         self.fail_rate = 0.0          # probability of a transient error (429 and 503 in turn) before anything is done
         self.requests: list[Request] = []
@@ -154,6 +210,7 @@ class FakeGcp:
 
     # -- lifecycle ------------------------------------------------------------------------------
     def start(self) -> "FakeGcp":
+        self._stopping.clear()
         self._server = JsonServer(self._handle, "fake-gcp")
         return self
 
@@ -161,6 +218,13 @@ class FakeGcp:
         if self._server:
             self._server.stop()
             self._server = None
+        self._stopping.set()  # transfers still copying stop after the object in hand
+        for worker in self._workers:
+            worker.join(timeout=30)
+        self._workers.clear()
+        if self._owns_files_root and self._files_root is not None:
+            shutil.rmtree(self._files_root, ignore_errors=True)
+            self._files_root = None
 
     def __enter__(self) -> "FakeGcp":
         return self.start()
@@ -185,6 +249,26 @@ class FakeGcp:
         as a resize that meets a stockout does."""
         with self._lock:
             self._failing_operations += [(kind, OperationFailed(code, message))] * count
+
+    def fail_transfers(self, count: int, copied: int, code: int = 13,
+                       message: str = "Internal error while copying the object (injected)") -> None:
+        """The next `count` exportData/importData copy their first `copied` objects and fail every other one with
+        this google.rpc code (objectsFailedCount, errorSummaries); their operations end DONE with an error."""
+        with self._lock:
+            self._failing_transfers += [(copied, code, message)] * count
+
+    def lustre_files(self, instance: str) -> Path:
+        """The directory standing for the instance's file system root (its id or full name), created if need be:
+        what a test writes there is what the cluster wrote to /lustre. Deleting the instance deletes it."""
+        name = _last(instance)
+        if not _RFC1035.fullmatch(name):
+            raise ValueError(f"{instance!r} names no Lustre instance")
+        with self._lock:
+            if self._files_root is None:
+                self._files_root = Path(tempfile.mkdtemp(prefix="fake-gcp-lustre-"))
+            folder = self._files_root / name
+            folder.mkdir(parents=True, exist_ok=True)
+            return folder
 
     @contextlib.contextmanager
     def holding_operations(self):
@@ -306,7 +390,8 @@ class FakeGcp:
             return
         now = time.time()
         for operation in self._operations.values():
-            if not operation.done and operation.started + operation.seconds <= now:
+            if not operation.done and operation.started + operation.seconds <= now \
+                    and not (operation.busy and operation.busy()):
                 operation.done = True
                 try:
                     operation.response = operation.on_done() if operation.on_done else None
@@ -876,15 +961,23 @@ class FakeGcp:
             ("GET", location + r"/instances", self._list_instances),
             ("GET", instance, self._get_instance), ("PATCH", instance, self._update_instance),
             ("DELETE", instance, self._delete_instance),
+            ("POST", location + r"/instances/(?P<name>[^/:]+):exportData", self._export_data),
+            ("POST", location + r"/instances/(?P<name>[^/:]+):importData", self._import_data),
             ("GET", location + r"/operations/(?P<op>[^/]+)", self._lustre_operation),
         ]
 
     def _lustre_op(self, project: str, location: str, verb: str, target: str, on_done) -> dict:
+        return self._lustre_op_json(self._lustre_start(project, location, verb, target, on_done))
+
+    def _lustre_start(self, project: str, location: str, verb: str, target: str, on_done) -> Operation:
         name = f"projects/{project}/locations/{location}/operations/operation-{int(time.time() * 1000)}-" \
                f"{next(self._ids)}"
-        return self._lustre_op_json(self._start("lustre", verb, target, on_done, name=name))
+        return self._start("lustre", verb, target, on_done, name=name)
 
     def _lustre_op_json(self, operation: Operation) -> dict:
+        transfer = self._transfers.get(operation.name)
+        if transfer:
+            return self._lro_json(operation, self._transfer_metadata(operation, transfer))
         metadata = {"@type": "type.googleapis.com/google.cloud.lustre.v1.OperationMetadata",
                     "createTime": _timestamp(operation.started), "target": operation.target, "verb": operation.kind,
                     "apiVersion": "v1"}
@@ -988,7 +1081,171 @@ class FakeGcp:
 
         def finish():
             self._store["lustre_instance"].pop(name, None)
+            # Its data goes with it: "if an instance is deleted, that data is not recoverable"
+            # (docs.cloud.google.com/managed-lustre/docs/back-up-instance-data).
+            if self._files_root is not None:
+                shutil.rmtree(self._files_root / name, ignore_errors=True)
         return self._lustre_op(project, location, "delete", found.get("name", name), finish)
+
+    # -- Managed Lustre: exportData and importData -------------------------------------------------
+    # Sources: the request and metadata messages' field docs in google-cloud-lustre
+    # (google/cloud/lustre_v1/types/transfer.py), the REST reference
+    # (docs.cloud.google.com/managed-lustre/docs/reference/rest/v1/projects.locations.instances/exportData,
+    # .../importData) and "Transfer data to or from Cloud Storage"
+    # (docs.cloud.google.com/managed-lustre/docs/transfer-data, read 2026-12).
+    #
+    # What the request itself carries is checked when it arrives (400, 404, 409, as the front end answers); what
+    # only the data reveals (a bucket that does not exist, a Lustre directory that does not) fails the operation:
+    # the transfer's workers, acting as the Managed Lustre service agent on the bucket and the file system, are
+    # the ones that meet it, not the control plane (an assumption: the docs do not say which).
+    def _export_data(self, request, project, location, name):
+        return self._transfer(request, project, location, name, "EXPORT")
+
+    def _import_data(self, request, project, location, name):
+        return self._transfer(request, project, location, name, "IMPORT")
+
+    def _transfer(self, request, project: str, location: str, name: str, kind: str) -> dict:
+        found, body = self._instance(project, location, name), request.body or {}
+        request_id = body.get("requestId", "")
+        if request_id:
+            try:  # requestId: "Optional. UUID to identify requests."
+                uuid.UUID(request_id)
+            except ValueError:
+                raise invalid(f"request_id '{request_id}' must be a UUID.") from None
+            earlier = self._transfer_requests.get((name, request_id))
+            if earlier:  # the same request again (a client's retry): its operation, not a second transfer
+                return self._lustre_op_json(self._operations[earlier])
+        account = body.get("serviceAccount", "")
+        if account and not re.fullmatch(r"(projects/[^/]+/serviceAccounts/)?[^/]+", account):
+            # serviceAccount: EMAIL_ADDRESS_OR_UNIQUE_ID, projects/PROJECT_ID/serviceAccounts/..., projects/-/...
+            raise invalid(f"service_account '{account}' must be an email or unique ID, or "
+                          "projects/{PROJECT_ID}/serviceAccounts/{EMAIL_ADDRESS_OR_UNIQUE_ID}.")
+        lustre_path = (body.get("lustrePath") or {}).get("path") or "/"  # LustrePath.path: "Default is /."
+        if not lustre_path.startswith("/"):  # LustrePath.path: "Must start with /."
+            raise invalid(f"lustre_path.path '{lustre_path}' must start with '/'.")
+        if {".", ".."} & set(lustre_path.split("/")):  # assumed: a path names a directory, not a way around one
+            raise invalid(f"lustre_path.path '{lustre_path}' must not contain '.' or '..' segments.")
+        uri = (body.get("gcsPath") or {}).get("uri", "")
+        bucket, prefix = _gcs_path(uri)
+        if found.get("state") != "ACTIVE":
+            # Assumed, as for updates: a transfer needs a file system that is there (not CREATING, UPDATING or
+            # DELETING); the docs do not list the states a transfer may start in.
+            raise precondition(f"Instance {name} is {found.get('state')}: data can be transferred when it is ACTIVE.")
+        for running, transfer in self._transfers.items():
+            if transfer.instance == name and not self._operations[running].done:
+                # transfer-data, "Limitations": "Only one transfer operation per instance can be active at a time",
+                # a second one fails with "ABORTED: unable to queue the operation".
+                raise ApiError(409, "ABORTED", "unable to queue the operation", "aborted")
+        client = self._storage_client()
+        root = self.lustre_files(name)
+        plan = _plan_export if kind == "EXPORT" else _plan_import
+        transfer = Transfer(kind, name, lustre_path, uri, [], dict.fromkeys(_COUNTERS, 0))
+        plan(transfer, client, root, bucket, prefix)
+        if self._failing_transfers:
+            transfer.fail_after = self._failing_transfers.pop(0)
+
+        def finish():
+            transfer.ended = time.time()
+            if transfer.failure:
+                raise OperationFailed(*transfer.failure)
+            failed = transfer.counters["objectsFailedCount"]
+            if failed:  # assumed: the operation's error is that of the most frequent error summary
+                code = max(transfer.errors, key=lambda c: transfer.errors[c][0])
+                raise OperationFailed(code, f"{failed} of {transfer.counters['foundObjectsCount']} objects failed "
+                                            "to transfer: see the operation metadata's errorSummaries.")
+            return {"@type": f"type.googleapis.com/google.cloud.lustre.v1.{kind.title()}DataResponse"}
+        verb = "exportData" if kind == "EXPORT" else "importData"  # assumed: the RPC's name
+        operation = self._lustre_start(project, location, verb, found["name"], finish)
+        operation.busy = lambda: not transfer.finished
+        self._transfers[operation.name] = transfer
+        if request_id:
+            self._transfer_requests[(name, request_id)] = operation.name
+        worker = threading.Thread(target=self._copy, args=(transfer, operation, bucket), daemon=True,
+                                  name=f"fake-gcp-{verb}")
+        self._workers = [w for w in self._workers if w.is_alive()] + [worker]
+        worker.start()
+        return self._lustre_op_json(operation)
+
+    def _storage_client(self):
+        from google.auth.credentials import AnonymousCredentials
+        from google.cloud import storage
+
+        url = self.storage_endpoint or os.environ.get("STORAGE_EMULATOR_HOST")
+        if not url:
+            raise ApiError(500, "INTERNAL", "The fake has no Cloud Storage to transfer with: give "
+                           "FakeGcp(storage_endpoint=...) a fake-gcs-server's URL (or set STORAGE_EMULATOR_HOST).",
+                           "backendError")
+        return storage.Client(project="fake-gcp-lustre", credentials=AnonymousCredentials(),
+                              client_options={"api_endpoint": url})
+
+    def _copy(self, transfer: Transfer, operation: Operation, bucket_name: str) -> None:
+        """The transfer's worker: copies what `plan` scheduled, one object after another, spread over the
+        operation's duration so that the counters grow while it runs; its operation is done when this is."""
+        try:
+            if transfer.failure or not transfer.items:
+                return
+            bucket = self._storage_client().bucket(bucket_name)
+            count = len(transfer.items)
+            for index, (source, destination, size) in enumerate(transfer.items):
+                due = operation.started + operation.seconds * (index + 1) / (count + 1)
+                if self._stopping.wait(max(0.0, due - time.time())):
+                    return
+                uri = f"gs://{bucket_name}/{source if transfer.kind == 'IMPORT' else destination}"
+                error = None
+                if transfer.fail_after and index >= transfer.fail_after[0]:
+                    error = transfer.fail_after[1:]
+                elif destination is None:
+                    error = (3, f"Object name '{source}' makes no path under {transfer.lustre_path} (it has an empty, "
+                                "'.' or '..' segment).")
+                else:
+                    try:
+                        if transfer.kind == "EXPORT":
+                            bucket.blob(destination).upload_from_filename(str(source))
+                        else:
+                            destination.parent.mkdir(parents=True, exist_ok=True)
+                            partial = destination.with_name(f".{destination.name}.{uuid.uuid4().hex}.partial")
+                            try:
+                                bucket.blob(source).download_to_filename(str(partial))
+                                os.replace(partial, destination)
+                            finally:
+                                partial.unlink(missing_ok=True)
+                    except Exception as failed:  # noqa: BLE001 - an object that failed, as the real transfer counts it
+                        error = (_rpc_code(failed), str(failed))
+                with self._lock:
+                    if error:
+                        transfer.fail(error[0], uri, error[1], size)
+                    else:
+                        transfer.counters["objectsCopiedCount"] += 1
+                        transfer.counters["bytesCopiedCount"] += size
+        except Exception as broken:  # noqa: BLE001 - the fake's own bug: the transfer fails rather than hangs
+            traceback.print_exc(file=sys.stderr)
+            with self._lock:
+                transfer.failure = (13, f"Internal error in the fake's transfer: {broken}")
+        finally:
+            with self._lock:
+                transfer.finished = True
+
+    def _transfer_metadata(self, operation: Operation, transfer: Transfer) -> dict:
+        """ExportDataMetadata or ImportDataMetadata (types/transfer.py): TransferOperationMetadata's paths, counters
+        (int64 as strings, zeros left out as in any proto3 JSON), type and error summaries, and the common fields;
+        ImportDataMetadata has no `verb`."""
+        lustre, gcs = {"path": transfer.lustre_path}, {"uri": transfer.gcs_uri}
+        paths = {"sourceLustrePath": lustre, "destinationGcsPath": gcs} if transfer.kind == "EXPORT" else \
+            {"sourceGcsPath": gcs, "destinationLustrePath": lustre}
+        details = {**paths, "counters": {key: str(value) for key, value in transfer.counters.items() if value},
+                   "transferType": transfer.kind}
+        if transfer.errors:
+            details["errorSummaries"] = [{"errorCode": code_pb2.Code.Name(code), "errorCount": str(count),
+                                          "errorLogEntries": entries}
+                                         for code, (count, entries) in sorted(transfer.errors.items())]
+        metadata = {"@type": f"type.googleapis.com/google.cloud.lustre.v1.{transfer.kind.title()}DataMetadata",
+                    "operationMetadata": details, "createTime": _timestamp(operation.started),
+                    "target": operation.target, "apiVersion": "v1"}
+        if transfer.kind == "EXPORT":
+            metadata["verb"] = operation.kind
+        if operation.done:
+            metadata["endTime"] = _timestamp(transfer.ended or operation.started + operation.seconds)
+        return metadata
 
     # -- Secret Manager -------------------------------------------------------------------------
     def _secret_routes(self) -> list:
@@ -1129,8 +1386,112 @@ def _typed(instance: dict) -> dict:
     return dict(instance, **{"@type": "type.googleapis.com/google.cloud.lustre.v1.Instance"})
 
 
+def _gcs_path(uri: str) -> tuple[str, str]:
+    """GcsPath.uri -> (bucket, object name prefix, "" or ending with "/"). GcsPath.uri: "Required. The URI to a
+    Cloud Storage bucket, or a path within a bucket, using the format gs://<bucket_name>/<optional_path_inside_bucket>/.
+    If a path inside the bucket is specified, it must end with a forward slash (/)." (types/transfer.py)"""
+    if not uri:
+        raise invalid("gcs_path.uri is required.")
+    match = re.fullmatch(r"gs://([^/]+)(?:/(.*))?", uri)
+    if not match or not _BUCKET.fullmatch(match[1]):
+        raise invalid(f"gcs_path.uri '{uri}' must be gs://<bucket_name>/<optional_path_inside_bucket>/.")
+    prefix = match[2] or ""
+    if prefix and not prefix.endswith("/"):
+        raise invalid(f"gcs_path.uri '{uri}': a path inside the bucket must end with a forward slash (/).")
+    return match[1], prefix
+
+
+def _crc32c(data: bytes) -> str:
+    """As Cloud Storage reports an object's crc32c: base64 of the big-endian checksum."""
+    return base64.b64encode(google_crc32c.value(data).to_bytes(4, "big")).decode()
+
+
+def _same(path: Path, size: int, crc32c: str | None) -> bool:
+    """Whether a file holds what an object of this size and crc32c holds."""
+    return path.is_file() and path.stat().st_size == size and _crc32c(path.read_bytes()) == crc32c
+
+
+def _listing(transfer: Transfer, client, bucket: str, prefix: str) -> list | None:
+    """The objects under the prefix; None, and the transfer failed, when the bucket does not exist."""
+    from google.api_core import exceptions as gexc
+
+    try:
+        return list(client.list_blobs(bucket, prefix=prefix or None))
+    except gexc.NotFound:
+        transfer.failure = (5, f"Bucket gs://{bucket} does not exist or the Managed Lustre service agent cannot "
+                               "access it.")
+        transfer.fail(5, f"gs://{bucket}/{prefix}", transfer.failure[1])
+        return None
+
+
+# Incremental transfers: "Data transfers are incremental; they only copy files that don't already exist in the
+# destination, or that have changed since they were transferred" (transfer-data); what is not copied counts as
+# skipped, and foundObjectsCount excludes it ("excluding any that are ... skipped due to sync", TransferCounters).
+# Assumed: "changed" is judged by content (size and crc32c), and a transfer deletes nothing in the destination
+# ("Exports do not delete files in the destination bucket that have been deleted from the instance",
+# managed-lustre/docs/back-up-instance-data).
+def _plan_export(transfer: Transfer, client, root: Path, bucket: str, prefix: str) -> None:
+    """Every file under the Lustre path, as the object prefix + its path relative to the Lustre path (assumed:
+    /a/b/c.bin exported from /a/ to gs://bkt/x/ is x/b/c.bin); empty directories make no object."""
+    source = root / transfer.lustre_path.strip("/")
+    if not source.is_dir():
+        transfer.failure = (5, f"Lustre path {transfer.lustre_path} does not exist or is not a directory.")
+        transfer.fail(5, transfer.lustre_path, transfer.failure[1])
+        return
+    objects = _listing(transfer, client, bucket, prefix)
+    if objects is None:
+        return
+    existing = {blob.name: (blob.size, blob.crc32c) for blob in objects}
+    for path in sorted(p for p in source.rglob("*") if p.is_file()):
+        name, size = prefix + path.relative_to(source).as_posix(), path.stat().st_size
+        if existing.get(name, (None, None))[0] == size and _same(path, size, existing[name][1]):
+            transfer.counters["objectsSkippedCount"] += 1
+            transfer.counters["bytesSkippedCount"] += size
+        else:
+            transfer.items.append((path, name, size))
+            transfer.counters["foundObjectsCount"] += 1
+            transfer.counters["bytesFoundCount"] += size
+
+
+def _plan_import(transfer: Transfer, client, root: Path, bucket: str, prefix: str) -> None:
+    """Every object under the prefix, as the Lustre path + its name after the prefix; objects ending with "/"
+    (folder placeholders) make no file (assumed)."""
+    destination = root / transfer.lustre_path.strip("/")
+    if not destination.is_dir():
+        # LustrePath.path: "If you're importing data into Managed Lustre, any path other than the default must
+        # already exist on the file system."
+        transfer.failure = (5, f"Lustre path {transfer.lustre_path} does not exist: create the directory first.")
+        transfer.fail(5, transfer.lustre_path, transfer.failure[1])
+        return
+    objects = _listing(transfer, client, bucket, prefix)
+    if objects is None:
+        return
+    for blob in sorted(objects, key=lambda b: b.name):
+        relative, size = blob.name[len(prefix):], int(blob.size or 0)
+        if not relative or relative.endswith("/"):
+            continue
+        parts = relative.split("/")
+        target = None if {"", ".", ".."} & set(parts) else destination.joinpath(*parts)
+        if target is not None and _same(target, size, blob.crc32c):
+            transfer.counters["objectsSkippedCount"] += 1
+            transfer.counters["bytesSkippedCount"] += size
+        else:
+            transfer.items.append((blob.name, target, size))
+            transfer.counters["foundObjectsCount"] += 1
+            transfer.counters["bytesFoundCount"] += size
+
+
+def _rpc_code(error: Exception) -> int:
+    """The google.rpc code of a failed copy: the storage client's error's, NOT_FOUND for a vanished file."""
+    code = getattr(error, "grpc_status_code", None)
+    if code is not None:
+        return code.value[0]
+    return 5 if isinstance(error, FileNotFoundError) else 13
+
+
 def main() -> None:
-    """`cd tests && python -m fakes.gcp [--latency S] [--operation-seconds S]`: serve until stdin closes.
+    """`cd tests && python -m fakes.gcp [--latency S] [--operation-seconds S] [--storage-endpoint URL]
+    [--files-root DIR]`: serve until stdin closes.
 
     Prints the endpoints as one JSON line (RLOPS_API_ENDPOINTS takes it as it is). Run apart from
     the process under test, the fake's own work does not compete with it for the interpreter.
@@ -1140,8 +1501,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=main.__doc__)
     parser.add_argument("--latency", type=float, default=0.0)
     parser.add_argument("--operation-seconds", type=float, default=0.3)
+    parser.add_argument("--storage-endpoint", help="the fake-gcs-server Lustre transfers use")
+    parser.add_argument("--files-root", type=Path, help="where the Lustre instances' files are (kept on exit)")
     args = parser.parse_args()
-    fake = FakeGcp(latency=args.latency, operation_seconds=args.operation_seconds).start()
+    fake = FakeGcp(latency=args.latency, operation_seconds=args.operation_seconds,
+                   storage_endpoint=args.storage_endpoint, files_root=args.files_root).start()
     print(json.dumps(fake.endpoints), flush=True)
     sys.stdin.read()
     fake.stop()

@@ -8,7 +8,8 @@ crc32c, nothing more.
 """
 
 import json
-from pathlib import Path
+import shutil
+from pathlib import Path, PurePosixPath
 
 from rlops.checkpoints import manifest
 
@@ -30,14 +31,35 @@ def differences(listed: dict[str, tuple[int, str]], content: dict) -> dict[str, 
             "changed": sorted(name for name in set(expected) & set(listed) if listed[name] != expected[name])}
 
 
-def upload(bucket, destination: str, checkpoint: Path, content: dict) -> int:
-    """Every file of the manifest, then the manifest; the client checks each upload's crc32c. The object count."""
+def upload(bucket, destination: str, checkpoint: Path, content: dict) -> None:
+    """Every file of the manifest; the client checks each upload's crc32c."""
     prefix = objects_prefix(destination, content["step"])
     for entry in content["files"]:
         bucket.blob(prefix + entry["path"]).upload_from_filename(str(checkpoint / entry["path"]), checksum="crc32c")
+
+
+def upload_manifest(bucket, destination: str, content: dict) -> None:
     bucket.blob(manifest_object(destination, content["step"])).upload_from_string(
         json.dumps(content, indent=1, sort_keys=True), content_type="application/json")
-    return len(content["files"])
+
+
+def download(bucket, destination: str, content: dict, target: Path) -> None:
+    """The export of `content`'s step into the directory `target`, which appears only once every file is there and
+    matches the manifest: the files land in `target`'s sibling `.importing-NAME` first, renamed into place at
+    the end, so that no reader takes a half-copied checkpoint for a complete one."""
+    if target.exists():
+        raise manifest.ManifestError(f"{target} exists already; import into a run that does not have that step")
+    staging = target.with_name(f".importing-{target.name}")
+    shutil.rmtree(staging, ignore_errors=True)  # what an interrupted import left
+    prefix = objects_prefix(destination, content["step"])
+    for entry in content["files"]:
+        path = staging / PurePosixPath(entry["path"])
+        path.parent.mkdir(parents=True, exist_ok=True)
+        bucket.blob(prefix + entry["path"]).download_to_filename(str(path), checksum="crc32c")
+    found = manifest.verify(staging, content)
+    if any(found.values()):
+        raise manifest.ManifestError(f"the copy in {staging} does not match the manifest: {said(found)}")
+    staging.rename(target)
 
 
 def verify(bucket, destination: str, content: dict) -> dict[str, list[str]]:

@@ -25,6 +25,11 @@ class Checkpoint:
     path: Path
 
 
+def directory(layout: str, step: int) -> str:
+    """The name a checkpoint of `layout` at `step` has in its run directory."""
+    return {NEMO_RL: f"step_{step}", TRL: f"checkpoint-{step}"}[layout]
+
+
 def identify(path: Path) -> Checkpoint | None:
     """The checkpoint at `path` if it is a complete one of either layout; None otherwise."""
     for layout, pattern in _NAMES.items():

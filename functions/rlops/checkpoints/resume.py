@@ -44,14 +44,17 @@ class ResumePoint:
 
 
 def choose(candidates: list[Candidate], manifests: dict[int, dict],
-           differences: Callable[[Path, dict], dict[str, list[str]]]) -> ResumePoint:
+           differences: Callable[[Path, dict], dict[str, list[str]]] | None) -> ResumePoint:
     """Newest first: the first complete candidate whose files match its manifest, and what goes aside before it.
-    `differences(path, manifest)` is `manifest.verify` (it hashes the files)."""
+    `differences(path, manifest)` is `manifest.verify` (it hashes the files); None takes the first complete one
+    unverified (a recipe's `resume_from: newest`)."""
     aside = []
     for candidate in sorted(candidates, key=lambda c: c.step, reverse=True):
         if not candidate.complete:
             aside.append(Aside(candidate.step, "torn: its save never finished"))
             continue
+        if differences is None:
+            return ResumePoint(candidate.step, tuple(aside))
         wanted = manifests.get(candidate.step)
         if wanted is None:
             aside.append(Aside(candidate.step, "no manifest yet: it cannot be verified"))
@@ -77,9 +80,9 @@ def candidates(run_dir: Path) -> list[Candidate]:
     return found
 
 
-def prepare(run_dir: Path, manifests: dict[int, dict]) -> ResumePoint:
+def prepare(run_dir: Path, manifests: dict[int, dict], verify: bool = True) -> ResumePoint:
     """Choose the resume point of the checkpoints on this machine and move aside what comes after it."""
-    point = choose(candidates(run_dir), manifests, manifest.verify)
+    point = choose(candidates(run_dir), manifests, manifest.verify if verify else None)
     by_step = {c.step: c for c in candidates(run_dir)}
     moved = []
     for aside in point.set_aside:

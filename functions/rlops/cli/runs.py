@@ -316,22 +316,60 @@ def _checkpoint_verify(args) -> int:
     return Exit.OK if same else Exit.ERROR
 
 
-def _export_checkpoint(args) -> int:
-    from rlops.runs.exports import export_checkpoint
+def _gs(site, url: str, flag: str) -> tuple[object, str]:
+    """(bucket, prefix) of a gs:// URL, reached as the environment reaches Cloud Storage (for a local one: the
+    emulator of the local environment whose state bucket it is, else its own)."""
+    bucket, _, prefix = url.removeprefix("gs://").partition("/")
+    if not url.startswith("gs://") or not bucket or not prefix.strip("/"):
+        raise Failure(f"{flag} {url}: expected gs://BUCKET/PREFIX")
+    endpoints = site.endpoints
+    if site.checkpoints_here:
+        from rlops.local.stack import hosting
+
+        endpoints = hosting(bucket) or endpoints
     from rlops.state.bucket import client
 
+    return client(None, endpoints).bucket(bucket), prefix.strip("/")
+
+
+def _export_checkpoint(args) -> int:
+    from rlops.checkpoints.manifest import ManifestError
+    from rlops.runs.exports import export_checkpoint
+
     site = _site(args.environment, args.endpoints)
-    destination = None
-    if args.to:
-        bucket, _, prefix = args.to.removeprefix("gs://").partition("/")
-        if not args.to.startswith("gs://") or not bucket or not prefix:
-            raise Failure(f"--to {args.to}: expected gs://BUCKET/PREFIX")
-        destination = (client(None, site.endpoints).bucket(bucket), prefix)
-    done = export_checkpoint(site, args.run_name, args.step, destination)
+    destination = _gs(site, args.to, "--to") if args.to else None
+    try:
+        done = export_checkpoint(site, args.run_name, args.step, destination, _progress)
+    except ManifestError as error:
+        raise Failure(str(error)) from None
     print(f"exported step {done['step']} of {args.run_name}: {done['objects']} objects, {_size(done['bytes'])}, to "
           f"{done['destination']}")
     print("verified: every object's size and crc32c match the manifest, none missing, none extra")
     return Exit.OK
+
+
+def _import_checkpoint(args) -> int:
+    from rlops.checkpoints.manifest import ManifestError
+    from rlops.runs.exports import import_checkpoint
+
+    site = _site(args.environment, args.endpoints)
+    recipe = args.recipe or (next(iter(site.env.recipes)) if len(site.env.recipes) == 1 else None)
+    if recipe is None:
+        raise Failure(f"--recipe: {args.environment} has recipes {', '.join(site.env.recipes)}; say which one the "
+                      "run will use (its checkpoint directory is CHECKPOINT_ROOT/RUN)")
+    try:
+        done = import_checkpoint(site, args.run_name, recipe, _gs(site, getattr(args, "from"), "--from"), _progress)
+    except ManifestError as error:
+        raise Failure(str(error)) from None
+    print(f"imported step {done['step']} into {done['directory']}: {done['objects']} objects, {_size(done['bytes'])}; "
+          f"{done['verified']}")
+    print(f"its manifest is with {args.environment}'s state: `rlops train {args.environment} --recipe {recipe} --run "
+          f"{args.run_name}` resumes from it")
+    return Exit.OK
+
+
+def _progress(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
 
 
 def _list_checkpoints(args) -> int:
@@ -371,13 +409,20 @@ def add_checkpoint_commands(commands) -> None:
     build = verbs.add_parser("manifest", help="print the manifest of the checkpoint at PATH (JSON)")
     build.add_argument("path", metavar="PATH")
     build.set_defaults(run=_checkpoint_manifest)
-    export = verbs.add_parser("export", help="copy a run's checkpoint to Cloud Storage and verify every object "
-                                             "against its manifest (local environments; GKE's exportData: not yet)")
+    export = verbs.add_parser("export", help="copy a run's checkpoint to Cloud Storage (GKE: the Lustre API's "
+                                             "exportData) and verify every object against its manifest")
     export.add_argument("environment", metavar="ENV")
     export.add_argument("run_name", metavar="RUN")
     export.add_argument("--step", type=int, help="default: the newest with a manifest")
     export.add_argument("--to", metavar="gs://BUCKET/PREFIX", help="default: the state bucket, runs/RUN/exports")
     export.set_defaults(run=_export_checkpoint)
+    imported = verbs.add_parser("import", help="copy a verified export into a run's checkpoint directory here (GKE: "
+                                               "importData), so that the run resumes from it")
+    imported.add_argument("environment", metavar="ENV")
+    imported.add_argument("run_name", metavar="RUN")
+    imported.add_argument("--from", required=True, metavar="gs://BUCKET/PREFIX/step-N")
+    imported.add_argument("--recipe", help="the recipe the run will use (default: the environment's only one)")
+    imported.set_defaults(run=_import_checkpoint)
     verify = verbs.add_parser("verify", help="re-hash PATH against MANIFEST and list missing, extra and changed "
                                              "files (exit 0 identical, 1 not)")
     verify.add_argument("path", metavar="PATH")

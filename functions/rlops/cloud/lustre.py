@@ -1,4 +1,7 @@
-"""Managed Lustre instances (google-cloud-lustre, REST)."""
+"""Managed Lustre instances (google-cloud-lustre, REST), and the copies between them and Cloud Storage."""
+
+import uuid
+from dataclasses import dataclass
 
 from google.api_core import exceptions as gexc
 from google.cloud import lustre_v1
@@ -94,3 +97,53 @@ def _pending(description: str, operation) -> Pending:
         return True, str(error) if error else None
 
     return Pending(f"{description} ({operation.operation.name})", poll)
+
+
+@dataclass(frozen=True)
+class TransferState:
+    """Where an exportData or importData operation is: done, its error, and its counters so far."""
+
+    done: bool
+    error: str | None
+    objects_found: int
+    objects_copied: int
+    objects_failed: int
+    bytes_found: int
+    bytes_copied: int
+
+    def said(self) -> str:
+        return (f"{self.objects_copied}/{self.objects_found} objects, {self.bytes_copied}/{self.bytes_found} bytes"
+                + (f", {self.objects_failed} failed" if self.objects_failed else ""))
+
+
+class Transfers:
+    """Copies between an instance's file system and Cloud Storage (`exportData`, `importData`): long-running
+    operations, started by one call and followed by name, from a later tick if need be."""
+
+    def __init__(self, project: str, zone: str, instance: str, connection: Connection):
+        self.client = connection.gapic(API, lustre_v1.LustreClient)
+        self.instance = f"projects/{project}/locations/{zone}/instances/{instance}"
+
+    def export(self, lustre_path: str, gcs_uri: str) -> str:
+        """Start copying the directory `lustre_path` (from the file system's root) under `gcs_uri`; the operation's
+        name."""
+        request = lustre_v1.ExportDataRequest(name=self.instance, lustre_path=lustre_v1.LustrePath(path=lustre_path),
+                                              gcs_path=lustre_v1.GcsPath(uri=gcs_uri), request_id=str(uuid.uuid4()))
+        return call(API, f"export {lustre_path} to {gcs_uri}", self.client.export_data, request=request).operation.name
+
+    def import_(self, gcs_uri: str, lustre_path: str) -> str:
+        request = lustre_v1.ImportDataRequest(name=self.instance, gcs_path=lustre_v1.GcsPath(uri=gcs_uri),
+                                              lustre_path=lustre_v1.LustrePath(path=lustre_path),
+                                              request_id=str(uuid.uuid4()))
+        return call(API, f"import {gcs_uri} to {lustre_path}", self.client.import_data, request=request).operation.name
+
+    def state(self, operation: str) -> TransferState:
+        found = call(API, f"poll {operation}", self.client.get_operation, request={"name": operation})
+        counters = lustre_v1.TransferCounters()
+        for kind in (lustre_v1.ExportDataMetadata, lustre_v1.ImportDataMetadata):
+            if found.metadata.Is(kind.meta.pb.DESCRIPTOR):
+                metadata = kind.deserialize(found.metadata.value)
+                counters = metadata.operation_metadata.counters
+        error = found.error.message or f"code {found.error.code}" if found.HasField("error") else None
+        return TransferState(found.done, error, counters.found_objects_count, counters.objects_copied_count,
+                             counters.objects_failed_count, counters.bytes_found_count, counters.bytes_copied_count)

@@ -27,7 +27,7 @@ Readiness counts only pods made from the current template (render.TEMPLATE_DIGES
 import copy
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from rlops.kube.cluster import KubeApi, KubeError
 from rlops.kube.objects import SERVED_BY, ObjectChange, Ref

@@ -284,6 +284,21 @@ def tick_seconds() -> float:
     return float(os.environ.get("RLOPS_LOCAL_TICK_SECONDS", "5"))
 
 
+def hosting(bucket: str) -> Endpoints | None:
+    """Locally each environment's state bucket lives in that environment's own storage emulator, where the
+    cloud has one namespace: the endpoints of the running local stack whose state bucket is `bucket`."""
+    from rlops import environments
+    from rlops.spec.load import load
+
+    for path in environments.spec_files():
+        env = load(path).environment
+        if isinstance(env, LocalEnvironment) and env.state.bucket == bucket:
+            found = Stack(path.stem, env, lambda line: None).endpoints(Endpoints())
+            if found.storage:
+                return found
+    return None
+
+
 def post_cloud_event(port: int, topic: str, data: bytes) -> None:
     """What a Pub/Sub push subscription POSTs to a function: a messagePublished CloudEvent, binary mode."""
     import base64

@@ -1,55 +1,224 @@
-"""`rlops checkpoints export`: a verified checkpoint copied to Cloud Storage and verified there, object by object.
+"""Checkpoints copied to Cloud Storage and verified there, object by object: `rlops checkpoints export`, the
+recipes' `export:` policy (followed by the snapshot tick) and `rlops checkpoints import`.
 
 Locally the checkpoint is read from the environment's Lustre directory and uploaded with the real
-storage client (to the state bucket's emulator by default). On GKE the copy is the Lustre API's
-`exportData`, which is not built yet.
+storage client. On GKE only the cluster mounts Lustre: the copy is the Lustre API's `exportData`, a
+long-running operation started by one call and followed by name (the CLI waits for it with its
+counters; the snapshot tick looks again at its next run). Either way the export is then verified by
+listing alone against the manifest (`checkpoints.export`), and the run record keeps it.
+
+An import copies a verified export into an environment's Lustre (`importData` on GKE; a download into
+a directory renamed into place once it verifies, locally) and stores its manifest with the
+environment's state, so the run's next attempt resumes from it, through the checkpoint gate.
 """
 
 import json
 import time
-from pathlib import Path
+from collections.abc import Callable
+from pathlib import Path, PurePosixPath
 
 from rlops.checkpoints import export, layout, manifest
 from rlops.errors import Failure
 from rlops.logs import emit
-from rlops.runs import snapshot
+from rlops.runs import jobs, policy
+from rlops.state.bucket import write_json_if
+from rlops.state.run_records import RunRecord
+
+POLL_SECONDS = 5.0
 
 
-def export_checkpoint(site, run: str, step: int | None, destination: tuple[object, str] | None) -> dict:
+def export_checkpoint(site, run: str, step: int | None, destination: tuple[object, str] | None,
+                      report: Callable[[str], None] = lambda line: None) -> dict:
     """Export step `step` of `run` (default: its newest with a manifest) to (bucket, prefix) (default: the state
-    bucket's `runs/RUN/exports`); what was done, once the export verified."""
-    if not site.checkpoints_here:
-        raise Failure("export from a GKE environment's Lustre needs the Lustre API's exportData, which rlops does "
-                      "not drive yet; only local environments export for now")
-    record, _ = site.records.get(run)
-    if record is None:
-        raise Failure(f"no run {run} in {site.name}")
-    known = snapshot.known_steps(site, run)
-    if not known:
-        raise Failure(f"run {run} has no checkpoint with a manifest yet (run `rlops snapshot {site.name}` first)")
+    bucket's `runs/RUN/exports`) and verify it; what was done. On GKE this waits for the Lustre API's copy,
+    reporting its progress."""
+    record, known = _run(site, run)
     step = max(known) if step is None else step
     if step not in known:
         raise Failure(f"run {run} has no manifest for step {step}; it has {sorted(known)}")
     content = export.checked(_read(known[step]))
+    bucket, prefix = destination or (site.bucket, site.records.layout.exports(run))
+    if site.checkpoints_here:
+        return _copy_here(site, record, content, bucket, prefix)
+    operation = _start_on_lustre(site, record, content, bucket, prefix)
+    while True:
+        state = _transfers(site).state(operation)
+        report(f"exportData {operation.rsplit('/', 1)[-1]}: {'done' if state.done else 'running'}, {state.said()}")
+        if state.done:
+            break
+        time.sleep(POLL_SECONDS)  # the Lustre API's progress is only known by asking again
+    if state.error:
+        raise Failure(f"the Lustre API's export of step {step} of {run} failed: {state.error} ({state.said()})")
+    return _verified(site, run, content, bucket, prefix)
+
+
+def tick(site) -> list[dict]:
+    """What the recipes' `export:` policies want and no export has yet: exported (locally) or started (GKE); GKE
+    exports started by an earlier tick, looked at again and verified once done. The `checkpoint-exported` events."""
+    events, now = [], time.time()
+    for run, (record, _) in sorted(site.records.all().items()):
+        recipe = site.env.recipes.get(record.recipe)
+        if recipe is None or recipe.export.when == "none" or not policy.recent(record, now):
+            continue
+        for step, entry in sorted(record.exports.items()):
+            if "operation" in entry and not entry.get("verified_at") and not entry.get("error"):
+                events += _follow(site, record, int(step), entry)
+        due = policy.exports_due(record, sorted(site.records.manifest_objects(run)), recipe.export)
+        for step in due:
+            try:
+                done = _export_due(site, record, step, recipe.export.to)
+            except Failure as failed:  # a pruned or altered checkpoint: said once, not tried every tick
+                emit("WARNING", "checkpoint not exported", run=run, step=step, reason=str(failed))
+                _record(site, run, step, {"error": str(failed), "at": time.time()})
+                continue
+            events += [done] if done else []
+    return events
+
+
+def _export_due(site, record: RunRecord, step: int, to: str | None) -> dict | None:
+    content = export.checked(_read(site.records.manifest_objects(record.run)[step]))
+    bucket, prefix = site.bucket, site.records.layout.exports(record.run)
+    if to:
+        bucket_name, _, path = to.removeprefix("gs://").partition("/")
+        bucket, prefix = site.bucket.client.bucket(bucket_name), "/".join(filter(None, (path.strip("/"), record.run)))
+    if site.checkpoints_here:
+        return _copy_here(site, record, content, bucket, prefix)
+    _start_on_lustre(site, record, content, bucket, prefix)
+    return None
+
+
+def _follow(site, record: RunRecord, step: int, entry: dict) -> list[dict]:
+    state = _transfers(site).state(entry["operation"])
+    if not state.done:
+        return []
+    if state.error:
+        _record(site, record.run, step, {**entry, "error": f"{state.error} ({state.said()})"})
+        emit("WARNING", "checkpoint export failed", run=record.run, step=step, error=state.error)
+        return []
+    content = export.checked(_read(site.records.manifest_objects(record.run)[step]))
+    bucket = site.bucket.client.bucket(entry["bucket"])
+    try:
+        return [_verified(site, record.run, content, bucket, entry["prefix"])]
+    except Failure as failed:
+        _record(site, record.run, step, {**entry, "error": str(failed)})
+        return []
+
+
+def _run(site, run: str) -> tuple[RunRecord, dict[int, object]]:
+    record, _ = site.records.get(run)
+    if record is None:
+        raise Failure(f"no run {run} in {site.name}")
+    known = site.records.manifest_objects(run)
+    if not known:
+        raise Failure(f"run {run} has no checkpoint with a manifest yet (run `rlops snapshot {site.name}` first)")
+    return record, known
+
+
+def _copy_here(site, record: RunRecord, content: dict, bucket, prefix: str) -> dict:
+    step = content["step"]
     checkpoint = {c.step: c for c in layout.complete(Path(record.checkpoint_dir))}.get(step)
     if checkpoint is None:
-        raise Failure(f"step {step} of {run} is no longer on Lustre; nothing to export")
+        raise Failure(f"step {step} of {record.run} is no longer on Lustre; nothing to export")
     before = manifest.verify(checkpoint.path, content)
     if any(before.values()):
-        raise Failure(f"step {step} of {run} does not match its manifest ({export.said(before)}); not exported")
-    bucket, prefix = destination or (site.bucket, site.records.layout.exports(run))
-    objects = export.upload(bucket, prefix, checkpoint.path, content)
+        raise Failure(f"step {step} of {record.run} does not match its manifest ({export.said(before)}); not exported")
+    export.upload(bucket, prefix, checkpoint.path, content)
+    return _verified(site, record.run, content, bucket, prefix)
+
+
+def _start_on_lustre(site, record: RunRecord, content: dict, bucket, prefix: str) -> str:
+    """exportData of the checkpoint's directory to `gs://BUCKET/PREFIX/step-N/`; the operation, kept in the run
+    record so that a later tick (or another CLI) can follow it."""
+    step = content["step"]
+    source = lustre_path(site, PurePosixPath(record.checkpoint_dir) / layout.directory(content["layout"], step))
+    destination = f"gs://{bucket.name}/{export.objects_prefix(prefix, step)}"
+    operation = _transfers(site).export(source, destination)
+    _record(site, record.run, step, {"destination": destination, "bucket": bucket.name, "prefix": prefix,
+                                     "operation": operation, "started_at": time.time()})
+    emit("INFO", "checkpoint export started", run=record.run, step=step, operation=operation)
+    return operation
+
+
+def _verified(site, run: str, content: dict, bucket, prefix: str) -> dict:
+    """The manifest next to the export, the export listed against it, recorded and said; what was done."""
+    step = content["step"]
+    export.upload_manifest(bucket, prefix, content)
     after = export.verify(bucket, prefix, content)
     if any(after.values()):
-        raise Failure(f"the export of step {step} does not match its manifest: {export.said(after)}")
-    done = {"destination": f"gs://{bucket.name}/{export.objects_prefix(prefix, step)}", "objects": objects,
-            "bytes": content["total_bytes"], "verified_at": time.time()}
-    if not site.records.update(run, lambda record: record.exports.update({str(step): done})):
-        emit("WARNING", "export verified but not linked from the run record", run=run, step=step)
-    site.publish({"type": "checkpoint-exported", "environment": site.name, "run": run, "step": step, **done})
-    return {"step": step, **done}
+        raise Failure(f"the export of step {step} of {run} does not match its manifest: {export.said(after)}")
+    done = {"destination": f"gs://{bucket.name}/{export.objects_prefix(prefix, step)}",
+            "objects": len(content["files"]), "bytes": content["total_bytes"], "verified_at": time.time()}
+    _record(site, run, step, done)
+    event = {"type": "checkpoint-exported", "environment": site.name, "run": run, "step": step, **done}
+    site.publish(event)
+    return event
+
+
+def _record(site, run: str, step: int, entry: dict) -> None:
+    if not site.records.update(run, lambda record: record.exports.update({str(step): entry})):
+        emit("WARNING", "export not linked from the run record", run=run, step=step)
+
+
+def _transfers(site):
+    from rlops.cloud.base import Connection
+    from rlops.cloud.lustre import Transfers
+
+    env = site.env
+    return Transfers(env.project.id, env.zone, env.lustre.name, Connection.to(site.endpoints))
+
+
+def lustre_path(site, mounted: PurePosixPath) -> str:
+    """A path as the cluster mounts it (under `ray.lustre_mount`), as the Lustre API names it (from the file
+    system's root: the PersistentVolume mounts the whole file system)."""
+    mount = PurePosixPath(site.env.ray.lustre_mount)
+    if not mounted.is_relative_to(mount):
+        raise Failure(f"{mounted} is not on Lustre ({mount})")
+    return "/" + str(mounted.relative_to(mount)) + "/"
+
+
+def import_checkpoint(site, run: str, recipe_name: str, source: tuple[object, str],
+                      report: Callable[[str], None] = lambda line: None) -> dict:
+    """Bring the export at (bucket, PREFIX/step-N) into run `run`'s checkpoint directory of this environment, once
+    the export verifies against its manifest; the manifest stored with this environment's state. What was done."""
+    bucket, step_prefix = source
+    base, _, leaf = step_prefix.rstrip("/").rpartition("/")
+    if not leaf.startswith("step-") or not leaf[5:].isdigit():
+        raise Failure(f"gs://{bucket.name}/{step_prefix}: expected an export's step, …/step-N (as `rlops checkpoints "
+                      "export` wrote it)")
+    step = int(leaf[5:])
+    blob = bucket.blob(export.manifest_object(base, step))
+    if not blob.exists():
+        raise Failure(f"no manifest at gs://{bucket.name}/{blob.name}: not an rlops export")
+    content = export.checked(_read(blob))
+    found = export.verify(bucket, base, content)
+    if any(found.values()):
+        raise Failure(f"the export at gs://{bucket.name}/{export.objects_prefix(base, step)} does not match its "
+                      f"manifest ({export.said(found)}); not imported")
+    recipe = site.env.recipes.get(recipe_name)
+    if recipe is None:
+        raise Failure(f"environment {site.name} has no recipe {recipe_name}")
+    run_dir = PurePosixPath(jobs.checkpoint_dir(recipe, run, site.lustre_root))
+    target = run_dir / layout.directory(content["layout"], step)
+    if site.checkpoints_here:
+        export.download(bucket, base, content, Path(target))
+        verified = "verified on Lustre"
+    else:
+        operation = _transfers(site).import_(f"gs://{bucket.name}/{export.objects_prefix(base, step)}",
+                                             lustre_path(site, target))
+        while not (state := _transfers(site).state(operation)).done:
+            report(f"importData {operation.rsplit('/', 1)[-1]}: running, {state.said()}")
+            time.sleep(POLL_SECONDS)
+        if state.error:
+            raise Failure(f"the Lustre API's import of step {step} failed: {state.error} ({state.said()})")
+        verified = "to be verified on the cluster by the run's checkpoint gate when it starts"
+    stored = site.bucket.blob(site.records.layout.manifest(run, step))
+    if not write_json_if(stored, content, 0) and _read(stored)["digest"] != content["digest"]:
+        raise Failure(f"{site.name} already has a different manifest for step {step} of {run}")
+    site.publish({"type": "checkpoint-imported", "environment": site.name, "run": run, "step": step,
+                  "source": f"gs://{bucket.name}/{export.objects_prefix(base, step)}", "directory": str(target)})
+    return {"step": step, "directory": str(target), "objects": len(content["files"]), "bytes": content["total_bytes"],
+            "verified": verified}
 
 
 def _read(blob) -> dict:
     return json.loads(blob.download_as_bytes())
-

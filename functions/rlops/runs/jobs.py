@@ -1,15 +1,22 @@
-"""The Ray job a train message becomes: submission id, command, non-secret runtime env, metadata. Pure.
+"""The Ray job a train message becomes: submission id, command, non-secret runtime env, metadata; and its submission.
 
 The submission id is derived from the environment, the run and the attempt, so a replayed message
 names a job Ray already has. '.' cannot occur in either name, so two pairs never give one id.
 Secrets never go here: Ray returns a job's runtime env in plain text to API clients. The pods
 (or, locally, the Ray nodes) carry them in their environment.
+
+Every attempt's command starts with the checkpoint gate (`rlops.checkpoints.gate`), which verifies
+the run's checkpoints against their manifests where they are and sets aside what does not verify,
+so the workload resumes only from a verified one; `submit` ships the manifests with the job.
 """
 
+import dataclasses
 import json
 import shlex
-from pathlib import PurePosixPath
+import tempfile
+from pathlib import Path, PurePosixPath
 
+from rlops.checkpoints import gate, manifest
 from rlops.cloud.ray_jobs import META_PREFIX, JobRequest
 from rlops.spec import nemo_rl
 
@@ -33,13 +40,20 @@ def _text(value) -> str:
 
 
 def command(recipe, settings: dict, directory: str) -> str:
-    """The job's shell command. NeMo RL's example scripts, configs and prompts are paths relative to the
-    repository in the image, so the command starts there, whatever the Ray worker's own directory."""
+    """The job's shell command: the checkpoint gate, then the workload. NeMo RL's example scripts, configs and
+    prompts are paths relative to the repository in the image, so its command starts there, whatever the Ray
+    worker's own directory."""
+    checked = ["python", "-m", "rlops.checkpoints.gate", "--run-dir", directory,
+               *(["--unverified"] if recipe.resume_from == "newest" else [])]
     if recipe.runner == "nemo-rl":
         words = nemo_rl.words(recipe, settings, directory)
-        return f"cd {nemo_rl.WORKDIR} && " + " ".join(shlex.quote(word) for word in words)
+        return f"{_shell(checked)} && cd {nemo_rl.WORKDIR} && {_shell(words)}"
     words = ["python", "-m", recipe.entrypoint, "--output-dir", directory,
              *(f"{key}={_text(value)}" for key, value in sorted(settings.items()))]
+    return f"{_shell(checked)} && {_shell(words)}"
+
+
+def _shell(words: list[str]) -> str:
     return " ".join(shlex.quote(word) for word in words)
 
 
@@ -62,3 +76,29 @@ def for_site(site, recipe_name: str, run: str, settings: dict, requested_by: str
     """`request`, placed where the site's jobs run (its /lustre, the driver's Ray resources)."""
     return request(site.name, recipe_name, site.env.recipes[recipe_name], run, settings, requested_by, attempt,
                    site.lustre_root, site.entrypoint_resources)
+
+
+MANIFESTS_SHIPPED = 16  # the newest ones; an older checkpoint is reached only if all of these fail to verify
+
+
+def submit(site, job: JobRequest, run: str) -> bool:
+    """Submit `job` once, with the run's newest intact manifests for its gate (and, on GKE, rlops itself) as
+    py_modules; True if this call submitted it."""
+    newest = sorted(site.records.manifest_objects(run).items())[-MANIFESTS_SHIPPED:]
+    read = {step: json.loads(blob.download_as_bytes()) for step, blob in newest}
+    newest = {step: content for step, content in read.items() if manifest.intact(content)}
+    with tempfile.TemporaryDirectory(prefix="rlops-job-") as staging:  # the submit uploads the py_modules
+        modules = [str(gate.stage(Path(staging), newest))]
+        if not site.checkpoints_here:
+            modules += shipped_rlops(Path(staging))
+        runtime_env = {**job.runtime_env, "py_modules": [*job.runtime_env.get("py_modules", []), *modules]}
+        return site.ray.submit_once(dataclasses.replace(job, runtime_env=runtime_env))
+
+
+def shipped_rlops(staging: Path) -> list[str]:
+    """py_modules for a job on a cluster whose image has neither rlops nor google-crc32c: the rlops package and
+    libcrc32c (`manifest.native_module`)."""
+    import rlops
+
+    native = manifest.native_module(staging)
+    return [str(Path(rlops.__file__).parent), *([str(native)] if native else [])]

@@ -15,6 +15,7 @@ TERMINAL = ("SUCCEEDED", "FAILED", "STOPPED")
 NODE_DEATH_SLACK_MS = 60_000  # the driver notices a lost actor a little after the node is gone
 # Ray's job list may not show a job submitted a moment ago; after this, a job the head does not know is lost.
 LISTING_GRACE_SECONDS = 60.0
+RECENT_SECONDS = 24 * 3600  # an ended run's last checkpoints land at its end: looked at for a day after
 FORGOTTEN = "the Ray head no longer knows this job (it restarted?)"
 
 
@@ -83,3 +84,23 @@ def advance(record: RunRecord, job: JobView | None, nodes: list[dict], now: floa
         return Transition(job.status, ended_at, failure, resubmit=True)
     reason = f"node lost, resume budget of {resume_budget or 0} spent" if kind == "node-lost" else None
     return Transition(job.status, ended_at, failure, reason=reason)
+
+
+def exports_due(record: RunRecord, manifested: list[int], export) -> list[int]:
+    """The steps with a manifest that the recipe's `export:` policy wants copied and that have no export (or a
+    failed one: not tried again) yet. `final`: the last checkpoint of a run that succeeded; `every`: every N-th
+    checkpoint, counted over the run's manifests."""
+    if export.when == "final":
+        last = max(manifested, default=None)
+        wanted = [last] if record.state == "SUCCEEDED" and last is not None and last >= (record.last_checkpoint or 0) \
+            else []
+    elif export.when == "every":
+        wanted = sorted(manifested)[export.every - 1::export.every]
+    else:
+        wanted = []
+    return [step for step in wanted if str(step) not in record.exports]
+
+
+def recent(record: RunRecord, now: float) -> bool:
+    """Whether the snapshot tick looks at the run: active, or ended less than a day ago."""
+    return record.state not in TERMINAL or now - record.updated_at < RECENT_SECONDS

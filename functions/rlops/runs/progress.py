@@ -10,8 +10,11 @@ starts, so it says nothing about a checkpoint being complete: for NeMo RL that c
 checkpoint directory.
 """
 
+import json
 import re
 from pathlib import Path
+
+from rlops.checkpoints import gate
 
 _TRL_STEP = re.compile(r"^\[rlops\] step=(\d+) reward=([-\d.eE+naif]+)", re.M)
 _TRL_SAVE = re.compile(r"^\[rlops\] checkpoint step=(\d+)", re.M)
@@ -25,6 +28,14 @@ _NEMO_SERIES = re.compile(rf"^=+ Epoch (?P<epoch>\d+)/\d+ =+$|^=+ Step (?P<step>
                           rf"|• Loss: (?P<loss>{_NUMBER[1:-1]})|Avg (?:Total )?Reward: (?P<reward>{_NUMBER[1:-1]})"
                           rf"|• Total step time: (?P<seconds>{_NUMBER[1:-1]})s|• checkpointing: (?P<save>{_NUMBER[1:-1]})s",
                           re.M)
+
+
+def resume_point(text: str) -> dict | None:
+    """What the attempt's checkpoint gate printed (`rlops.checkpoints.gate`): its step, what it set aside."""
+    for line in text.splitlines():
+        if line.startswith(gate.PREFIX):
+            return json.loads(line[len(gate.PREFIX):])
+    return None
 
 
 def from_logs(runner: str, text: str, epoch: int = 1) -> dict:

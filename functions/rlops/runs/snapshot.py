@@ -1,4 +1,5 @@
-"""What the `snapshot` function does: a manifest for each new complete checkpoint of recent runs, written once.
+"""What the `snapshot` function does: a manifest for each new complete checkpoint of recent runs, written once;
+then the exports the recipes ask for (`exports.py`).
 
 Manifests go to `PREFIX/environments/ENV/runs/RUN/manifests/step-N.json` with a create-only
 precondition, so repeated or concurrent ticks write each exactly once; the tick that wrote it links
@@ -12,46 +13,26 @@ import json
 import time
 from pathlib import Path
 
-
 from rlops.checkpoints import layout, manifest
 from rlops.cloud.ray_jobs import ACTIVE, status_of
 from rlops.logs import emit
-from rlops.runs import policy
+from rlops.runs import exports, policy
 from rlops.state.bucket import write_json_if
-from rlops.state.run_records import RunRecord
-
-RECENT_SECONDS = 24 * 3600
-
-
-def _manifest_blob(site, run: str, step: int):
-    return site.bucket.blob(site.records.layout.manifest(run, step))
-
-
-def intact_manifests(site, run: str) -> dict[int, dict]:
-    """The run's stored manifests, by step, those whose digest still matches."""
-    read = {step: json.loads(blob.download_as_bytes()) for step, blob in known_steps(site, run).items()}
-    return {step: content for step, content in read.items() if manifest.intact(content)}
-
-
-def known_steps(site, run: str) -> dict[int, object]:
-    prefix = site.records.layout.manifests(run)
-    return {int(blob.name[len(prefix):-len(".json")]): blob
-            for blob in site.bucket.list_blobs(prefix=prefix) if blob.name.endswith(".json")}
-
-
-def wanted(record: RunRecord, now: float) -> bool:
-    """Active runs, and runs that ended less than a day ago (their last checkpoints land at the end)."""
-    return record.state not in policy.TERMINAL or now - record.updated_at < RECENT_SECONDS
 
 
 def tick(site) -> list[dict]:
-    if not site.checkpoints_here:
-        return _tick_on_cluster(site)
+    """The manifests of new complete checkpoints, then what the recipes' `export:` policies want (`exports.tick`);
+    the events."""
+    events = _manifests_here(site) if site.checkpoints_here else _tick_on_cluster(site)
+    return events + exports.tick(site)
+
+
+def _manifests_here(site) -> list[dict]:
     events, now = [], time.time()
     for run, (record, _) in sorted(site.records.all().items()):
-        if not wanted(record, now):
+        if not policy.recent(record, now):
             continue
-        known = known_steps(site, run)
+        known = site.records.manifest_objects(run)
         for checkpoint in layout.complete(Path(record.checkpoint_dir)):
             if checkpoint.step in known:
                 continue
@@ -66,7 +47,7 @@ def tick(site) -> list[dict]:
 
 def _store(site, run: str, content: dict) -> list[dict]:
     """Write a manifest once (create-only), link it from the run record, publish the event; [] if it was there."""
-    blob = _manifest_blob(site, run, content["step"])
+    blob = site.bucket.blob(site.records.layout.manifest(run, content["step"]))
     if not write_json_if(blob, content, 0):
         return []  # another tick wrote it first
     _link(site, run, content["step"], blob.name, content["digest"])
@@ -105,23 +86,22 @@ def _tick_on_cluster(site) -> list[dict]:
 
 
 def _start_cluster_scan(site) -> None:
-    import rlops
     from rlops.cloud.ray_jobs import JobRequest
 
     now = time.time()
     runs = []
     for run, (record, _) in sorted(site.records.all().items()):
-        if wanted(record, now):
-            known = ",".join(str(step) for step in sorted(known_steps(site, run)))
+        if policy.recent(record, now):
+            known = ",".join(str(step) for step in sorted(site.records.manifest_objects(run)))
             runs += ["--run", f"{run}={record.checkpoint_dir}:{known}"]
     if not runs:
         return
     import shlex
     import tempfile
 
+    from rlops.runs.jobs import shipped_rlops
+
     with tempfile.TemporaryDirectory(prefix="rlops-job-") as staging:  # py_modules are uploaded by the submit
-        # libcrc32c goes along: the cluster's image need not have google-crc32c.
-        native = manifest.native_module(Path(staging))
         # Named by what it scans: overlapping ticks (Scheduler fires every minute, Pub/Sub retries a slow one)
         # that both found no scan running submit the same id, and Ray runs it once.
         scanned = hashlib.sha256(json.dumps(runs).encode()).hexdigest()[:16]
@@ -129,7 +109,7 @@ def _start_cluster_scan(site) -> None:
             submission_id=f"rlops.{site.name}.snapshot.{scanned}",
             entrypoint=" ".join(shlex.quote(word) for word in ["python", "-m", "rlops.checkpoints.scan", *runs]),
             metadata={"rlops-environment": site.name, "rlops-kind": "snapshot"},
-            runtime_env={"py_modules": [str(Path(rlops.__file__).parent), *([str(native)] if native else [])]},
+            runtime_env={"py_modules": shipped_rlops(Path(staging))},
             entrypoint_num_cpus=1))
 
 
@@ -144,7 +124,7 @@ def listing(site, run: str) -> list[dict] | None:
     record, _ = site.records.get(run)
     if record is None:
         return None
-    known = known_steps(site, run)
+    known = site.records.manifest_objects(run)
     directory = Path(record.checkpoint_dir)
     present = {c.step: c for c in layout.complete(directory)} if site.checkpoints_here else {}
     rows = []

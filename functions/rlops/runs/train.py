@@ -2,7 +2,8 @@
 
 From a train message to the Ray call: `functions/main.py` `train` → `handle` here (the message parsed by
 `message.py`, the site from `rlops.sites`) → `jobs.py` `for_site` (the job: submission id, command,
-metadata, no secrets) → `cloud/ray_jobs.py` `RayJobs.submit_once`.
+metadata, no secrets) and `submit` (with the manifests its checkpoint gate verifies against: an imported
+checkpoint is resumed from only if it verifies) → `cloud/ray_jobs.py` `RayJobs.submit_once`.
 """
 
 import time
@@ -33,7 +34,7 @@ def handle(data: bytes, endpoints: Endpoints) -> str:
     known = site.records.get(request.run)[0] is not None
     if not known:
         wake(site)  # a reaped pool comes back before the job is submitted; records the acceptance either way
-    if known or not site.ray.submit_once(job):
+    if known or not jobs.submit(site, job, request.run):
         emit("INFO", "train message for a run already submitted: nothing to do", environment=request.environment,
              run=request.run, submission_id=job.submission_id)
         return "duplicate"

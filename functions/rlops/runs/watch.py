@@ -7,10 +7,9 @@ checkpoints, writes the records and resubmits what `advance` says to.
 import time
 from pathlib import Path
 
-from rlops.checkpoints import resume
 from rlops.cloud.ray_jobs import JobView, RayError
 from rlops.logs import emit
-from rlops.runs import jobs, policy, progress, snapshot
+from rlops.runs import jobs, policy, progress
 from rlops.sites import Site
 from rlops.state.run_records import Attempt, HistoryEntry, RunRecord, new
 
@@ -102,10 +101,9 @@ def _advance(site: Site, record: RunRecord, attempts: dict[int, JobView], nodes:
         current.failure = transition.failure
     if transition.resubmit:
         number = current.attempt + 1
-        resume_point = _verified_resume(site, record, number)
         request = jobs.for_site(site, record.recipe, record.run, record.settings, record.requested_by, number)
-        site.ray.submit_once(request)
-        record.attempts.append(Attempt(number, request.submission_id, now, resume_point=resume_point))
+        jobs.submit(site, request, record.run)
+        record.attempts.append(Attempt(number, request.submission_id, now))
         record.state = "PENDING"
         record.history.append(HistoryEntry(now, number, "RESUBMITTED"))
         changes.append({"attempt": number, "state": "RESUBMITTED", "reason": transition.failure.kind})
@@ -114,17 +112,18 @@ def _advance(site: Site, record: RunRecord, attempts: dict[int, JobView], nodes:
     return changes
 
 
-def _verified_resume(site: Site, record: RunRecord, attempt: int) -> dict | None:
-    """Locally, the checkpoints are verified in place against their manifests and what does not verify is set
-    aside (`checkpoints.resume`), before the attempt that resumes from them is submitted; a `resumed` event says
-    where it resumes and why. On GKE the checkpoints are on the cluster's Lustre: not verified yet (None)."""
-    if not site.checkpoints_here:
-        return None
-    point = resume.prepare(Path(record.checkpoint_dir), snapshot.intact_manifests(site, record.run)).to_json()
-    site.publish({"type": "resumed", "environment": site.name, "run": record.run, "attempt": attempt, **point})
-    emit("INFO", "resume point chosen", run=record.run, attempt=attempt, step=point["step"],
-         set_aside=point["set_aside"])
-    return point
+def _resume_point(site: Site, record: RunRecord, current: Attempt, text: str) -> None:
+    """Where the attempt's gate chose to resume (`checkpoints.gate`), once it said; a `resumed` event when the
+    attempt resumes from a checkpoint or set one aside."""
+    point = progress.resume_point(text)
+    if point is None:
+        return
+    current.resume_point = point
+    if point["step"] is not None or point["set_aside"]:
+        site.publish({"type": "resumed", "environment": site.name, "run": record.run, "attempt": current.attempt,
+                      **point})
+        emit("INFO", "resume point chosen", run=record.run, attempt=current.attempt, step=point["step"],
+             set_aside=point["set_aside"])
 
 
 def _update_progress(site: Site, record: RunRecord, current: Attempt, job: JobView, runner: str) -> str:
@@ -134,6 +133,7 @@ def _update_progress(site: Site, record: RunRecord, current: Attempt, job: JobVi
     resume), a tick reads only its end. The whole output is read at the end, to be kept.
     """
     whole = (job.status in policy.TERMINAL or not job.driver_node_id
+             or (current.resume_point is None and current.first_step is None)  # the gate's line is near the top
              or (runner == "trl" and current.first_step is None))
     try:
         text = (site.ray.logs(job.submission_id) if whole
@@ -141,6 +141,8 @@ def _update_progress(site: Site, record: RunRecord, current: Attempt, job: JobVi
     except (RuntimeError, RayError) as error:  # the driver's node is gone, and its logs with it (Ray's SDK: RuntimeError)
         emit("INFO", "job logs unavailable", submission_id=job.submission_id, error=str(error)[-200:])
         text = ""
+    if current.resume_point is None:
+        _resume_point(site, record, current, text)
     found = progress.from_logs(runner, text, current.epoch)
     points = progress.series(runner, text, current.epoch)
     if points["steps"] or points["saves"]:

@@ -35,6 +35,7 @@ ENV_VAR = r"^[A-Z_][A-Z0-9_]*$"
 SECRET_VERSION = r"^projects/[^/\s]+/secrets/[A-Za-z0-9_-]{1,255}/versions/([1-9][0-9]*|latest)$"
 OVERRIDE_KEY = r"^\+?[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$"
 ABSOLUTE_PATH = r"^/[^\x00]*$"
+GCS_PREFIX = r"^gs://[a-z0-9][-_.a-z0-9]{1,61}[a-z0-9](/[^\x00\n]*)?$"
 GSA_EMAIL = r"^[a-z][-a-z0-9]{4,28}[a-z0-9]@[a-z][-a-z0-9]{4,28}[a-z0-9]\.iam\.gserviceaccount\.com$"
 
 PATTERN_HINTS = {
@@ -58,6 +59,7 @@ PATTERN_HINTS = {
     SECRET_VERSION: "a Secret Manager version: projects/PROJECT/secrets/NAME/versions/latest (or a number)",
     OVERRIDE_KEY: "a dotted config key such as grpo.max_num_steps (a leading + adds a new key)",
     ABSOLUTE_PATH: "an absolute path such as /lustre",
+    GCS_PREFIX: "a Cloud Storage location such as gs://my-bucket/exports",
     GSA_EMAIL: "a Google service account such as rlops-ray@PROJECT.iam.gserviceaccount.com",
 }
 
@@ -270,6 +272,16 @@ class AllowedOverride(Spec):
         return None
 
 
+class ExportPolicy(Spec):
+    """Which complete, manifested checkpoints the snapshot tick copies to Cloud Storage and verifies there."""
+
+    when: Literal["none", "final", "every"] = Field(
+        "none", description="final: the last checkpoint of a run that succeeded; every: every `every`-th checkpoint.")
+    every: StrictInt | None = Field(None, ge=1, le=10_000, description="with when: every, the N of every N-th.")
+    to: _text(GCS_PREFIX, 1024) | None = Field(
+        None, description="gs://BUCKET/PREFIX; RUN/step-N/ goes under it. Default: the state bucket, runs/RUN/exports.")
+
+
 class Recipe(Spec):
     runner: Literal["nemo-rl", "trl"]
     entrypoint: StrictStr = Field(min_length=1, max_length=512)
@@ -281,6 +293,11 @@ class Recipe(Spec):
         default_factory=dict, description="What a train message may set, and within which bounds.")
     checkpoint_root: AbsolutePath = Field(description="Each run checkpoints into CHECKPOINT_ROOT/RUN.")
     resume_budget: StrictInt = Field(3, ge=0, le=100, description="Resubmissions after preemption.")
+    resume_from: Literal["verified", "newest"] = Field(
+        "verified", description="verified: an attempt resumes only from a checkpoint that matches its manifest "
+        "(others are set aside); newest: from the newest complete one, unhashed (for checkpoints too large to "
+        "hash at every start).")
+    export: ExportPolicy = ExportPolicy()
 
     def default_settings(self) -> dict:
         """What a run is given when its train message sets nothing."""

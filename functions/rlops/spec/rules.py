@@ -198,6 +198,10 @@ def recipes(env: GcpEnvironment | LocalEnvironment) -> Iterator[Finding]:
                 f"{key} is both fixed in overrides and allowed in a train message; keep it in one of the two")
         for key, rule in recipe.allowed_overrides.items():
             yield from _allowed_override(rule, at + ("allowed_overrides", key))
+        if recipe.export.when == "every" and recipe.export.every is None:
+            yield at + ("export", "when"), "when: every needs a count; add every: N to export every N-th checkpoint"
+        elif recipe.export.when != "every" and recipe.export.every is not None:
+            yield at + ("export", "every"), f"every: N goes with when: every; remove it, or set when: every (this export is when: {recipe.export.when})"
         if recipe.runner == "nemo-rl":
             if not gcp:
                 yield at + ("runner",), "nemo-rl needs GPU nodes and its image; the local environment runs runner: trl"

@@ -144,6 +144,12 @@ class RunRecords:
                 return True
         return False
 
+    def manifest_objects(self, run: str) -> dict[int, object]:
+        """The run's stored checkpoint manifests (the snapshot tick's), by step, unread."""
+        prefix = self.layout.manifests(run)
+        return {int(blob.name[len(prefix):-len(".json")]): blob
+                for blob in self.bucket.list_blobs(prefix=prefix) if blob.name.endswith(".json")}
+
     def metrics(self, run: str, attempt: int) -> dict | None:
         """The per-step series of an attempt ({"steps": [[step, reward, loss, seconds]], "saves": [[step,
         seconds]]}), as the watcher gathered it from the job's output."""

@@ -1,0 +1,62 @@
+"""The first thing every attempt of a run does, on the node that mounts its checkpoints: choose the resume point.
+
+    python -m rlops.checkpoints.gate --run-dir DIR [--manifests MODULE] [--unverified] && <the workload>
+
+Each attempt's Ray job runs this before the workload (`runs.jobs` puts it in the entrypoint), on the
+node where the run directory is: locally the Ray worker's disk, on GKE the head pod, which mounts
+/lustre and needs no GPU. So the checkpoints are verified where they are and at the moment the
+workload is about to read them, with no second job to wait for and no state between the two. The
+run's manifests come with the job as the py_module MODULE (a `manifests.json` inside), since the
+cluster need not reach the state bucket. What does not verify is moved aside (`resume.prepare`);
+the choice is printed as one `[rlops-resume] {...}` line the watcher reads from the job's output.
+
+`--unverified` (the recipe's `resume_from: newest`) still sets aside torn checkpoints but takes the
+newest complete one without hashing it, for checkpoints too large to hash at every start.
+"""
+
+import argparse
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+from rlops.checkpoints import manifest, resume
+
+PREFIX = "[rlops-resume] "
+MODULE = "rlops_resume_manifests"
+FILE = "manifests.json"
+
+
+def stage(folder: Path, manifests: dict[int, dict]) -> Path:
+    """The py_module that carries `manifests` (by step) to the job; its path."""
+    module = folder / MODULE
+    module.mkdir(parents=True, exist_ok=True)
+    (module / "__init__.py").write_text('"""A run\'s checkpoint manifests, shipped with its attempt by rlops."""\n')
+    (module / FILE).write_text(json.dumps({str(step): content for step, content in manifests.items()}))
+    return module
+
+
+def _shipped(module: str) -> dict[int, dict]:
+    spec = importlib.util.find_spec(module)
+    if spec is None or not spec.submodule_search_locations:
+        return {}  # shipped nothing: no checkpoint can verify, so none is resumed from
+    read = json.loads((Path(spec.submodule_search_locations[0]) / FILE).read_text())
+    return {int(step): content for step, content in read.items() if manifest.intact(content)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="rlops.checkpoints.gate")
+    parser.add_argument("--run-dir", required=True, type=Path)
+    parser.add_argument("--manifests", default=MODULE, metavar="MODULE")
+    parser.add_argument("--unverified", action="store_true")
+    args = parser.parse_args(argv)
+    if args.unverified:
+        point = resume.prepare(args.run_dir, {}, verify=False)
+    else:
+        point = resume.prepare(args.run_dir, _shipped(args.manifests))
+    print(PREFIX + json.dumps({**point.to_json(), "verified": not args.unverified}, sort_keys=True), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
