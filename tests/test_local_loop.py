@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO
+from conftest import REPO, workload_words
 from rlops.cloud.base import Connection
 from rlops.endpoints import Endpoints
 from rlops.local import processes
@@ -43,11 +43,11 @@ class Local:
             raise AssertionError(f"rlops {' '.join(args)} exited {done.returncode}:\n{done.stdout}\n{done.stderr}")
         return done
 
-    def registry(self) -> dict:
-        return processes.Registry(self.root / ".rlops" / "local").load()
+    def registry(self, env: str = "local") -> dict:
+        return processes.Registry(self.root / ".rlops" / env).load()
 
-    def port(self, piece: str, name: str) -> int:
-        return self.registry()[piece].ports[name]
+    def port(self, piece: str, name: str, env: str = "local") -> int:
+        return self.registry(env)[piece].ports[name]
 
     def ray_jobs(self) -> list:
         from ray.job_submission import JobSubmissionClient
@@ -57,29 +57,29 @@ class Local:
     def jobs_of(self, run: str) -> list:
         return [j for j in self.ray_jobs() if (j.metadata or {}).get("rlops-run") == run]
 
-    def bucket(self):
+    def bucket(self, env: str = "local"):
         from google.auth.credentials import AnonymousCredentials
         from google.cloud import storage
 
-        endpoint = f"http://127.0.0.1:{self.port('storage', 'http')}"
+        endpoint = f"http://127.0.0.1:{self.port('storage', 'http', env)}"
         return storage.Client(project="rlops-local", credentials=AnonymousCredentials(),
-                              client_options={"api_endpoint": endpoint}).bucket("rlops-local-state")
+                              client_options={"api_endpoint": endpoint}).bucket(f"rlops-{env}-state")
 
-    def record(self, run: str) -> dict | None:
-        blob = self.bucket().blob(f"rlops/environments/local/runs/{run}.json")
+    def record(self, run: str, env: str = "local") -> dict | None:
+        blob = self.bucket(env).blob(f"rlops/environments/{env}/runs/{run}.json")
         return json.loads(blob.download_as_bytes()) if blob.exists() else None
 
-    def tick_until(self, run: str, done, timeout: float = 240) -> dict:
+    def tick_until(self, run: str, done, timeout: float = 240, env: str = "local") -> dict:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            self.rlops("watch", "local")
-            record = self.record(run)
+            self.rlops("watch", env)
+            record = self.record(run, env)
             if record and done(record):
                 return record
             if record and record["state"] == "FAILED":
                 raise AssertionError(f"run {run} failed for good: {json.dumps(record, indent=1)}")
             time.sleep(1)
-        raise AssertionError(f"run {run} did not get there in {timeout}s: {self.record(run)}")
+        raise AssertionError(f"run {run} did not get there in {timeout}s: {self.record(run, env)}")
 
     def wait_past_idle_timeout(self, timeout: float = 60) -> None:
         """Until the reaper's idle timeout has passed since the last mark it measures from (policy.decide)."""
@@ -247,6 +247,34 @@ def test_snapshot_ticks_write_each_complete_checkpoints_manifest_once_even_at_th
     assert [e["step"] for e in events if e["type"] == "checkpoint-exported" and e["run"] == "first"] == [4]
 
 
+def test_an_export_imported_into_a_second_local_environment_verifies_and_a_run_there_resumes_from_it(local):
+    """A second local environment (its own Ray, bucket emulator and /lustre) as another zone: `checkpoints import`
+    reads the export of `first` from the first environment's bucket, verifies it object by object, copies it into
+    the run's directory here and verifies it on disk; the run started here resumes from it through its gate."""
+    spec = (local.root / "environments" / "local.yaml").read_text()
+    (local.root / "environments" / "zone-b.yaml").write_text(
+        spec.replace("bucket: rlops-local-state", "bucket: rlops-zone-b-state")
+        .replace(".rlops/local/lustre", ".rlops/zone-b/lustre"))
+    source = "gs://rlops-local-state/rlops/environments/local/runs/first/exports/step-4"
+    try:
+        local.rlops("up", "zone-b")
+        refused = local.rlops("checkpoints", "import", "zone-b", "first", "--recipe", "tiny-arith", "--from", source.replace("-4", "-2"),
+                              check=False)
+        assert refused.returncode == 1 and "no manifest at gs://rlops-local-state/" in refused.stderr
+        out = local.rlops("checkpoints", "import", "zone-b", "first", "--recipe", "tiny-arith", "--from", source).stdout
+        target = local.root / ".rlops/zone-b/lustre/checkpoints/tiny-arith/first/checkpoint-4"
+        assert f"imported step 4 into {target}" in out and "verified on Lustre" in out
+        again = local.rlops("checkpoints", "import", "zone-b", "first", "--recipe", "tiny-arith", "--from", source, check=False)
+        assert again.returncode == 1 and "exists already" in again.stderr
+        local.rlops("train", "zone-b", "--recipe", "tiny-arith", "--run", "first", "--set", "max_steps=6")
+        record = local.tick_until("first", lambda r: r["state"] == "SUCCEEDED", env="zone-b")
+        attempt = record["attempts"][0]
+        assert attempt["resume_point"] == {"step": 4, "set_aside": [], "verified": True}
+        assert attempt["resumed_from"] == 4 and attempt["first_step"] == 5 and record["step"] == 6
+    finally:
+        assert local.rlops("down", "zone-b", check=False).returncode == 0
+
+
 def test_the_same_message_three_times_at_once_and_again_later_makes_one_job(local):
     data = train_message("dup", max_steps=2)
     answers = []
@@ -354,10 +382,11 @@ def test_a_preempted_run_is_resubmitted_and_resumes_from_its_last_checkpoint(loc
     record = local.tick_until("preempted", lambda r: len(r["attempts"]) == 2)
     assert record["attempts"][0]["failure"]["kind"] == "node-lost"
     assert "RESUBMITTED" in [h["state"] for h in record["history"]]
-    point = record["attempts"][1]["resume_point"]
-    assert point["step"] == saved and [(a["step"], a["reason"]) for a in point["set_aside"]] == cut_off
     up = local.rlops("up", "local").stdout  # brings the node back, and says it had stopped
     assert "ray-worker-0 (pid" in up and "had stopped" in up
+    # The attempt's gate chooses where it resumes on the node, as the attempt starts.
+    point = local.tick_until("preempted", lambda r: r["attempts"][1]["resume_point"])["attempts"][1]["resume_point"]
+    assert point["step"] == saved and [(a["step"], a["reason"]) for a in point["set_aside"]] == cut_off
     record = local.tick_until("preempted", lambda r: r["state"] == "SUCCEEDED")
     second = record["attempts"][1]
     assert second["resumed_from"] == saved and second["first_step"] == saved + 1
@@ -375,8 +404,9 @@ def test_a_preempted_run_whose_newest_checkpoint_was_corrupted_resumes_from_the_
     data = bytearray(weights.read_bytes())
     data[len(data) // 2] ^= 0x01  # one flipped byte, after the manifest was written
     weights.write_bytes(bytes(data))
-    record = local.tick_until("corrupted", lambda r: len(r["attempts"]) == 2)
-    point = record["attempts"][1]["resume_point"]
+    local.tick_until("corrupted", lambda r: len(r["attempts"]) == 2)
+    local.rlops("up", "local")
+    point = local.tick_until("corrupted", lambda r: r["attempts"][1]["resume_point"])["attempts"][1]["resume_point"]
     assert point["step"] == newest - 2
     assert [(a["step"], a["reason"]) for a in point["set_aside"][:-1]] == cut_off
     aside = point["set_aside"][-1]
@@ -384,7 +414,6 @@ def test_a_preempted_run_whose_newest_checkpoint_was_corrupted_resumes_from_the_
     assert (checkpoints / aside["moved_to"] / "model.safetensors").is_file()  # moved aside, not deleted
     said = [e for e in local.events() if e["type"] == "resumed" and e["run"] == "corrupted"]
     assert [(e["attempt"], e["step"]) for e in said] == [(2, newest - 2)]
-    local.rlops("up", "local")
     record = local.tick_until("corrupted", lambda r: r["state"] == "SUCCEEDED")
     assert record["attempts"][1]["resumed_from"] == newest - 2 and record["step"] == LONG_RUN_STEPS
 
@@ -393,11 +422,11 @@ def test_a_preempted_run_whose_newest_checkpoint_is_torn_sets_it_aside_and_resum
     checkpoints, newest, cut_off = preempted_after_two_checkpoints(local, "torn")
     (checkpoints / f"checkpoint-{newest}" / "trainer_state.json").unlink()  # its save cut off with the node
     local.rlops("snapshot", "local")  # a torn checkpoint gets no manifest
-    record = local.tick_until("torn", lambda r: len(r["attempts"]) == 2)
-    point = record["attempts"][1]["resume_point"]
+    local.tick_until("torn", lambda r: len(r["attempts"]) == 2)
+    local.rlops("up", "local")
+    point = local.tick_until("torn", lambda r: r["attempts"][1]["resume_point"])["attempts"][1]["resume_point"]
     assert point["step"] == newest - 2
     assert [(a["step"], a["reason"]) for a in point["set_aside"]] == cut_off + [(newest, "torn: its save never finished")]
-    local.rlops("up", "local")
     record = local.tick_until("torn", lambda r: r["state"] == "SUCCEEDED")
     assert record["attempts"][1]["resumed_from"] == newest - 2 and record["step"] == LONG_RUN_STEPS
 
@@ -516,7 +545,8 @@ def test_a_gke_environment_reaches_its_ray_head_through_the_api_servers_service_
     proxied = [r for r in kube.requests if "/services/ray-cluster-head-svc:dashboard/proxy/api/jobs/" in r.path]
     assert {r.method for r in proxied} >= {"GET", "POST"}
     job = next(j for j in local.ray_jobs() if j.submission_id == "rlops.h200.gke-1.1")
-    assert job.entrypoint.startswith("cd /opt/nemo-rl && uv run python examples/run_grpo_math.py --config examples/")
+    assert " ".join(workload_words(job.entrypoint, "/lustre/checkpoints/gemma3-27b-gsm8k/gke-1")).startswith(
+        "cd /opt/nemo-rl && uv run python examples/run_grpo_math.py --config examples/")
     assert "'checkpointing.checkpoint_dir=\"/lustre/" in job.entrypoint
     assert job.runtime_env["env_vars"] == {"HF_HOME": "/lustre/hf", "RAY_OVERRIDE_JOB_RUNTIME_ENV": "1"}
 
@@ -531,10 +561,12 @@ def test_a_gke_environment_reaches_its_ray_head_through_the_api_servers_service_
         time.sleep(1)
     assert record.state == "FAILED" and record.attempts[0].failure.kind == "code"
     assert len(record.attempts) == 1
+    # The gate ran first, with rlops shipped as a py_module (the image need not have it): nothing to resume from.
+    assert record.attempts[0].resume_point == {"step": None, "set_aside": [], "verified": True}
     # A running job's progress comes from the end of its output, read on the driver's node through the proxy.
     ray = sites.open_site("h200", env, Endpoints.from_environment()).ray
     whole = ray.logs(job.submission_id)
-    assert whole.count("\n") == 3
+    assert whole.count("\n") == 4  # the gate's line, then the shell's three
     assert ray.tail(job.submission_id, job.driver_node_id, 2) == "".join(whole.splitlines(keepends=True)[-2:])
     assert any(r.path.endswith("/proxy/api/v0/logs/file") for r in kube.requests)
     received = subscriber.pull(request={"subscription": events, "max_messages": 20}, timeout=10).received_messages
@@ -737,6 +769,68 @@ def test_a_gke_environment_hashes_its_checkpoints_in_a_ray_job_where_they_are(lo
     assert site.records.get("gke-snap")[0].manifests["4"]["digest"] == stored["digest"]
     assert not [j for j in local.ray_jobs() if (j.metadata or {}).get("rlops-kind") == "snapshot"
                 and str(j.status.value) == "SUCCEEDED"], "collected jobs are deleted"
+
+
+def test_a_gke_checkpoint_is_exported_by_the_lustre_api_verified_and_imported_for_another_run(local, h200_on_local_ray):
+    """GKE: the Lustre API's exportData (the fake's, which copies the instance's files into fake-gcs-server) of a
+    manifested checkpoint, verified by listing; the recipe's `export: every 1` followed over two snapshot ticks;
+    an import into another run: a Ray job on the cluster (this module's Ray) makes the directory importData needs,
+    and the run's checkpoint gate verifies what arrived. /lustre here is the fake instance's directory."""
+    from rlops import sites
+    from rlops.checkpoints import gate, manifest
+    from rlops.runs import exports, jobs, progress
+    from rlops.spec.model import ExportPolicy
+    from rlops.state.bucket import write_json_if
+    from rlops.state.run_records import new
+
+    gcp, _ = h200_on_local_ray
+    site = sites.open_site("h200", sites.load_environment("h200"), Endpoints.from_environment())
+    root = gcp.lustre_files(site.env.lustre.name)
+    recipe = site.env.recipes["gemma3-27b-gsm8k"]
+    site.env = site.env.model_copy(update={
+        "ray": site.env.ray.model_copy(update={"lustre_mount": str(root)}),
+        "recipes": {"gemma3-27b-gsm8k": recipe.model_copy(update={"export": ExportPolicy(when="every", every=1)})}})
+    site.lustre_root = str(root)
+    run_dir = Path(jobs.checkpoint_dir(site.env.recipes["gemma3-27b-gsm8k"], "gke-x", site.lustre_root))
+    subprocess.run([sys.executable, "-m", "rlops.workloads.trl_grpo", "--output-dir", str(run_dir), "max_steps=4",
+                    "save_steps=4"], check=True, capture_output=True, timeout=300)
+    site.records.create(new({"environment": "h200", "recipe": "gemma3-27b-gsm8k", "run": "gke-x",
+                             "requested-by": "tests", "settings": "{}", "checkpoint-dir": str(run_dir),
+                             "attempt": "1"}, "rlops.h200.gke-x.1", time.time()))
+    content = manifest.build(run_dir / "checkpoint-4", "gke-x")  # what the cluster's scan job would print
+    assert write_json_if(site.bucket.blob(site.records.layout.manifest("gke-x", 4)), content, 0)
+
+    assert exports.tick(site) == []  # the policy's export started: an operation, followed by the next tick
+    started = site.records.get("gke-x")[0].exports["4"]
+    assert started["operation"] and "verified_at" not in started
+    assert [r for r in gcp.mutations() if r.path.endswith(":exportData")]
+    deadline = time.monotonic() + 60
+    while not (events := exports.tick(site)):
+        assert time.monotonic() < deadline, "the export did not finish"
+        time.sleep(0.2)
+    assert [(e["type"], e["step"], e["objects"]) for e in events] == [("checkpoint-exported", 4, len(content["files"]))]
+    assert site.records.get("gke-x")[0].exports["4"]["verified_at"]
+    destination = events[0]["destination"]
+    assert destination == f"gs://{site.bucket.name}/{site.records.layout.exports('gke-x')}/step-4/"
+    assert exports.tick(site) == []  # once
+
+    said = []
+    done = exports.import_checkpoint(site, "gke-y", "gemma3-27b-gsm8k",
+                                     (site.bucket, destination.removeprefix(f"gs://{site.bucket.name}/")), said.append)
+    target = Path(done["directory"])
+    assert target == Path(jobs.checkpoint_dir(site.env.recipes["gemma3-27b-gsm8k"], "gke-y", site.lustre_root)) / \
+        "checkpoint-4"
+    assert not any(manifest.verify(target, content).values())
+    assert [r for r in gcp.mutations() if r.path.endswith(":importData")]
+    assert not [j for j in local.ray_jobs() if (j.metadata or {}).get("rlops-kind") == "import"], "collected"
+    shipped = {step: json.loads(blob.download_as_bytes())
+               for step, blob in site.records.manifest_objects("gke-y").items()}
+    assert list(shipped) == [4]
+    gate.stage(root.parent / "shipped", shipped)
+    out = subprocess.run([sys.executable, "-m", "rlops.checkpoints.gate", "--run-dir", str(target.parent)],
+                         capture_output=True, text=True, check=True, env={**os.environ, "PYTHONPATH": os.pathsep.join(
+                             [str(root.parent / "shipped"), os.environ.get("PYTHONPATH", "")])}).stdout
+    assert progress.resume_point(out) == {"step": 4, "set_aside": [], "verified": True}
 
 
 def test_a_pod_template_change_waits_for_the_live_ray_job_and_reaches_every_pod_after_it(local, h200_on_local_ray,

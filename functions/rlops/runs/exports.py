@@ -203,6 +203,9 @@ def import_checkpoint(site, run: str, recipe_name: str, source: tuple[object, st
         export.download(bucket, base, content, Path(target))
         verified = "verified on Lustre"
     else:
+        # importData copies into a directory that exists (LustrePath, google-cloud-lustre types/transfer.py): only
+        # the cluster can make one. A half-imported checkpoint is harmless: the gate verifies it before any resume.
+        _on_cluster(site, "import", ["mkdir", "-p", str(target)], report)
         operation = _transfers(site).import_(f"gs://{bucket.name}/{export.objects_prefix(base, step)}",
                                              lustre_path(site, target))
         while not (state := _transfers(site).state(operation)).done:
@@ -218,6 +221,33 @@ def import_checkpoint(site, run: str, recipe_name: str, source: tuple[object, st
                   "source": f"gs://{bucket.name}/{export.objects_prefix(base, step)}", "directory": str(target)})
     return {"step": step, "directory": str(target), "objects": len(content["files"]), "bytes": content["total_bytes"],
             "verified": verified}
+
+
+CLUSTER_JOB_SECONDS = 300.0
+
+
+def _on_cluster(site, kind: str, words: list[str], report: Callable[[str], None]) -> None:
+    """Run `words` as a small Ray job on the cluster's head (which mounts /lustre) and wait for it to succeed."""
+    import hashlib
+    import shlex
+
+    from rlops.cloud.ray_jobs import ACTIVE, JobRequest, status_of
+
+    command = " ".join(shlex.quote(word) for word in words)
+    submission = f"rlops.{site.name}.{kind}.{hashlib.sha256(command.encode()).hexdigest()[:16]}"
+    site.ray.submit_once(JobRequest(submission, command, {"rlops-environment": site.name, "rlops-kind": kind},
+                                    entrypoint_num_cpus=0.1))
+    deadline = time.monotonic() + CLUSTER_JOB_SECONDS
+    while (status := status_of(site.ray.find(submission))) in ACTIVE:
+        if time.monotonic() > deadline:
+            raise Failure(f"`{command}` on the cluster did not finish in {CLUSTER_JOB_SECONDS:.0f}s (Ray job "
+                          f"{submission}); run the command again to wait for it")
+        report(f"{command} on the cluster: {status}")
+        time.sleep(1.0)
+    job = site.ray.find(submission)
+    site.ray.client.delete_job(submission)  # so that the same command can run again
+    if status != "SUCCEEDED":
+        raise Failure(f"`{command}` on the cluster ended {status}: {(job.message or '')[-300:]}")
 
 
 def _read(blob) -> dict:
