@@ -53,6 +53,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/coldstart.py
 	$(BIN)/python bench/snapshot.py
 	$(BIN)/python bench/export.py
+	$(BIN)/python bench/resume.py
 	$(BIN)/python bench/reaper.py
 
 schema: $(STAMP)
