@@ -778,6 +778,7 @@ def test_a_gke_checkpoint_is_exported_by_the_lustre_api_verified_and_imported_fo
     and the run's checkpoint gate verifies what arrived. /lustre here is the fake instance's directory."""
     from rlops import sites
     from rlops.checkpoints import gate, manifest
+    from rlops.errors import Failure
     from rlops.runs import exports, jobs, progress
     from rlops.spec.model import ExportPolicy
     from rlops.state.bucket import write_json_if
@@ -813,6 +814,17 @@ def test_a_gke_checkpoint_is_exported_by_the_lustre_api_verified_and_imported_fo
     destination = events[0]["destination"]
     assert destination == f"gs://{site.bucket.name}/{site.records.layout.exports('gke-x')}/step-4/"
     assert exports.tick(site) == []  # once
+
+    # The command's export, waited for with its counters; one the Lustre API fails part way is said, not recorded
+    # as verified.
+    said = []
+    done = exports.export_checkpoint(site, "gke-x", 4, (site.bucket, "elsewhere/gke-x"), said.append)
+    assert done["destination"] == f"gs://{site.bucket.name}/elsewhere/gke-x/step-4/" and done["verified_at"]
+    assert said[-1].startswith("exportData ") and f"{len(content['files'])}/{len(content['files'])} objects" in said[-1]
+    gcp.fail_transfers(1, copied=2)
+    with pytest.raises(Failure, match=r"export of step 4 of gke-x failed: .*2/\d+ objects.*failed"):
+        exports.export_checkpoint(site, "gke-x", 4, (site.bucket, "broken/gke-x"))
+    assert "2/" in site.records.get("gke-x")[0].exports["4"]["error"]
 
     said = []
     done = exports.import_checkpoint(site, "gke-y", "gemma3-27b-gsm8k",

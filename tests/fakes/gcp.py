@@ -1430,15 +1430,22 @@ def _listing(transfer: Transfer, client, bucket: str, prefix: str) -> list | Non
 # Assumed: "changed" is judged by content (size and crc32c), and a transfer deletes nothing in the destination
 # ("Exports do not delete files in the destination bucket that have been deleted from the instance",
 # managed-lustre/docs/back-up-instance-data).
+def _objects_beside(transfer: Transfer, client, directory: Path, bucket: str, prefix: str, missing: str):
+    """The objects under the prefix, once the Lustre directory is known to exist; None (the transfer failed
+    NOT_FOUND) if either is missing."""
+    if not directory.is_dir():
+        transfer.failure = (5, missing)
+        transfer.fail(5, transfer.lustre_path, missing)
+        return None
+    return _listing(transfer, client, bucket, prefix)
+
+
 def _plan_export(transfer: Transfer, client, root: Path, bucket: str, prefix: str) -> None:
     """Every file under the Lustre path, as the object prefix + its path relative to the Lustre path (assumed:
     /a/b/c.bin exported from /a/ to gs://bkt/x/ is x/b/c.bin); empty directories make no object."""
     source = root / transfer.lustre_path.strip("/")
-    if not source.is_dir():
-        transfer.failure = (5, f"Lustre path {transfer.lustre_path} does not exist or is not a directory.")
-        transfer.fail(5, transfer.lustre_path, transfer.failure[1])
-        return
-    objects = _listing(transfer, client, bucket, prefix)
+    objects = _objects_beside(transfer, client, source, bucket, prefix,
+                              f"Lustre path {transfer.lustre_path} does not exist or is not a directory.")
     if objects is None:
         return
     existing = {blob.name: (blob.size, blob.crc32c) for blob in objects}
@@ -1457,13 +1464,10 @@ def _plan_import(transfer: Transfer, client, root: Path, bucket: str, prefix: st
     """Every object under the prefix, as the Lustre path + its name after the prefix; objects ending with "/"
     (folder placeholders) make no file (assumed)."""
     destination = root / transfer.lustre_path.strip("/")
-    if not destination.is_dir():
-        # LustrePath.path: "If you're importing data into Managed Lustre, any path other than the default must
-        # already exist on the file system."
-        transfer.failure = (5, f"Lustre path {transfer.lustre_path} does not exist: create the directory first.")
-        transfer.fail(5, transfer.lustre_path, transfer.failure[1])
-        return
-    objects = _listing(transfer, client, bucket, prefix)
+    # LustrePath.path: "If you're importing data into Managed Lustre, any path other than the default must
+    # already exist on the file system."
+    objects = _objects_beside(transfer, client, destination, bucket, prefix,
+                              f"Lustre path {transfer.lustre_path} does not exist: create the directory first.")
     if objects is None:
         return
     for blob in sorted(objects, key=lambda b: b.name):

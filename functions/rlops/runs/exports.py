@@ -24,7 +24,7 @@ from rlops.runs import jobs, policy
 from rlops.state.bucket import write_json_if
 from rlops.state.run_records import RunRecord
 
-POLL_SECONDS = 5.0
+POLL_SECONDS = 10.0
 
 
 def export_checkpoint(site, run: str, step: int | None, destination: tuple[object, str] | None,
@@ -41,13 +41,10 @@ def export_checkpoint(site, run: str, step: int | None, destination: tuple[objec
     if site.checkpoints_here:
         return _copy_here(site, record, content, bucket, prefix)
     operation = _start_on_lustre(site, record, content, bucket, prefix)
-    while True:
-        state = _transfers(site).state(operation)
-        report(f"exportData {operation.rsplit('/', 1)[-1]}: {'done' if state.done else 'running'}, {state.said()}")
-        if state.done:
-            break
-        time.sleep(POLL_SECONDS)  # the Lustre API's progress is only known by asking again
+    state = _waited(site, "exportData", operation, report)
     if state.error:
+        _record(site, run, step, {"destination": f"gs://{bucket.name}/{export.objects_prefix(prefix, step)}",
+                                  "operation": operation, "error": f"{state.error} ({state.said()})"})
         raise Failure(f"the Lustre API's export of step {step} of {run} failed: {state.error} ({state.said()})")
     return _verified(site, run, content, bucket, prefix)
 
@@ -208,9 +205,7 @@ def import_checkpoint(site, run: str, recipe_name: str, source: tuple[object, st
         _on_cluster(site, "import", ["mkdir", "-p", str(target)], report)
         operation = _transfers(site).import_(f"gs://{bucket.name}/{export.objects_prefix(base, step)}",
                                              lustre_path(site, target))
-        while not (state := _transfers(site).state(operation)).done:
-            report(f"importData {operation.rsplit('/', 1)[-1]}: running, {state.said()}")
-            time.sleep(POLL_SECONDS)
+        state = _waited(site, "importData", operation, report)
         if state.error:
             raise Failure(f"the Lustre API's import of step {step} failed: {state.error} ({state.said()})")
         verified = "to be verified on the cluster by the run's checkpoint gate when it starts"
@@ -224,6 +219,19 @@ def import_checkpoint(site, run: str, recipe_name: str, source: tuple[object, st
 
 
 CLUSTER_JOB_SECONDS = 300.0
+
+
+def _waited(site, verb: str, operation: str, report: Callable[[str], None]):
+    """The transfer's state once its operation is done, its counters reported as it goes: polled after 0.5 s,
+    then twice as long each time up to POLL_SECONDS (an export of a large checkpoint takes minutes)."""
+    delay = 0.5
+    while True:
+        state = _transfers(site).state(operation)
+        report(f"{verb} {operation.rsplit('/', 1)[-1]}: {'done' if state.done else 'running'}, {state.said()}")
+        if state.done:
+            return state
+        time.sleep(delay)  # the Lustre API tells progress only when asked again
+        delay = min(delay * 2, POLL_SECONDS)
 
 
 def _on_cluster(site, kind: str, words: list[str], report: Callable[[str], None]) -> None:
