@@ -14,8 +14,8 @@ $(STAMP): requirements.txt requirements-local.txt requirements-dev.txt pyproject
 
 # The local loop, the whole story: start the local environment, train a run long enough to see
 # the reward rise, follow it to its end, snapshot its checkpoints' manifests and verify them, draw
-# its report, wait for the idle GPU pool to be reaped, and stop everything that was started (also
-# when a stage fails).
+# its report, wait for the idle GPU pool to be reaped, show what it cost, and stop everything that was
+# started (also when a stage fails).
 DEMO_STEPS ?= 40
 demo: $(STAMP)
 	$(BIN)/rlops validate
@@ -35,9 +35,11 @@ demo: $(STAMP)
 	$(BIN)/rlops checkpoints list local $$run && \
 	stage "report: reward, step time and checkpoint saves" && \
 	$(BIN)/rlops report local $$run && \
-	grep -E '^- (state|mean reward)' reports/local/$$run/report.md && \
+	grep -E '^- (state|mean reward|cost)' reports/local/$$run/report.md && \
 	stage "reap: the GPU pool stops once it has been idle for the local idle timeout (30 s)" && \
-	reaped; \
+	reaped && \
+	stage "cost: the local GPU-pool node counted as one a3-ultragpu-8g (local.gpu_pool.counts_as)" && \
+	$(BIN)/rlops cost local; \
 	outcome=$$?; \
 	stage "down: everything up started"; \
 	$(BIN)/rlops down local; \

@@ -1,15 +1,22 @@
-"""Idle GPU-hours in a simulated week: rlops's reaper against GKE's default scale-down and against never.
+"""What idle GPU pools cost in a simulated week, by scale-down policy, on three arrival patterns.
 
-A seeded week of train messages (weekdays 8-20h about one an hour, nights and weekends rarely;
-runs of lognormal length, median 40 min) on a pool of 2 nodes x 8 GPUs, all up while any run is
-live. The pool is billed from a scale-up until it is removed; "idle" is billed time with no run.
-- rlops: the reaper's real policy (rlops.reaper.policy.decide), ticking every minute, resizes the
-  pool to zero at once;
-- GKE default: the cluster autoscaler removes a node 10 minutes after it is unneeded, plus about a
-  minute to drain and delete it; this assumes the Ray workers leave when the run ends, which a
-  RayCluster's workers do not (so it is GKE's best case);
-- never: the pool stays up from the first run to the end of the week.
-Scale-ups are taken as instant for all three (their cost is the same).
+The cost of a policy is the GPU time billed while nothing trains: idle (the pool up, no run) plus
+waking (each scale-up bills a node start, an image pull and a Ray join, WAKE seconds, before the run
+can start). Runs are the same for every policy; a pool of 2 nodes x 8 GPUs.
+
+Patterns (seeded): `week` (weekdays 8-20h about one run an hour, nights and weekends rarely; runs of
+lognormal length, median 40 min); `bursty-daytime` (weekday bursts of 3-8 short runs a few minutes
+apart, a few bursts a day); `sparse-nightly` (one or two long runs a night, nothing by day).
+
+Policies:
+- never: the pool stays up from the first run on;
+- GKE default: the cluster autoscaler removes nodes 10 minutes after the last pod leaves, plus about
+  a minute to drain and delete them (GKE's best case: it assumes the Ray workers leave with the run);
+- rlops with a fixed timeout (5 minutes as SkyPilot's default, 30 minutes as the seeds'), and with
+  `idle.timeout: auto`: the reaper's real decision (`rlops.reaper.policy.decide`) ticking every
+  minute, the auto timeout from the real `auto_timeout` over the idle gaps seen so far (`idle_gaps`
+  of the runs started so far, as the reaper reads them from Ray's job list);
+- the offline optimum, which knows the next arrival: each idle gap costs min(gap, WAKE).
 
 Usage: python bench/reaper.py [SEED]
 """
@@ -18,93 +25,131 @@ import math
 import random
 import sys
 
-from rlops.reaper.policy import Picture, decide
+from rlops.reaper.policy import Picture, auto_timeout, decide, idle_gaps
 
 WEEK = 7 * 24 * 3600
 GPUS = 2 * 8
 TICK = 60.0
+WAKE = 600.0  # the reaper's assumed wake cost for GPU nodes (policy.DEFAULT_WAKE_SECONDS), also the simulated one
 GKE_UNNEEDED, GKE_REMOVAL = 600.0, 60.0
 
 
-def week_of_runs(seed: int) -> list[tuple[float, float]]:
-    rng = random.Random(seed)
+def week(rng: random.Random) -> list[tuple[float, float]]:
     runs, now = [], 0.0
     while now < WEEK:
         day, hour = int(now // 86400), (now % 86400) / 3600
-        rate = 1 / 3600 if day < 5 and 8 <= hour < 20 else 1 / (8 * 3600)
-        now += rng.expovariate(rate)
+        now += rng.expovariate(1 / 3600 if day < 5 and 8 <= hour < 20 else 1 / (8 * 3600))
         if now < WEEK:
             runs.append((now, now + rng.lognormvariate(math.log(40 * 60), 0.8)))
     return runs
 
 
-def live(runs, t: float) -> int:
-    return sum(1 for a, e in runs if a <= t < e)
+def bursty_daytime(rng: random.Random) -> list[tuple[float, float]]:
+    runs = []
+    for day in range(5):
+        for _ in range(rng.randint(2, 4)):
+            now = day * 86400 + rng.uniform(9, 17) * 3600
+            for _ in range(rng.randint(3, 8)):
+                end = now + rng.lognormvariate(math.log(15 * 60), 0.5)
+                runs.append((now, end))
+                now = end + rng.uniform(60, 300)  # the next experiment of the burst, a few minutes later
+    return sorted(runs)
 
 
-def busy_seconds(runs) -> float:
-    total, end = 0.0, 0.0
+def sparse_nightly(rng: random.Random) -> list[tuple[float, float]]:
+    runs = []
+    for day in range(7):
+        for _ in range(rng.randint(1, 2)):
+            start = day * 86400 + rng.uniform(0, 4) * 3600
+            runs.append((start, start + rng.lognormvariate(math.log(2 * 3600), 0.4)))
+    return sorted(runs)
+
+
+PATTERNS = {"week": week, "bursty-daytime": bursty_daytime, "sparse-nightly": sparse_nightly}
+
+
+def busy_periods(runs) -> list[list[float]]:
+    periods = []
     for a, e in sorted(runs):
-        if e > end:
-            total += e - max(a, end)
-            end = e
-    return total
+        if periods and a <= periods[-1][1]:
+            periods[-1][1] = max(periods[-1][1], e)
+        else:
+            periods.append([a, e])
+    return periods
 
 
-def up_seconds_rlops(runs, timeout: float) -> tuple[float, int, int]:
-    """Billed seconds, scale-downs, and scale-downs while a run was live (must be 0)."""
-    up_since, billed, downs, bad = None, 0.0, 0, 0
-    accepted = sorted(a for a, _ in runs)
-    woken_at, t, i = None, 0.0, 0
-    while t <= WEEK + timeout + TICK:
-        while i < len(accepted) and accepted[i] <= t:  # a train message wakes the pool when it arrives
+def gaps_of(runs) -> list[float]:
+    periods = busy_periods(runs)
+    return [b[0] - a[1] for a, b in zip(periods, periods[1:])]
+
+
+def cost_by_gaps(runs, gap_cost) -> float:
+    """One wake for the first run, then each idle gap's cost."""
+    return WAKE + sum(gap_cost(gap) for gap in gaps_of(runs))
+
+
+def rlops(runs, timeout_at) -> tuple[float, int, int]:
+    """Idle plus waking seconds with the reaper ticking every minute; scale-downs; scale-downs while a run was live
+    (must be 0). `timeout_at(t, started)` is the timeout in force at tick t, given the runs started by then.
+    The pool is billed from each wake (a run's arrival finding it down) to the scale-down after it."""
+    ordered = sorted(runs)
+    up_since, woken_at, billed, wakes, downs, bad, i, t = None, None, 0.0, 0, 0, 0, 0, 0.0
+    horizon = max(e for _, e in runs) + 86400
+    while t <= horizon:
+        while i < len(ordered) and ordered[i][0] <= t:  # a train message wakes the pool when it arrives
             if up_since is None:
-                up_since, woken_at = accepted[i], accepted[i]
+                up_since = woken_at = ordered[i][0]
+                wakes += 1
             i += 1
         if up_since is not None:
-            picture = Picture(now=t, active_jobs=live(runs, t),
-                              last_job_end=max((e for _, e in runs if e <= t), default=None),
-                              last_accepted=accepted[i - 1] if i else None, woken_at=woken_at, scaled_down=False)
-            if decide(picture, timeout).scale_down:
-                bad += picture.active_jobs > 0
+            started = ordered[:i]
+            live = sum(1 for a, e in started if a <= t < e)
+            ended = [e for _, e in started if e <= t]
+            picture = Picture(now=t, active_jobs=live, last_job_end=max(ended, default=None),
+                              last_accepted=started[-1][0] if started else None, woken_at=woken_at,
+                              scaled_down=False)
+            if decide(picture, timeout_at(t, started)).scale_down:
+                bad += live > 0
                 billed += t - up_since
                 up_since, downs = None, downs + 1
         t += TICK
-    return billed, downs, bad
+    busy = sum(e - a for a, e in busy_periods(runs))
+    return billed - busy + wakes * WAKE, downs, bad
 
 
-def up_seconds_gke(runs) -> float:
-    billed, spans = 0.0, []
-    for a, e in sorted(runs):
-        if spans and a <= spans[-1][1] + GKE_UNNEEDED:
-            spans[-1][1] = max(spans[-1][1], e)
-        else:
-            spans.append([a, e])
-    for a, e in spans:
-        billed += e - a + GKE_UNNEEDED + GKE_REMOVAL
-    return billed
+def auto(t: float, started) -> float:
+    busy = [(a, e if e <= t else None) for a, e in started]
+    return auto_timeout(WAKE, idle_gaps(busy, t))[0]
 
 
 def main() -> None:
     seed = int(sys.argv[1]) if len(sys.argv) > 1 else 7
-    runs = week_of_runs(seed)
-    busy = busy_seconds(runs)
-    never = WEEK - min(a for a, _ in runs)
-    gke = up_seconds_gke(runs)
-    print(f"{len(runs)} runs in a week (seed {seed}), pool busy {busy / 3600:.1f} h, {GPUS} GPUs")
-    print(f"{'policy':>22}  idle GPU-hours  scale-downs")
-    print(f"{'never':>22}  {(never - busy) * GPUS / 3600:14.1f}  {0:11d}")
-    print(f"{'GKE default (best)':>22}  {(gke - busy) * GPUS / 3600:14.1f}  {'-':>11}")
-    figures = {}
-    for timeout in (120, 300, 1200, 1800):
-        billed, downs, bad = up_seconds_rlops(runs, timeout)
-        figures[timeout] = ((billed - busy) / (gke - busy), bad)
-        print(f"{f'rlops, timeout {timeout // 60}m':>22}  {(billed - busy) * GPUS / 3600:14.1f}  {downs:11d}"
-              f"  ({bad} during a live run)")
-    ratio, bad = figures[120]
-    print(f"reaper-idle-vs-gke-default-2m: {ratio:.2f} (goal <= 0.3)")
-    print(f"reaper-idle-vs-gke-default-30m: {figures[1800][0]:.2f} (goal <= 1)")
-    print(f"reaper-scale-downs-during-runs: {sum(b for _, b in figures.values())} (goal == 0)")
+    print(f"wake {WAKE / 60:.0f} min, {GPUS} GPUs, seed {seed}; idle + waking GPU-hours in a week")
+    header = ("pattern", "runs", "never", "GKE default", "rlops 5m", "rlops 30m", "rlops auto", "optimum")
+    print("  ".join(f"{h:>14}" for h in header))
+    figures, bad_total = {}, 0
+    for name, pattern in PATTERNS.items():
+        runs = pattern(random.Random(seed))
+        never = cost_by_gaps(runs, lambda gap: gap)
+        gke = cost_by_gaps(runs, lambda gap: gap if gap <= GKE_UNNEEDED + GKE_REMOVAL
+                           else GKE_UNNEEDED + GKE_REMOVAL + WAKE)
+        best = cost_by_gaps(runs, lambda gap: min(gap, WAKE))
+        results = {}
+        for label, timeout_at in (("5m", lambda t, s: 300.0), ("30m", lambda t, s: 1800.0), ("auto", auto)):
+            billed, downs, bad = rlops(runs, timeout_at)
+            results[label] = billed
+            bad_total += bad
+        row = (name, str(len(runs)), *(f"{v * GPUS / 3600:.1f}" for v in
+                                       (never, gke, results["5m"], results["30m"], results["auto"], best)))
+        print("  ".join(f"{c:>14}" for c in row))
+        figures[name] = (results["auto"] / best, results["auto"] / gke, best / gke)
+    for name, (vs_best, vs_gke, best_vs_gke) in figures.items():
+        print(f"{name}: the offline optimum itself costs {best_vs_gke:.2f} of GKE's default")
+    for name, (vs_best, vs_gke, _) in figures.items():
+        print(f"reaper-auto-vs-offline-optimum[{name}]: {vs_best:.2f} (goal <= 1.3)")
+    for name, (vs_best, vs_gke, _) in figures.items():
+        print(f"reaper-auto-vs-gke-default[{name}]: {vs_gke:.2f} (goal <= 0.5)")
+    print(f"reaper-scale-downs-during-runs: {bad_total} (goal == 0)")
 
 
 if __name__ == "__main__":

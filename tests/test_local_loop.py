@@ -190,6 +190,7 @@ def test_a_run_goes_from_message_to_checkpoints_to_succeeded(local):
     assert record["report"] == f"{folder}/report/report.md"
     page = local.bucket().blob(record["report"]).download_as_text()
     assert f"| 4 | {series['steps'][-1][1]:.4f} |" in page and "![reward](reward.png)" in page
+    assert re.search(r"^- cost: \d+\.\d\d GPU-hours running, .* `rlops cost local --run first`", page, re.M)
     assert local.bucket().blob(f"{folder}/report/reward.png").download_as_bytes().startswith(b"\x89PNG")
     ended = next(e for e in events if e["run"] == "first" and e.get("state") == "SUCCEEDED")
     assert ended["report"] == record["report"]
@@ -501,6 +502,35 @@ def test_an_idle_pool_is_reaped_and_a_train_message_brings_it_back(local):
     assert record["step"] == 4
 
 
+def test_rlops_cost_shows_each_runs_gpu_hours_the_idle_and_the_reaped_time_and_a_timeline(local):
+    """After the runs above and the reap: the local worker counted as one a3-ultragpu-8g (8 GPUs) at its list
+    price; every run's used GPU-hours from its attempts' running time; the pool's idle and reaped time from its
+    transitions; a PNG timeline."""
+    out = local.rlops("cost", "local").stdout
+    lines = out.splitlines()
+    assert "list prices as of 2026-" in lines[0] and "scale-downs" in lines[1]
+    pool = next(line for line in lines if line.startswith("gpu-pool "))
+    assert "on-demand" in pool and "1 x 8" in pool
+    first = next(line.split() for line in lines if line.startswith("first "))
+    assert first[1] == "SUCCEEDED" and float(first[2]) > 0 and first[4].startswith("$")
+    timeline = local.root / "reports/local/cost-timeline.png"
+    assert f"timeline: {timeline.relative_to(local.root)}" in out
+    assert timeline.read_bytes().startswith(b"\x89PNG")
+    report = json.loads(local.rlops("cost", "local", "--format", "json").stdout)
+    (gpu_pool,) = report["pools"]
+    assert gpu_pool["gpu_hours"]["idle"] > 0 and gpu_pool["gpu_hours"]["reaped"] > 0 and report["reaps"]
+    runs = {row["run"]: row for row in report["runs"]}
+    assert runs["first"]["gpu_hours"]["used"] == pytest.approx(float(first[2]), abs=0.01)
+    # A run's row alone: the pool's rows still count every run.
+    alone = json.loads(local.rlops("cost", "local", "--run", "first", "--format", "json").stdout)
+    assert [row["run"] for row in alone["runs"]] == ["first"]
+    assert alone["pools"][0]["gpu_hours"]["used"] == pytest.approx(gpu_pool["gpu_hours"]["used"], abs=0.01)
+    refused = local.rlops("cost", "local", "--since", "last tuesday", check=False)
+    assert refused.returncode == 1 and "--since last tuesday: expected a date" in refused.stderr
+    md = local.rlops("cost", "local", "--format", "markdown").stdout
+    assert "| pool | capacity |" in md and "![timeline](" in md
+
+
 @pytest.fixture
 def h200_on_local_ray(local, cloud_fakes, specs, monkeypatch):
     """The h200 environment applied to the fake GCP and fake cluster, whose API server proxies the Ray head's
@@ -638,7 +668,7 @@ def test_a_gke_environments_idle_pool_is_reaped_at_once_and_woken_by_a_train_mes
 
     gcp, kube = h200_on_local_ray
     spec = specs / "h200.yaml"
-    spec.write_text(spec.read_text().replace("timeout: 30m", "timeout: 1s"))
+    spec.write_text(spec.read_text().replace("timeout: 30m", "timeout: 1s\n  scale_reserved: true"))
     site = sites.open_site("h200", sites.load_environment("h200"), Endpoints.from_environment())
     assert not reap(site)[0].scale_down  # the first look starts the clock
     time.sleep(1.5)
@@ -694,7 +724,7 @@ def test_the_reaper_and_apply_take_turns_on_the_environments_lock(h200_on_local_
 
     gcp, kube = h200_on_local_ray
     spec = specs / "h200.yaml"
-    spec.write_text(spec.read_text().replace("timeout: 30m", "timeout: 1s"))
+    spec.write_text(spec.read_text().replace("timeout: 30m", "timeout: 1s\n  scale_reserved: true"))
     site = sites.open_site("h200", sites.load_environment("h200"), Endpoints.from_environment())
     assert not reap(site)[0].scale_down  # the first look starts the clock
     time.sleep(1.5)  # the idle timeout itself
@@ -842,7 +872,8 @@ def test_a_gke_checkpoint_is_exported_by_the_lustre_api_verified_and_imported_fo
     out = subprocess.run([sys.executable, "-m", "rlops.checkpoints.gate", "--run-dir", str(target.parent)],
                          capture_output=True, text=True, check=True, env={**os.environ, "PYTHONPATH": os.pathsep.join(
                              [str(root.parent / "shipped"), os.environ.get("PYTHONPATH", "")])}).stdout
-    assert progress.resume_point(out) == {"step": 4, "set_aside": [], "verified": True}
+    said = progress.resume_point(out)
+    assert said.pop("at") and said == {"step": 4, "set_aside": [], "verified": True}
 
 
 def test_a_pod_template_change_waits_for_the_live_ray_job_and_reaches_every_pod_after_it(local, h200_on_local_ray,

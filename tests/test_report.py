@@ -110,15 +110,15 @@ def test_a_run_without_rewards_writes_a_page_and_no_reward_plot(tmp_path):
     assert ".png" not in md
 
 
-def test_idle_before_reaped_and_cost_link(tmp_path):
+def test_idle_before_reaped_and_the_runs_cost(tmp_path):
     record, series, checkpoints = two_attempts()
     ended = record["attempts"][-1]["ended_at"]
 
     md = report.write(tmp_path / "a", record, series, checkpoints,
                       pool={"scaled_down": True, "since": ended + 150},
-                      cost_link="https://console.cloud.google.com/billing").markdown.read_text()
+                      cost="1.50 GPU-hours running").markdown.read_text()
     assert "- idle before reaped: 2.5 min" in md
-    assert "[Cost](https://console.cloud.google.com/billing)" in md
+    assert "- cost: 1.50 GPU-hours running" in md
 
     for pool in ({"scaled_down": False, "since": ended + 150}, {"scaled_down": True, "since": ended - 1},
                  {"scaled_down": True}, None):

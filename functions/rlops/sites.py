@@ -168,12 +168,12 @@ class GkeCluster:
         env = self.env
         endpoint = self._endpoint()
         if "ray-workers" in env.idle.scale_down and endpoint is not None:
-            sizes = {p.name: 0 if down else p.ray_worker_replicas for p in env.gpu_pools}
+            sizes = {p.name: 0 if down else p.ray_worker_replicas for p in env.reapable_pools}
             ray_cluster = Ref("RayCluster", env.ray.cluster_name, env.ray.namespace)
             connect(endpoint, self.endpoints).set_worker_replicas(ray_cluster, sizes)
         if "node-pools" in env.idle.scale_down:
-            for pool in env.gpu_pools:  # one at a time: GKE refuses a second operation on a cluster while one runs
-                size = 0 if down else pool.autoscaling.min_nodes or pool.ray_worker_replicas
+            for pool in env.reapable_pools:  # one at a time: GKE refuses a second operation on a cluster at once
+                size = 0 if down else pool.awake_nodes
                 error = self.node_pools.resize(pool.name, size).wait(self.RESIZE_TIMEOUT_SECONDS)
                 if error:
                     raise ScaleFailed(f"node pool {pool.name}: resize to {size} nodes failed: {error}")

@@ -8,7 +8,8 @@ node where the run directory is: locally the Ray worker's disk, on GKE the head 
 workload is about to read them, with no second job to wait for and no state between the two. The
 run's manifests come with the job as the py_module MODULE (a `manifests.json` inside), since the
 cluster need not reach the state bucket. What does not verify is moved aside (`resume.prepare`);
-the choice is printed as one `[rlops-resume] {...}` line the watcher reads from the job's output.
+the choice is printed as one `[rlops-resume] {...}` line the watcher reads from the job's output, with the
+time the command began (when the attempt started running, for `rlops cost`).
 
 `--unverified` (the recipe's `resume_from: newest`) still sets aside torn checkpoints but takes the
 newest complete one without hashing it, for checkpoints too large to hash at every start.
@@ -18,6 +19,7 @@ import argparse
 import importlib.util
 import json
 import sys
+import time
 from pathlib import Path
 
 from rlops.checkpoints import manifest, resume
@@ -50,11 +52,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--manifests", default=MODULE, metavar="MODULE")
     parser.add_argument("--unverified", action="store_true")
     args = parser.parse_args(argv)
+    started = time.time()  # the attempt's command began here: its running time (rlops cost) counts from now
     if args.unverified:
         point = resume.prepare(args.run_dir, {}, verify=False)
     else:
         point = resume.prepare(args.run_dir, _shipped(args.manifests))
-    print(PREFIX + json.dumps({**point.to_json(), "verified": not args.unverified}, sort_keys=True), flush=True)
+    print(PREFIX + json.dumps({**point.to_json(), "verified": not args.unverified, "at": started}, sort_keys=True),
+          flush=True)
     return 0
 
 

@@ -210,6 +210,33 @@ def _report(args) -> int:
     return Exit.OK
 
 
+def _cost(args) -> int:
+    from datetime import datetime, timezone
+    from pathlib import Path
+
+    from rlops.runs import costing
+
+    since = None
+    if args.since:
+        try:
+            parsed = datetime.fromisoformat(args.since)
+        except ValueError:
+            raise Failure(f"--since {args.since}: expected a date or time such as 2026-12-01 or 2026-12-01T08:00") \
+                from None
+        since = (parsed if parsed.tzinfo else parsed.replace(tzinfo=timezone.utc)).timestamp()
+    site = _site(args.environment, args.endpoints)
+    report = costing.gather(site, since=since, run=args.run_name)
+    if args.format == "json":
+        print(costing.as_json(report))
+        return Exit.OK
+    out = Path(args.output or Path("reports") / args.environment)
+    out.mkdir(parents=True, exist_ok=True)
+    plot = costing.timeline(report, out / "cost-timeline.png")
+    print(costing.text(report, markdown=args.format == "markdown"), end="")
+    print(f"\ntimeline: {plot}" if args.format == "text" else f"\n![timeline]({plot})")
+    return Exit.OK
+
+
 def _table(rows: list) -> str:
     header = ("RUN", "STATE", "ATTEMPT", "STEP", "CHECKPOINT", "REWARD", "AGE")
     lines = [header]
@@ -267,6 +294,13 @@ def add_commands(commands) -> None:
 
     reap = environment_command(commands, "reap", _reap, "one reaper tick now: scale an idle GPU pool to zero")
     reap.add_argument("--dry-run", action="store_true", help="say what it would do and why; change nothing")
+
+    cost = environment_command(commands, "cost", _cost, "GPU-hours and dollars: used, waking, idle and reaped, per "
+                                                        "pool and per run, with a PNG timeline")
+    cost.add_argument("--since", metavar="DATE", help="from this UTC date or time (default: all the pool's history)")
+    cost.add_argument("--run", dest="run_name", metavar="RUN", help="only this run's row (the pool's rows count all)")
+    cost.add_argument("--format", choices=("text", "markdown", "json"), default="text")
+    cost.add_argument("--output", metavar="DIR", help="where the timeline PNG goes (default reports/ENV)")
 
     status = environment_command(
         commands, "status", _status, "the runs of an environment: state, attempt, step, checkpoint")

@@ -9,6 +9,7 @@ billing once GKE removes them; a pool consuming a specific reservation saves not
 a reservation whether VMs run in it or not (it frees the capacity for other work in the project).
 """
 
+import statistics
 from dataclasses import dataclass
 
 
@@ -63,3 +64,52 @@ def savings(env) -> list[str]:
             lines.append(f"node pool {pool.name}: its VMs bill until the cluster autoscaler removes them, "
                          "about 10 minutes after their Ray workers are gone")
     return lines
+
+
+# What a wake costs until this environment has measured its own: a GPU node's start, the pull of a ~20 GB
+# NeMo RL image and the Ray join take minutes; a local worker node, seconds.
+DEFAULT_WAKE_SECONDS = {"gcp": 600.0, "local": 20.0}
+WAKES_MEASURED = 5      # the median of the last few: one slow image pull does not set the timeout
+GAPS_TO_LEARN = 1       # idle gaps seen before the timeout is fitted to them
+GAPS_FITTED = 50        # the most recent ones: the fit follows a team whose habits change
+MARGIN = 1.25           # a gap like one seen may run a little longer: waiting exactly as long would miss it
+
+
+def wake_seconds(measured: list[float], provider: str) -> tuple[float, str]:
+    """The wake cost the timeout is weighed against, and what it is based on."""
+    recent = measured[-WAKES_MEASURED:]
+    if not recent:
+        return DEFAULT_WAKE_SECONDS[provider], f"no wake measured yet: {DEFAULT_WAKE_SECONDS[provider]:.0f}s assumed"
+    return statistics.median(recent), f"median of the last {len(recent)} measured wakes"
+
+
+def idle_cost(gap: float, timeout: float, wake: float) -> float:
+    """Billed seconds an idle gap of `gap` costs with `timeout`: idle the whole gap, or `timeout` and then a wake."""
+    return gap if gap <= timeout else timeout + wake
+
+
+def auto_timeout(wake: float, gaps: list[float]) -> tuple[float, str]:
+    """`idle.timeout: auto`. With no idle gap known yet, the break-even rule: wait as long as a wake costs (never
+    more than twice the best possible on any arrival pattern). Then the timeout in [0, wake] that would have cost
+    least over the recent gaps, with a margin: where most gaps outlast a wake, waiting the break-even time pays
+    nearly twice the optimum and scaling down at once about once (bench/reaper.py). A timeout above the wake
+    cost never helps: a gap that long costs less by scaling down at once."""
+    if len(gaps) < GAPS_TO_LEARN:
+        return wake, f"break-even: {wake:.0f}s, what a wake costs (no idle gap seen yet)"
+    recent = gaps[-GAPS_FITTED:]
+    candidates = sorted({0.0, wake, *(gap for gap in recent if gap < wake)})
+    best = min(candidates, key=lambda timeout: (sum(idle_cost(gap, timeout, wake) for gap in recent), -timeout))
+    chosen = min(wake, best * MARGIN)
+    return chosen, (f"fitted to the last {len(recent)} idle gaps: {best:.0f}s would have cost least with a {wake:.0f}s "
+                    f"wake, {chosen:.0f}s with a margin")
+
+
+def idle_gaps(busy: list[tuple[float, float | None]], now: float) -> list[float]:
+    """The idle gaps between busy spans [(first submitted, last ended or None while running)]: from the end of one
+    busy period to the next submission."""
+    gaps, end = [], None
+    for start, stop in sorted(busy):
+        if end is not None and start > end:
+            gaps.append(start - end)
+        end = now if stop is None else max(end or stop, stop)
+    return gaps

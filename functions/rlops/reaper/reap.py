@@ -24,17 +24,17 @@ from dataclasses import replace
 from rlops.cloud.ray_jobs import ACTIVE, JobView
 from rlops.errors import Failure
 from rlops.logs import emit
-from rlops.reaper.policy import Decision, Picture, decide, savings
+from rlops.reaper.policy import Decision, Picture, auto_timeout, decide, idle_gaps, savings, wake_seconds
 from rlops.sites import Site
 from rlops.spec.model import LocalEnvironment
 from rlops.state.lock import Lock, LockHeld
 from rlops.state.pool import PoolState, PoolStatus
 
 WAKE_LOCK_TIMEOUT_SECONDS = 120.0
+WAKES_KEPT = 50
 
 
-def picture(site: Site, state: PoolStatus, now: float) -> Picture:
-    mine = [job for job in map(JobView.of, site.ray.all()) if job.meta.get("environment") == site.name]
+def picture(site: Site, state: PoolStatus, now: float, mine: list[JobView]) -> Picture:
     ends = [job.end_time / 1000 for job in mine if job.end_time]
     return Picture(now=now, active_jobs=sum(job.status in ACTIVE for job in mine), last_job_end=max(ends, default=None),
                    last_accepted=state.accepted_at, woken_at=state.woken_at or state.created_at,
@@ -48,12 +48,20 @@ def reap(site: Site, dry_run: bool = False) -> tuple[Decision, list[str]]:
     now = time.time()
     if generation == 0:  # first look at this environment: idleness is measured from now
         if not dry_run:
-            pool.write(replace(state, created_at=now), 0)
+            pool.write(replace(state, created_at=now, transitions=state.moved(now, "up")), 0)
         return Decision(False, "first look at this environment: idleness counts from now"), []
     actions = _actions(site, down=True)
     unfinished = state.scaled_down and not state.scaled
+    if not isinstance(site.env, LocalEnvironment) and not site.env.reapable_pools:
+        return Decision(False, "every GPU pool consumes a reservation: scaling down saves nothing (it bills whether "
+                               "its VMs run or not); idle.scale_reserved: true frees the capacity anyway"), []
+    mine = [job for job in map(JobView.of, site.ray.all()) if job.meta.get("environment") == site.name]
+    if not dry_run:
+        state, generation = _note_ready(site, state, generation)
+    seconds, why = timeout(site, state, mine, now)
     decision = Decision(True, "finishing a scale-down that stopped part way", state.since) if unfinished \
-        else decide(picture(site, state, now), site.env.idle.timeout_seconds)
+        else decide(picture(site, state, now, mine), seconds)
+    decision = replace(decision, reason=f"{decision.reason} (timeout: {why})")
     if not decision.scale_down or dry_run:
         return decision, actions if decision.scale_down else []
     try:
@@ -62,7 +70,8 @@ def reap(site: Site, dry_run: bool = False) -> tuple[Decision, list[str]]:
         return Decision(False, f"not this tick: {held}"), []
     with lock:
         if not unfinished:
-            if not pool.write(replace(state, scaled_down=True, since=now, scaled=False), generation):
+            if not pool.write(replace(state, scaled_down=True, since=now, scaled=False,
+                                      transitions=state.moved(now, "down")), generation):
                 return Decision(False, "a train message arrived while deciding"), []
         _scale_and_mark(site, pool, down=True)
     saved = savings(site.env)
@@ -70,6 +79,35 @@ def reap(site: Site, dry_run: bool = False) -> tuple[Decision, list[str]]:
                   "actions": actions, "savings": saved})
     emit("INFO", "GPU pool scaled down", environment=site.name, reason=decision.reason, actions=actions, savings=saved)
     return decision, actions
+
+
+def timeout(site: Site, state: PoolStatus, mine: list[JobView], now: float) -> tuple[float, str]:
+    """The idle timeout in force, and why: the spec's, or `auto` from this environment's wakes and idle gaps."""
+    fixed = site.env.idle.timeout_seconds
+    if fixed is not None:
+        return fixed, f"idle.timeout {site.env.idle.timeout}"
+    provider = "local" if isinstance(site.env, LocalEnvironment) else "gcp"
+    wake_cost, based = wake_seconds([ready - at for at, ready in state.ready], provider)
+    busy = [(job.start_time / 1000, job.end_time / 1000 if job.end_time else None) for job in mine if job.start_time]
+    seconds, why = auto_timeout(wake_cost, idle_gaps(busy, now))
+    return seconds, f"auto, {why}; wake cost: {based}"
+
+
+def _note_ready(site: Site, state: PoolStatus, generation: int) -> tuple[PoolStatus, int]:
+    """When the first GPU node joined Ray after each wake that has no such time yet (Ray's node table keeps its
+    start time, so a late or repeated tick finds the same one)."""
+    waiting = state.wakes_waiting()
+    if not waiting:
+        return state, generation
+    starts = sorted(node["start_time_ms"] / 1000 for node in site.ray.nodes()
+                    if not node.get("is_head_node") and node.get("start_time_ms"))
+    found = [(at, ready) for at in waiting if (ready := next((t for t in starts if t >= at), None)) is not None]
+    if not found:
+        return state, generation
+    noted = replace(state, ready=(*state.ready, *found)[-WAKES_KEPT:])
+    if site.pool.write(noted, generation):
+        return site.pool.read()
+    return state, generation
 
 
 def wake(site: Site) -> bool:
@@ -84,8 +122,11 @@ def wake(site: Site) -> bool:
         now = time.time()
         must_scale = state.scaled_down or not state.scaled
         woken = replace(state, accepted_at=now)
+        if not state.transitions:  # before the reaper's first look: the pool is up, known from now
+            woken = replace(woken, transitions=state.moved(now, "up"))
         if must_scale:
-            woken = replace(woken, scaled_down=False, since=None, woken_at=now, scaled=False)
+            woken = replace(woken, scaled_down=False, since=None, woken_at=now, scaled=False,
+                            transitions=woken.transitions if not state.scaled_down else state.moved(now, "up"))
         if pool.write(woken, generation):
             if must_scale:
                 with _lock(site, "wake", timeout=WAKE_LOCK_TIMEOUT_SECONDS):
@@ -129,7 +170,7 @@ def _actions(site: Site, down: bool) -> list[str]:
                 for i in range(env.local.gpu_pool.workers)]
     size = lambda pool: 0 if down else pool.ray_worker_replicas  # noqa: E731
     actions = [f"RayCluster {env.ray.cluster_name}: worker group {p.name} to {size(p)} replicas"
-               for p in env.gpu_pools] if "ray-workers" in env.idle.scale_down else []
-    actions += [f"node pool {p.name}: resize to {size(p)} nodes" for p in env.gpu_pools
+               for p in env.reapable_pools] if "ray-workers" in env.idle.scale_down else []
+    actions += [f"node pool {p.name}: resize to {size(p)} nodes" for p in env.reapable_pools
                 if "node-pools" in env.idle.scale_down]
     return actions

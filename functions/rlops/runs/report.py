@@ -23,7 +23,7 @@ class Report:
 
 
 def write(out_dir: Path, record: dict, series: dict[int, dict], checkpoints: list[dict],
-          pool: dict | None = None, cost_link: str | None = None) -> Report:
+          pool: dict | None = None, cost: str | None = None) -> Report:
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     attempts = sorted(record.get("attempts") or [], key=lambda a: a["attempt"])
@@ -45,8 +45,8 @@ def write(out_dir: Path, record: dict, series: dict[int, dict], checkpoints: lis
     idle = _idle_before_reaped(attempts, pool)
     if idle is not None:
         lines.append(f"- idle before reaped: {idle / 60:.1f} min")
-    if cost_link:
-        lines.append(f"- [Cost]({cost_link})")
+    if cost:
+        lines.append(f"- cost: {cost}")
     lines.append("")
     lines += [f"![{p.stem}]({p.name})" for p in plots]
     lines += ["", "## Attempts", "", "| attempt | state | submitted | ended | resumed from | failure |",

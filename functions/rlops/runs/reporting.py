@@ -24,7 +24,19 @@ def _checkpoints(site, run: str) -> list[dict]:
 def write(site, record: RunRecord, out_dir: Path) -> report.Report:
     run = record.run
     series = {a.attempt: site.records.metrics(run, a.attempt) or {"steps": [], "saves": []} for a in record.attempts}
-    return report.write(out_dir, record.to_json(), series, _checkpoints(site, run), site.pool.read()[0].to_json())
+    return report.write(out_dir, record.to_json(), series, _checkpoints(site, run), site.pool.read()[0].to_json(),
+                        _cost(site, run))
+
+
+def _cost(site, run: str) -> str:
+    """The run's line of `rlops cost`, and the command that shows the rest."""
+    from rlops.runs import costing
+
+    (row,) = costing.gather(site, run=run)["runs"]
+    hours, usd = row["gpu_hours"], row["usd"]
+    return (f"{hours['used']:.2f} GPU-hours running, {hours['waking']:.2f} waking for its pool, "
+            f"${usd['used'] + usd['waking']:,.2f} at list prices; {row['steps_redone']} steps done again after "
+            f"resumes; `rlops cost {site.name} --run {run}` for the pool's idle and reaped time")
 
 
 def publish(site, record: RunRecord) -> str:

@@ -28,7 +28,11 @@ def handle(data: bytes, endpoints: Endpoints) -> str:
     except (message.Poison, UnknownEnvironment) as poison:
         emit("WARNING", "train message refused", reason=str(poison), bytes=len(data))
         return "poison"
-    site = open_site(request.environment, env, endpoints)
+    return accept(open_site(request.environment, env, endpoints), request, settings)
+
+
+def accept(site, request: message.TrainMessage, settings: dict) -> str:
+    """A valid train message on its environment: 'submitted' or 'duplicate'."""
     job = jobs.for_site(site, request.recipe, request.run, settings, request.requested_by, attempt=1)
     # The record outlives Ray's job table (a restarted head forgets its jobs and their ids): look there first.
     known = site.records.get(request.run)[0] is not None

@@ -118,6 +118,7 @@ def _resume_point(site: Site, record: RunRecord, current: Attempt, text: str) ->
     point = progress.resume_point(text)
     if point is None:
         return
+    current.started_at = point.pop("at", None)
     current.resume_point = point
     if point["step"] is not None or point["set_aside"]:
         site.publish({"type": "resumed", "environment": site.name, "run": record.run, "attempt": current.attempt,

@@ -190,6 +190,11 @@ class Accelerator(Spec):
     driver_version: Literal["default", "latest", "disabled"] = "default"
 
 
+class PoolCost(Spec):
+    usd_per_node_hour: StrictFloat | StrictInt = Field(
+        gt=0, le=100_000, description="A negotiated price per node-hour, in place of the list price rlops knows.")
+
+
 class GpuPool(Spec):
     name: GkeName
     machine_type: MachineType
@@ -200,10 +205,16 @@ class GpuPool(Spec):
     disk_size_gb: StrictInt = Field(100, ge=10, le=65536)
     ray_workers: StrictInt | None = Field(
         None, ge=0, description="Ray worker replicas on this pool; defaults to autoscaling.max_nodes.")
+    cost: PoolCost | None = Field(None, description="Overrides the list price of the machine type (rlops cost).")
 
     @property
     def ray_worker_replicas(self) -> int:
         return self.autoscaling.max_nodes if self.ray_workers is None else self.ray_workers
+
+    @property
+    def awake_nodes(self) -> int:
+        """The nodes the pool has while it is up: what a wake restores (reap.GkeCluster.scale)."""
+        return self.autoscaling.min_nodes or self.ray_worker_replicas
 
 
 class Lustre(Spec):
@@ -306,13 +317,28 @@ class Recipe(Spec):
 
 
 class IdlePolicy(Spec):
-    timeout: Duration = "30m"
+    timeout: Duration | Literal["auto"] = Field(
+        "30m", description="auto: chosen from this environment's measured wakes and idle gaps (rlops reap "
+        "--dry-run says which and why).")
     scale_down: list[Literal["ray-workers", "node-pools"]] = Field(
         default_factory=lambda: ["ray-workers", "node-pools"], min_length=1)
+    scale_reserved: StrictBool = Field(
+        False, description="Scale down pools that consume a reservation too: that saves nothing (a reservation "
+        "bills whether its VMs run or not) but frees its capacity for other work in the project.")
 
     @property
-    def timeout_seconds(self) -> int:
+    def timeout_seconds(self) -> int | None:
+        """The fixed timeout; None for auto."""
+        if self.timeout == "auto":
+            return None
         return int(self.timeout[:-1]) * {"s": 1, "m": 60, "h": 3600}[self.timeout[-1]]
+
+
+class LocalCountsAs(Spec):
+    machine_type: MachineType = "a3-ultragpu-8g"
+    region: _text(REGION, 63) = "us-central1"
+    spot: StrictBool = False
+    usd_per_node_hour: StrictFloat | StrictInt | None = Field(None, gt=0, le=100_000)
 
 
 class LocalGpuPool(Spec):
@@ -323,6 +349,9 @@ class LocalGpuPool(Spec):
     resource: _text(r"^[A-Za-z_][A-Za-z0-9_]*$", 64) = "gpu_pool"
     per_worker: StrictInt = Field(1, ge=1, le=64)
     cpus_per_worker: StrictInt = Field(1, ge=1, le=64)
+    counts_as: LocalCountsAs = Field(default_factory=lambda: LocalCountsAs(),
+                                       description="What rlops cost counts each worker as: a GPU node of this type.")
+
 
 
 class LocalSection(Spec):
@@ -348,6 +377,11 @@ class GcpEnvironment(_Environment):
     gpu_pools: list[GpuPool] = Field(min_length=1)
     lustre: Lustre
     ray: Ray
+
+    @property
+    def reapable_pools(self) -> list[GpuPool]:
+        """The GPU pools the reaper scales: a reservation's only if `idle.scale_reserved` (it saves nothing)."""
+        return [pool for pool in self.gpu_pools if not pool.reservation or self.idle.scale_reserved]
 
     @property
     def rdma_profile(self) -> str:

@@ -10,6 +10,7 @@ from rlops.state.layout import Layout
 from rlops.state.run_records import readable
 
 VERSION = 1
+TRANSITIONS_KEPT = 2000  # a scale-down and a wake an hour for almost six weeks; `rlops cost` says what it knows from
 
 
 @dataclass(frozen=True)
@@ -22,13 +23,32 @@ class PoolStatus:
     woken_at: float | None = None
     error: str | None = None            # why the last scale stopped part way
     error_at: float | None = None
+    # [time, "up" | "down"] as the reaper's first look, its scale-downs and the wakes wrote them, in the same
+    # conditional write as the state they changed: each once, whatever ticks repeat or go missing (rlops cost).
+    transitions: tuple[tuple[float, str], ...] = ()
+    # [wake time, when its first GPU node joined Ray (Ray's node table)]: what each wake cost (idle.timeout auto).
+    ready: tuple[tuple[float, float], ...] = ()
 
     def to_json(self) -> dict:
-        return {"version": VERSION, **asdict(self)}
+        return {"version": VERSION, **asdict(self), "transitions": [list(t) for t in self.transitions],
+                "ready": [list(r) for r in self.ready]}
 
     @classmethod
     def from_json(cls, content: dict) -> "PoolStatus":
-        return cls(**readable(cls, content, "pool.json", VERSION))
+        fields = readable(cls, content, "pool.json", VERSION)
+        fields["transitions"] = tuple((float(at), str(what)) for at, what in fields.get("transitions", ()))
+        fields["ready"] = tuple((float(at), float(ready)) for at, ready in fields.get("ready", ()))
+        return cls(**fields)
+
+    def wakes_waiting(self) -> list[float]:
+        """Wakes (an "up" after a "down") whose first GPU node has not been seen joining yet."""
+        known = {at for at, _ in self.ready}
+        return [at for (at, what), before in zip(self.transitions[1:], self.transitions)
+                if what == "up" and before[1] == "down" and at not in known]
+
+    def moved(self, at: float, to: str) -> tuple[tuple[float, str], ...]:
+        """The transitions with one more, the oldest dropped past TRANSITIONS_KEPT."""
+        return (*self.transitions, (at, to))[-TRANSITIONS_KEPT:]
 
 
 class PoolState:

@@ -44,8 +44,9 @@ class Attempt:
     resumed_from: int | None = None   # the checkpoint step NeMo RL or the recipe said it resumed from
     first_step: int | None = None
     epoch: int = 1
-    # Where a resubmitted attempt was set to resume, and what was set aside (checkpoints.resume.ResumePoint).
+    # Where the attempt's gate set it to resume, and what it set aside (checkpoints.gate).
     resume_point: dict | None = None
+    started_at: float | None = None   # when its command began on a node (the gate's clock): running from then
 
 
 @dataclass
