@@ -15,6 +15,7 @@ import pytest
 
 from conftest import ENVIRONMENTS
 from rlops import costs
+from rlops.cloud.ray_jobs import JobView
 from rlops.endpoints import Endpoints
 from rlops.reaper import policy, reap
 from rlops.runs import costing, message, train, watch
@@ -175,9 +176,10 @@ def test_a_simulated_week_through_the_real_paths_costs_what_was_worked_out_by_ha
     # idle.timeout auto: the wake measured (300 s) and the two idle gaps Ray's job table shows (15740 s, 20 s).
     auto = week.site.env.model_copy(update={"idle": week.site.env.idle.model_copy(update={"timeout": "auto"})})
     week.site.env = auto
-    decision, _ = reap.reap(week.site, dry_run=True)
-    assert "timeout: auto, fitted to the last 2 idle gaps: 20s would have cost least with a 300s wake, 25s with a " \
-           "margin; wake cost: median of the last 1 measured wakes" in decision.reason
+    jobs = [JobView.of(job) for job in week.ray.all()]
+    seconds, why = reap.timeout(week.site, state, jobs, week.clock())
+    assert seconds == 25 and why == ("auto, fitted to the last 2 idle gaps: 20s would have cost least with a 300s "
+                                     "wake, 25s with a margin; wake cost: median of the last 1 measured wakes")
 
 
 def test_the_accounting_splits_time_between_runs_running_at_once_and_knows_nothing_before_its_history():

@@ -473,6 +473,7 @@ def test_an_idle_pool_is_reaped_and_a_train_message_brings_it_back(local):
     local.wait_past_idle_timeout()
     dry = local.rlops("reap", "local", "--dry-run").stdout
     assert dry.startswith("would scale down: idle for") and "stop Ray worker node ray-worker-0 (gpu_pool)" in dry
+    assert f"(timeout: idle.timeout {IDLE_TIMEOUT_SECONDS}s)" in dry
     worker = local.registry()["ray-worker-0"]
     assert worker.alive(), "a dry run changed something"
     done = local.rlops("reap", "local").stdout
@@ -639,7 +640,7 @@ def test_a_tick_for_every_environment_covers_the_applied_gcp_ones_only(h200_on_l
     import main
     from rlops import logs
 
-    monkeypatch.setattr(logs, "_stream", None)  # the functions log to stdout, as on Cloud Run
+    monkeypatch.setattr(logs, "_to_stderr", False)  # the functions log to stdout, as on Cloud Run
     capsys.readouterr()
     main.watch(CloudEvent({"type": "google.cloud.pubsub.topic.v1.messagePublished", "source": "//tests"},
                           {"message": {"data": base64.b64encode(b"{}").decode(), "messageId": "1"}}))

@@ -6,14 +6,16 @@ The CLI sends them to stderr (`to_stderr`), so that its stdout stays what the co
 import json
 import sys
 
-_stream = None
+_to_stderr = False
 
 
 def to_stderr() -> None:
-    global _stream
-    _stream = sys.stderr
+    global _to_stderr
+    _to_stderr = True
 
 
 def emit(severity: str, message: str, **fields) -> None:
-    print(json.dumps({"severity": severity, "message": message, **fields}, default=str), file=_stream or sys.stdout,
-          flush=True)
+    # sys.stderr and sys.stdout are looked up at each line: whoever replaced them since (a test's capture) is
+    # written to, never a stream closed since.
+    print(json.dumps({"severity": severity, "message": message, **fields}, default=str),
+          file=sys.stderr if _to_stderr else sys.stdout, flush=True)

@@ -58,10 +58,13 @@ def reap(site: Site, dry_run: bool = False) -> tuple[Decision, list[str]]:
     mine = [job for job in map(JobView.of, site.ray.all()) if job.meta.get("environment") == site.name]
     if not dry_run:
         state, generation = _note_ready(site, state, generation)
-    seconds, why = timeout(site, state, mine, now)
-    decision = Decision(True, "finishing a scale-down that stopped part way", state.since) if unfinished \
-        else decide(picture(site, state, now, mine), seconds)
-    decision = replace(decision, reason=f"{decision.reason} (timeout: {why})")
+    if unfinished:
+        decision = Decision(True, "finishing a scale-down that stopped part way", state.since)
+    else:
+        seconds, why = timeout(site, state, mine, now)
+        decision = decide(picture(site, state, now, mine), seconds)
+        if decision.idle_since is not None:  # a decision by the idle clock: which timeout, and why
+            decision = replace(decision, reason=f"{decision.reason} (timeout: {why})")
     if not decision.scale_down or dry_run:
         return decision, actions if decision.scale_down else []
     try:
