@@ -145,7 +145,7 @@ def timeline(report: dict, path: Path) -> Path:
 
     when = lambda at: datetime.fromtimestamp(at, timezone.utc)  # noqa: E731
     since, until = report["since"], report["until"]
-    runs = sorted({a["run"] for a in report["attempts"]})
+    runs = sorted({a["run"] for a in report["attempts"] if a["started"] < until and (a["ended"] or until) > since})
     figure, (size, bars) = pyplot.subplots(2, 1, sharex=True, figsize=(10, 2.5 + 0.3 * len(runs)),
                                            gridspec_kw={"height_ratios": [1, max(1, len(runs) * 0.4)]})
     nodes = sum(p["nodes"] for p in report["pools"])
