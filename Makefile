@@ -52,6 +52,7 @@ test: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python bench/validate.py
 	$(BIN)/python bench/plan.py
+	$(BIN)/python bench/doctor.py
 	$(BIN)/python bench/coldstart.py
 	$(BIN)/python bench/snapshot.py
 	$(BIN)/python bench/export.py

@@ -50,6 +50,9 @@ def cloud_fakes(state_buckets, monkeypatch):
         for project in ("rlops-h200-example", "rlops-b200-example"):
             for secret, value in PLANTED_TOKENS.items():
                 gcp.put_secret(f"projects/{project}/secrets/{secret}/versions/latest", value)
+        # The h200 seed's reservation: a3-ultragpu-8g VMs in us-central1-b, room for the tests that grow the pool.
+        gcp.put_reservation("rlops-h200-example", "us-central1-b", "h200-reservation", "a3-ultragpu-8g",
+                            "nvidia-h200-141gb", 8, count=4)
         monkeypatch.setenv("RLOPS_API_ENDPOINTS", json.dumps(gcp.endpoints))
         monkeypatch.setenv("RLOPS_KUBE_API", kube.url)
         yield gcp, kube

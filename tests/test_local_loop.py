@@ -832,6 +832,13 @@ def test_a_gke_checkpoint_is_exported_by_the_lustre_api_verified_and_imported_fo
     content = manifest.build(run_dir / "checkpoint-4", "gke-x")  # what the cluster's scan job would print
     assert write_json_if(site.bucket.blob(site.records.layout.manifest("gke-x", 4)), content, 0)
 
+    # The instance runs one transfer at a time: while another one runs, the policy's export waits for a later tick.
+    other = exports._transfers(site).export("/checkpoints/", f"gs://{site.bucket.name}/elsewhere/")
+    assert exports.tick(site) == [] and "4" not in site.records.get("gke-x")[0].exports
+    deadline = time.monotonic() + 60
+    while not exports._transfers(site).state(other).done:
+        assert time.monotonic() < deadline, "the other transfer did not finish"
+        time.sleep(0.1)
     assert exports.tick(site) == []  # the policy's export started: an operation, followed by the next tick
     started = site.records.get("gke-x")[0].exports["4"]
     assert started["operation"] and "verified_at" not in started

@@ -116,6 +116,7 @@ class Request:
     status: int               # what the fake answered (0 while it is being answered)
     user_agent: str           # User-Agent and x-goog-api-client, joined
     time: float               # time.time() at arrival
+    raw_query: str = ""       # the query as sent (a repeated parameter, as Service Usage's `names`, is all there)
 
 
 @dataclass
@@ -203,9 +204,13 @@ class FakeGcp:
         self._lustre_hosts = itertools.count(3)
         self._faults = itertools.count()
         self._ids = itertools.count(1)
+        # What `rlops doctor` reads of a project (set by tests; by default everything the seeds need is there).
+        self.disabled_services: set[tuple[str, str]] = set()           # (project, service name)
+        self.reservations: dict[tuple[str, str, str], dict] = {}       # (project, zone, name) -> Reservation JSON
+        self.missing_network_profiles: set[str] = set()                # e.g. {"us-central1-b-vpc-roce"}
         self._routes = [(method, re.compile(pattern), handler) for method, pattern, handler in
                         self._compute_routes() + self._servicenetworking_routes() + self._gke_routes()
-                        + self._lustre_routes() + self._secret_routes()]
+                        + self._lustre_routes() + self._secret_routes() + self._project_routes()]
         self._server: JsonServer | None = None
 
     # -- lifecycle ------------------------------------------------------------------------------
@@ -235,7 +240,7 @@ class FakeGcp:
     @property
     def endpoints(self) -> dict[str, str]:
         base = self._server.url
-        return {"compute": base, "container": f"{base}/gke", "lustre": f"{base}/lustre",
+        return {"compute": base, "container": f"{base}/gke", "lustre": f"{base}/lustre", "serviceusage": f"{base}/su",
                 "servicenetworking": f"{base}/sn", "secretmanager": f"{base}/sm"}
 
     # -- test hooks -----------------------------------------------------------------------------
@@ -312,7 +317,7 @@ class FakeGcp:
             body, unreadable = (json.loads(raw) if raw.strip() else None), None
         except ValueError:
             body, unreadable = None, invalid("Invalid JSON payload received.")
-        request = Request(http.command, parts.path, query, body, 0, agent, time.time())
+        request = Request(http.command, parts.path, query, body, 0, agent, time.time(), parts.query)
         with self._lock:
             self.requests.append(request)
         try:
@@ -1250,7 +1255,65 @@ class FakeGcp:
     # -- Secret Manager -------------------------------------------------------------------------
     def _secret_routes(self) -> list:
         version = r"/sm/v1/(?P<version>projects/[^/]+/secrets/[^/]+/versions/[^/:]+)"
-        return [("GET", version + r":access", self._access_secret)]
+        return [("GET", version + r":access", self._access_secret), ("GET", version, self._get_secret_version)]
+
+    def _get_secret_version(self, request, version):
+        """secretmanager v1 SecretVersion, its metadata: the value only ever through :access."""
+        found = self._store["secret_version"].get(version)
+        if found is None:
+            raise ApiError(404, "NOT_FOUND", f"Secret Version [{version}] not found.", "notFound")
+        return {"name": version, "createTime": _timestamp(), "state": found.get("state", "ENABLED")}
+
+    # -- what `rlops doctor` reads: Service Usage, reservations, network profiles ------------------
+    def put_reservation(self, project: str, zone: str, name: str, machine_type: str, accelerator: str,
+                        per_vm: int, count: int, in_use: int = 0, required: bool = True) -> None:
+        """A specific reservation as compute v1 Reservation JSON (int64 counts as strings, as the API writes them)."""
+        self.reservations[(project, zone, name)] = {
+            "kind": "compute#reservation", "name": name, "status": "READY",
+            "zone": f"{COMPUTE}/projects/{project}/zones/{zone}", "specificReservationRequired": required,
+            "selfLink": f"{COMPUTE}/projects/{project}/zones/{zone}/reservations/{name}",
+            "specificReservation": {"count": str(count), "inUseCount": str(in_use), "instanceProperties": {
+                "machineType": machine_type,
+                "guestAccelerators": [{"acceleratorType": accelerator, "acceleratorCount": per_vm}]}}}
+
+    def _project_routes(self) -> list:
+        compute = r"/compute/v1/projects/(?P<project>[^/]+)"
+        return [("GET", r"/su/v1/projects/(?P<project>[^/]+)/services:batchGet", self._batch_get_services),
+                ("GET", compute + r"/zones/(?P<zone>[^/]+)/reservations/(?P<name>[^/]+)", self._get_reservation),
+                ("GET", compute + r"/global/networkProfiles/(?P<name>[^/]+)", self._get_network_profile)]
+
+    def _batch_get_services(self, request, project):
+        """serviceusage v1 BatchGetServicesResponse; `names` repeats in the query (at most 30, the method's doc)."""
+        names = parse_qs(request.raw_query).get("names", [])
+        if len(names) > 30:
+            raise invalid("names: at most 30 services can be requested at once.")
+        answer = []
+        for name in names:
+            service = name.rsplit("/", 1)[-1]
+            state = "DISABLED" if (project, service) in self.disabled_services else "ENABLED"
+            answer.append({"name": f"projects/{self._project_number(project)}/services/{service}",
+                           "parent": f"projects/{self._project_number(project)}", "state": state,
+                           "config": {"name": service}})
+        return {"services": answer}
+
+    def _project_number(self, project: str) -> str:
+        return str(abs(hash(project)) % 10**12)
+
+    def _get_reservation(self, request, project, zone, name):
+        found = self.reservations.get((project, zone, name))
+        if found is None:
+            raise not_found(f"projects/{project}/zones/{zone}/reservations/{name}")
+        return found
+
+    def _get_network_profile(self, request, project, name):
+        """Network profiles are Google's, one per zone and kind (`ZONE-vpc-roce`, GKE's A3 Ultra/A4 RDMA guides)."""
+        match = re.fullmatch(r"(?P<zone>[a-z]+-[a-z]+\d+-[a-z])-vpc-(?P<kind>roce|falcon)", name)
+        if match is None or name in self.missing_network_profiles:
+            raise not_found(f"projects/{project}/global/networkProfiles/{name}")
+        return {"kind": "compute#networkProfile", "name": name, "id": str(abs(hash(name)) % 10**15),
+                "zone": f"{COMPUTE}/projects/{project}/zones/{match['zone']}",
+                "location": {"name": match["zone"], "scope": "ZONE"},
+                "selfLink": f"{COMPUTE}/projects/{project}/global/networkProfiles/{name}"}
 
     def _access_secret(self, request, version):
         found = self._store["secret_version"].get(version)

@@ -78,6 +78,15 @@ def _plan(args: argparse.Namespace) -> int:
     return Exit.OK
 
 
+def _doctor(args: argparse.Namespace) -> int:
+    from rlops.provision import doctor
+
+    env = cloud_environment(args.environment, "doctor")
+    findings = doctor.examine(env, Connection.to(args.endpoints), bucket(env, args.endpoints))
+    sys.stdout.write(doctor.render(findings, args.format))
+    return Exit.ERROR if doctor.failed(findings) else Exit.OK
+
+
 def _apply(args: argparse.Namespace) -> int:
     from rlops.provision import output, service
 
@@ -88,6 +97,18 @@ def _apply(args: argparse.Namespace) -> int:
             live = service.read_one(env, Connection.to(args.endpoints), bucket(env, args.endpoints))
         print("\n".join(service.dry_run(env, live)))
         return Exit.OK
+    if args.skip_doctor:
+        say("doctor: skipped (--skip-doctor): apply may fail part way on what it would have found")
+    else:
+        from rlops.provision import doctor
+
+        findings = doctor.examine(env, Connection.to(args.endpoints), bucket(env, args.endpoints))
+        stopping = doctor.failed(findings)
+        if stopping:
+            sys.stderr.write(doctor.render(stopping))
+            raise Failure(f"doctor: {len(stopping)} check(s) failed; nothing was changed (`rlops doctor "
+                          f"{env.name}` for all of them, `--skip-doctor` to apply anyway)")
+        say(f"doctor: {len(findings)} checks, none failed")
     session = service.Session(env, Connection.to(args.endpoints), bucket(env, args.endpoints), say, args.lock_timeout,
                               args.ready_timeout)
 
@@ -187,9 +208,15 @@ def add_commands(commands) -> None:
                        help="how long to wait for the NCCL installer and the RayCluster to be ready (default 1800)")
     apply.add_argument("--delete-data", action="store_true",
                        help="allow replacing the Lustre instance (also needs lustre.deletion_policy: delete)")
+    apply.add_argument("--skip-doctor", action="store_true",
+                       help="apply without the doctor's checks first (said in the output)")
     apply.add_argument("--commit", metavar="GIT_SHA",
                        help="the commit whose spec this is (the apply pipeline's): recorded, and an apply of an "
                             "older commit than the one recorded is skipped (exit 0)")
+
+    doctor = environment_command(commands, "doctor", _doctor, "check, before apply, what would make it fail part "
+                                                              "way: APIs, reservations, network profile, bucket, secrets")
+    doctor.add_argument("--format", choices=("text", "markdown", "json"), default="text")
 
     destroy = environment_command(
         commands, "destroy", _destroy, "delete what rlops created, in reverse order (Lustre is kept)")

@@ -75,6 +75,23 @@ class Connection:
     _clients: dict = field(default_factory=dict, compare=False, repr=False)
     _clients_lock: threading.Lock = field(default_factory=threading.Lock, compare=False, repr=False)
 
+    def discovery(self, api: str, version: str, http=None):
+        """A google-api-python-client of `api` (for the APIs with no GAPIC library), from its bundled discovery
+        document."""
+        import google.auth
+        import httplib2
+        from google_auth_httplib2 import AuthorizedHttp
+        from googleapiclient import discovery
+        from googleapiclient.http import set_user_agent
+
+        if http is None:
+            credentials = self.credentials
+            if credentials is None:
+                credentials, _ = google.auth.default(scopes=["https://www.googleapis.com/auth/cloud-platform"])
+            http = set_user_agent(AuthorizedHttp(credentials, http=httplib2.Http(timeout=60)), self.user_agent)
+        return discovery.build(api, version, static_discovery=True, cache_discovery=False,
+                               client_options=self.client_options(api), http=http)
+
     def gapic(self, api: str, client_class: type):
         """The one `client_class` (a GAPIC client of `api`) of this connection, over REST."""
         with self._clients_lock:

@@ -1,11 +1,5 @@
 """Private service access peering (servicenetworking v1 through google-api-python-client: there is no GAPIC library)."""
 
-import google.auth
-import httplib2
-from google_auth_httplib2 import AuthorizedHttp
-from googleapiclient import discovery
-from googleapiclient.http import set_user_agent
-
 from rlops.cloud.base import Connection, Pending, Read, Target, call, last_segment, read_each
 from rlops.resource_shapes import Live, Resource
 
@@ -18,8 +12,7 @@ class ServiceNetworkingAdapter:
 
     def __init__(self, target: Target, connection: Connection, http=None):
         self.target = target
-        self.client = discovery.build("servicenetworking", "v1", static_discovery=True, cache_discovery=False,
-                                      client_options=connection.client_options(API), http=http or _http(connection))
+        self.client = connection.discovery(API, "v1", http)
 
     def _network(self, name: str) -> str:
         # Service networking names the consumer network by project NUMBER, not ID (seed-inventory §2, step 7a).
@@ -73,13 +66,6 @@ class ServiceNetworkingAdapter:
             return bool(current.get("done")), _error(current)
 
         return Pending(f"service networking {name}", poll)
-
-
-def _http(connection: Connection):
-    credentials = connection.credentials
-    if credentials is None:
-        credentials, _ = google.auth.default(scopes=["https://www.googleapis.com/auth/cloud-platform"])
-    return set_user_agent(AuthorizedHttp(credentials, http=httplib2.Http(timeout=60)), connection.user_agent)
 
 
 def _error(operation: dict) -> str | None:

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from pathlib import Path, PurePosixPath
 
 from rlops.checkpoints import export, layout, manifest
+from rlops.cloud.base import CloudError, is_conflict
 from rlops.errors import Failure
 from rlops.logs import emit
 from rlops.runs import jobs, policy
@@ -64,6 +65,12 @@ def tick(site) -> list[dict]:
         for step in due:
             try:
                 done = _export_due(site, record, step, recipe.export.to)
+            except CloudError as refused:
+                if not is_conflict(refused):
+                    raise
+                # The Lustre API runs one transfer per instance (managed-lustre/docs/transfer-data): next tick.
+                emit("INFO", "checkpoint export waits for the instance's transfer in progress", run=run, step=step)
+                break
             except Failure as failed:  # a pruned or altered checkpoint: said once, not tried every tick
                 emit("WARNING", "checkpoint not exported", run=run, step=step, reason=str(failed))
                 _record(site, run, step, {"error": str(failed), "at": time.time()})
