@@ -383,11 +383,19 @@ def test_a_preempted_run_is_resubmitted_and_resumes_from_its_last_checkpoint(loc
     record = local.tick_until("preempted", lambda r: len(r["attempts"]) == 2)
     assert record["attempts"][0]["failure"]["kind"] == "node-lost"
     assert "RESUBMITTED" in [h["state"] for h in record["history"]]
+    # While no GPU-pool node is up, the pending attempt says why, in the record, an event and `status`.
+    record = local.tick_until("preempted", lambda r: r["waiting"])
+    assert record["waiting"] == "no GPU-pool node is up (stopped, or lost): `rlops up` starts it again"
+    status = local.rlops("status", "local", "--run", "preempted").stdout
+    assert "preempted: waiting: no GPU-pool node is up (stopped, or lost)" in status
+    assert any(e["type"] == "waiting" and e["run"] == "preempted" for e in local.events())
     up = local.rlops("up", "local").stdout  # brings the node back, and says it had stopped
     assert "ray-worker-0 (pid" in up and "had stopped" in up
     # The attempt's gate chooses where it resumes on the node, as the attempt starts.
-    point = local.tick_until("preempted", lambda r: r["attempts"][1]["resume_point"])["attempts"][1]["resume_point"]
+    record = local.tick_until("preempted", lambda r: r["attempts"][1]["resume_point"])
+    point = record["attempts"][1]["resume_point"]
     assert point["step"] == saved and [(a["step"], a["reason"]) for a in point["set_aside"]] == cut_off
+    assert record["waiting"] is None and "waiting" not in local.rlops("status", "local", "--run", "preempted").stdout
     record = local.tick_until("preempted", lambda r: r["state"] == "SUCCEEDED")
     second = record["attempts"][1]
     assert second["resumed_from"] == saved and second["first_step"] == saved + 1

@@ -174,10 +174,13 @@ def _status(args) -> int:
     shown = None
     while True:
         rows = [record for record, _ in site.records.all().values() if args.run_name in (None, record.run)]
-        states = [(r.run, r.state, len(r.attempts), r.step, r.last_checkpoint) for r in rows]
+        states = [(r.run, r.state, len(r.attempts), r.step, r.last_checkpoint, r.waiting) for r in rows]
         if states != shown:
             if rows:
                 print(_table(rows), flush=True)
+                for record in rows:
+                    if record.waiting and record.state == "PENDING":
+                        print(f"{record.run}: waiting: {record.waiting}", flush=True)
             else:
                 print(f"waiting for run {args.run_name}" if args.run_name else f"no runs in {args.environment}",
                       flush=True)

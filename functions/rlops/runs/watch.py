@@ -87,14 +87,15 @@ def _advance(site: Site, record: RunRecord, attempts: dict[int, JobView], nodes:
         text = _update_progress(site, record, current, job, recipe.runner if recipe else "trl")
     transition = policy.advance(record, job, nodes.get() if policy.needs_nodes(record, job) else [], now,
                                 recipe.resume_budget if recipe else None)
+    waited = _waiting(site, record, job, transition, nodes)
     if transition is None:
-        return []
+        return waited
     if transition.state in policy.TERMINAL and text:
         site.records.save_log(record.run, current.attempt, text)
     current.state = record.state = transition.state
     record.history.append(HistoryEntry(now, current.attempt, transition.state))
-    changes = [{"attempt": current.attempt, "state": transition.state,
-                **({"reason": transition.reason} if transition.reason else {})}]
+    changes = waited + [{"attempt": current.attempt, "state": transition.state,
+                         **({"reason": transition.reason} if transition.reason else {})}]
     if transition.ended_at is not None:
         current.ended_at = transition.ended_at
     if transition.failure is not None:
@@ -110,6 +111,22 @@ def _advance(site: Site, record: RunRecord, attempts: dict[int, JobView], nodes:
         emit("INFO", "run resubmitted after its nodes went away", run=record.run, attempt=number,
              submission_id=request.submission_id)
     return changes
+
+
+def _waiting(site: Site, record: RunRecord, job: JobView | None, transition, nodes: _Nodes) -> list[dict]:
+    """Why a pending attempt does not run, in one line, when rlops can tell (locally: no GPU-pool node); kept in
+    the record and said in a `waiting` event when it changes. Empty when nothing changed."""
+    state = transition.state if transition is not None else (job.status if job is not None else record.current.state)
+    cause = policy.waiting_cause(state, nodes.get(), site.pool.read()[0].scaled_down) if state == "PENDING" and \
+        site.checkpoints_here else None
+    if cause == record.waiting:
+        return []
+    record.waiting = cause
+    if cause is None:
+        return []
+    site.publish({"type": "waiting", "environment": site.name, "run": record.run, "attempt": record.current.attempt,
+                  "cause": cause})
+    return [{"attempt": record.current.attempt, "state": "PENDING", "reason": f"waiting: {cause}"}]
 
 
 def _resume_point(site: Site, record: RunRecord, current: Attempt, text: str) -> None:

@@ -75,6 +75,7 @@ class RunRecord:
     manifests: dict[str, dict] = field(default_factory=dict)  # step -> {object, digest}: the snapshot's links
     report: str | None = None                                  # the report's object, once the run ended
     exports: dict[str, dict] = field(default_factory=dict)      # step -> {destination, objects, verified_at}
+    waiting: str | None = None                                 # why its pending attempt is not running, if known
 
     @property
     def current(self) -> Attempt:
