@@ -282,6 +282,21 @@ def test_a_plan_longer_than_one_comment_is_split_and_a_shorter_one_removes_the_r
     assert all(r.authorization == f"Bearer {TOKEN}" for r in github.requests)
 
 
+def test_a_live_plan_comment_carries_each_changed_environments_doctor_table(workspace, github, cloud_fakes):
+    gcp, _ = cloud_fakes
+    gcp.disabled_services.add(("rlops-h200-example", "lustre.googleapis.com"))
+    edit(workspace, "h200.yaml", "autoscaling: {min_nodes: 0, max_nodes: 2}", "autoscaling: {min_nodes: 0, max_nodes: 3}")
+    open_pull_request(workspace, "grow")
+    done = run_step(workspace, github, load("plan.yaml"), "plan", {"_BASE_BRANCH": "main", "_PR_NUMBER": "9",
+                                                                    "_LIVE_PLAN": "true"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    posted = "\n".join(github.comments_on(9))
+    assert "### rlops doctor h200" in posted and "| check | verdict | found | fix |" in posted
+    assert "| apis | fail | not enabled: lustre.googleapis.com |" in posted
+    assert "| reservation h200-reservation | ok |" in posted
+    assert not gcp.mutations()
+
+
 def test_the_live_plan_is_its_own_part_so_the_pair_fits_the_comment_limit(workspace, github):
     """Two files, each under the limit, together over it: each becomes its own part."""
     rlops = str(workspace / ".venv" / "bin" / "rlops")

@@ -208,6 +208,7 @@ class FakeGcp:
         self.disabled_services: set[tuple[str, str]] = set()           # (project, service name)
         self.reservations: dict[tuple[str, str, str], dict] = {}       # (project, zone, name) -> Reservation JSON
         self.missing_network_profiles: set[str] = set()                # e.g. {"us-central1-b-vpc-roce"}
+        self.denied_permissions: set[tuple[str, str]] = set()          # (project, permission) the caller lacks
         self._routes = [(method, re.compile(pattern), handler) for method, pattern, handler in
                         self._compute_routes() + self._servicenetworking_routes() + self._gke_routes()
                         + self._lustre_routes() + self._secret_routes() + self._project_routes()]
@@ -241,6 +242,7 @@ class FakeGcp:
     def endpoints(self) -> dict[str, str]:
         base = self._server.url
         return {"compute": base, "container": f"{base}/gke", "lustre": f"{base}/lustre", "serviceusage": f"{base}/su",
+                "cloudresourcemanager": f"{base}/crm",
                 "servicenetworking": f"{base}/sn", "secretmanager": f"{base}/sm"}
 
     # -- test hooks -----------------------------------------------------------------------------
@@ -289,7 +291,7 @@ class FakeGcp:
     def mutations(self) -> list[Request]:
         """Accepted requests that create, change or delete something (not operation polls or waits)."""
         return [r for r in list(self.requests) if r.method in ("POST", "PATCH", "PUT", "DELETE")
-                and 200 <= r.status < 300 and not r.path.endswith("/wait")]
+                and 200 <= r.status < 300 and not r.path.endswith(("/wait", ":testIamPermissions"))]
 
     def resources(self, kind: str) -> dict[str, dict]:
         """name -> a copy of the stored JSON (a peering connection is keyed by its network's name)."""
@@ -1279,6 +1281,7 @@ class FakeGcp:
     def _project_routes(self) -> list:
         compute = r"/compute/v1/projects/(?P<project>[^/]+)"
         return [("GET", r"/su/v1/projects/(?P<project>[^/]+)/services:batchGet", self._batch_get_services),
+                ("POST", r"/crm/v1/projects/(?P<project>[^/]+):testIamPermissions", self._test_permissions),
                 ("GET", compute + r"/zones/(?P<zone>[^/]+)/reservations/(?P<name>[^/]+)", self._get_reservation),
                 ("GET", compute + r"/global/networkProfiles/(?P<name>[^/]+)", self._get_network_profile)]
 
@@ -1295,6 +1298,16 @@ class FakeGcp:
                            "parent": f"projects/{self._project_number(project)}", "state": state,
                            "config": {"name": service}})
         return {"services": answer}
+
+    def _test_permissions(self, request, project):
+        """cloudresourcemanager v1 TestIamPermissionsResponse: the subset of the asked permissions the caller holds;
+        a wildcard is refused (TestIamPermissionsRequest.permissions: "Permissions with wildcards ... are not
+        allowed")."""
+        asked = (request.body or {}).get("permissions", [])
+        if any("*" in permission for permission in asked):
+            raise invalid("Permissions with wildcards (such as * or storage.*) are not allowed.")
+        held = [permission for permission in asked if (project, permission) not in self.denied_permissions]
+        return {"permissions": held} if held else {}
 
     def _project_number(self, project: str) -> str:
         return str(abs(hash(project)) % 10**12)

@@ -4,13 +4,14 @@ Each check reads the project as the API that `apply` will meet reads it, and say
 what it found, and the fix. `apply` runs the checks first and stops before any change when one fails
 (`--skip-doctor` overrides it).
 
-Checked: the APIs `apply` calls are enabled (Service Usage); a pool's specific reservation exists in
+Checked: the APIs `apply` calls are enabled (Service Usage); the caller holds the permissions `apply` needs on the
+project (Resource Manager `testIamPermissions`); a pool's specific reservation exists in
 the zone, for the machine type and accelerators, with enough unused VMs for `max_nodes`; the zone's
 RDMA network profile exists (Compute); the state bucket exists (versioning and uniform access: warn);
 each Secret Manager version the spec names exists and is enabled (its metadata, never its value).
 Not checked yet, and said so: GPU quotas (A3 Ultra and A4 GPUs are counted by the Cloud Quotas API,
 whose definition does not ship with the client libraries rlops uses, and Compute's regional quota
-list has no H200 or B200 metric), IAM permissions, GKE versions, Managed Lustre locations.
+list has no H200 or B200 metric), the bucket's and the secrets' own IAM, GKE versions, Managed Lustre locations.
 """
 
 import json
@@ -27,6 +28,17 @@ SERVICES = ("compute.googleapis.com", "container.googleapis.com", "lustre.google
             "servicenetworking.googleapis.com", "secretmanager.googleapis.com", "storage.googleapis.com")
 
 
+# What `apply` asks of the caller on the project, by the requests that need each (IAM's permissions reference).
+PERMISSIONS = {
+    "compute.networks.create": "networks.insert", "compute.subnetworks.create": "subnetworks.insert",
+    "compute.firewalls.create": "firewalls.insert", "compute.globalAddresses.createInternal": "the PSA range",
+    "servicenetworking.services.addPeering": "the private services access peering",
+    "container.clusters.create": "clusters.create", "container.clusters.update": "node pools and cluster updates",
+    "lustre.instances.create": "instances.create", "secretmanager.versions.access": "the token Secret's values",
+    "storage.objects.create": "the state records (granted on the project or, else, on the bucket)",
+}
+
+
 @dataclass(frozen=True)
 class Finding:
     check: str
@@ -37,7 +49,8 @@ class Finding:
 
 def examine(env: CloudEnvironment, connection: Connection, bucket) -> list[Finding]:
     """Every check, in parallel; a check that cannot read what it needs fails saying why."""
-    checks = [_apis, _reservations, _network_profile, _secrets, lambda env, connection: _state_bucket(bucket)]
+    checks = [_apis, _permissions, _reservations, _network_profile, _secrets,
+              lambda env, connection: _state_bucket(bucket)]
     with ThreadPoolExecutor(max_workers=len(checks)) as pool:
         futures = [pool.submit(_guarded, check, env, connection) for check in checks]
         found = [finding for future in futures for finding in future.result()]
@@ -65,6 +78,21 @@ def _apis(env: CloudEnvironment, connection: Connection) -> list[Finding]:
         return [Finding("apis", "fail", f"not enabled: {', '.join(disabled)}",
                         f"gcloud services enable {' '.join(disabled)} --project={env.spec.project.id}")]
     return [Finding("apis", "ok", f"enabled: {', '.join(SERVICES)}")]
+
+
+def _permissions(env: CloudEnvironment, connection: Connection) -> list[Finding]:
+    """The caller's permissions on the project (Resource Manager `projects.testIamPermissions`): the subset held."""
+    client = connection.discovery("cloudresourcemanager", "v1")
+    request = client.projects().testIamPermissions(resource=env.spec.project.id,
+                                                    body={"permissions": sorted(PERMISSIONS)})
+    held = set(call("cloudresourcemanager", "test the caller's permissions", request.execute).get("permissions", []))
+    missing = sorted(set(PERMISSIONS) - held)
+    if missing:
+        return [Finding("permissions", "fail", "the caller lacks " + ", ".join(
+            f"{permission} ({PERMISSIONS[permission]})" for permission in missing),
+            "grant a role that holds them (e.g. roles/compute.networkAdmin, roles/container.admin, roles/lustre.admin, "
+            "roles/servicenetworking.networksAdmin, roles/secretmanager.secretAccessor) to the account apply runs as")]
+    return [Finding("permissions", "ok", f"the caller holds the {len(PERMISSIONS)} permissions apply needs")]
 
 
 def _reservations(env: CloudEnvironment, connection: Connection) -> list[Finding]:
@@ -162,7 +190,7 @@ def render(findings: list[Finding], fmt: str = "text") -> str:
         (f.check, f.verdict.upper(), f.found, f.fix) for f in sorted(findings, key=lambda f: (order[f.verdict], f.check))]
     if fmt == "markdown":
         return "\n".join(["| check | verdict | found | fix |", "|---|---|---|---|"]
-                         + [f"| {c} | {v} | {f} | {x} |" for c, v, f, x in rows[1:]]) + "\n"
+                         + [f"| {c} | {v.lower()} | {f} | {x} |" for c, v, f, x in rows[1:]]) + "\n"
     widths = [max(len(row[i]) for row in rows) for i in range(2)]
     indent = " " * (widths[0] + widths[1] + 4)
     return "\n".join(f"{c.ljust(widths[0])}  {v.ljust(widths[1])}  {f}" + (f"\n{indent}fix: {x}" if x and i else "")
