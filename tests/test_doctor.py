@@ -20,7 +20,7 @@ def test_the_seeds_project_passes_every_check_and_says_what_it_did_not_check(clo
     assert code == 0, found
     verdicts = {check: verdict for check, verdict in found}
     assert verdicts["apis"] == "ok" and verdicts["reservation h200-reservation"] == "ok"
-    assert verdicts["permissions"] == "ok"
+    assert verdicts["permissions"] == "ok" and verdicts["machine type a3-ultragpu-8g"] == "ok"
     assert verdicts["network-profile"] == "ok" and verdicts["secret HF_TOKEN"] == "ok"
     assert verdicts["state-bucket"] in ("ok", "warn") and verdicts["gpu-quota"] == "warn"
     assert "4 of 4 VMs unused, for up to 2" in found[("reservation h200-reservation", "ok")]["found"]
@@ -34,6 +34,8 @@ def test_the_seeds_project_passes_every_check_and_says_what_it_did_not_check(clo
      "not enabled: lustre.googleapis.com"),
     (lambda gcp: gcp.denied_permissions.add(("rlops-h200-example", "lustre.instances.create")), "permissions",
      "the caller lacks lustre.instances.create (instances.create)"),
+    (lambda gcp: gcp.machine_types_missing.add(("us-central1-b", "a3-ultragpu-8g")), "machine type a3-ultragpu-8g",
+     "a3-ultragpu-8g is not offered in us-central1-b"),
     (lambda gcp: gcp.reservations.clear(), "reservation h200-reservation", "no reservation h200-reservation in "
      "us-central1-b"),
     (lambda gcp: gcp.put_reservation("rlops-h200-example", "us-central1-b", "h200-reservation", "a3-ultragpu-8g",

@@ -209,6 +209,7 @@ class FakeGcp:
         self.reservations: dict[tuple[str, str, str], dict] = {}       # (project, zone, name) -> Reservation JSON
         self.missing_network_profiles: set[str] = set()                # e.g. {"us-central1-b-vpc-roce"}
         self.denied_permissions: set[tuple[str, str]] = set()          # (project, permission) the caller lacks
+        self.machine_types_missing: set[tuple[str, str]] = set()       # (zone, machine type) not offered there
         self._routes = [(method, re.compile(pattern), handler) for method, pattern, handler in
                         self._compute_routes() + self._servicenetworking_routes() + self._gke_routes()
                         + self._lustre_routes() + self._secret_routes() + self._project_routes()]
@@ -1283,7 +1284,22 @@ class FakeGcp:
         return [("GET", r"/su/v1/projects/(?P<project>[^/]+)/services:batchGet", self._batch_get_services),
                 ("POST", r"/crm/v1/projects/(?P<project>[^/]+):testIamPermissions", self._test_permissions),
                 ("GET", compute + r"/zones/(?P<zone>[^/]+)/reservations/(?P<name>[^/]+)", self._get_reservation),
-                ("GET", compute + r"/global/networkProfiles/(?P<name>[^/]+)", self._get_network_profile)]
+                ("GET", compute + r"/global/networkProfiles/(?P<name>[^/]+)", self._get_network_profile),
+                ("GET", compute + r"/zones/(?P<zone>[^/]+)/machineTypes/(?P<name>[^/]+)", self._get_machine_type)]
+
+    def _get_machine_type(self, request, project, zone, name):
+        """compute v1 MachineType of the GPU machines rlops knows (vCPUs, memory and GPUs from the machine families
+        page, as `rlops.spec.catalog` holds them); 404 for one not offered in the zone (`machine_types_missing`)."""
+        from rlops.spec import catalog
+
+        machine = catalog.GPU_MACHINES.get(name)
+        if machine is None or (zone, name) in self.machine_types_missing:
+            raise not_found(f"projects/{project}/zones/{zone}/machineTypes/{name}")
+        return {"kind": "compute#machineType", "name": name, "zone": zone, "guestCpus": machine.vcpus,
+                "memoryMb": int(machine.memory_gib * 1024), "isSharedCpu": False,
+                "accelerators": [{"guestAcceleratorType": machine.accelerator,
+                                  "guestAcceleratorCount": machine.accelerators_per_node}],
+                "selfLink": f"{COMPUTE}/projects/{project}/zones/{zone}/machineTypes/{name}"}
 
     def _batch_get_services(self, request, project):
         """serviceusage v1 BatchGetServicesResponse; `names` repeats in the query (at most 30, the method's doc)."""

@@ -5,7 +5,8 @@ what it found, and the fix. `apply` runs the checks first and stops before any c
 (`--skip-doctor` overrides it).
 
 Checked: the APIs `apply` calls are enabled (Service Usage); the caller holds the permissions `apply` needs on the
-project (Resource Manager `testIamPermissions`); a pool's specific reservation exists in
+project (Resource Manager `testIamPermissions`); each pool's machine type is offered in the zone with its
+accelerators; a pool's specific reservation exists in
 the zone, for the machine type and accelerators, with enough unused VMs for `max_nodes`; the zone's
 RDMA network profile exists (Compute); the state bucket exists (versioning and uniform access: warn);
 each Secret Manager version the spec names exists and is enabled (its metadata, never its value).
@@ -49,7 +50,7 @@ class Finding:
 
 def examine(env: CloudEnvironment, connection: Connection, bucket) -> list[Finding]:
     """Every check, in parallel; a check that cannot read what it needs fails saying why."""
-    checks = [_apis, _permissions, _reservations, _network_profile, _secrets,
+    checks = [_apis, _permissions, _machine_types, _reservations, _network_profile, _secrets,
               lambda env, connection: _state_bucket(bucket)]
     with ThreadPoolExecutor(max_workers=len(checks)) as pool:
         futures = [pool.submit(_guarded, check, env, connection) for check in checks]
@@ -93,6 +94,31 @@ def _permissions(env: CloudEnvironment, connection: Connection) -> list[Finding]
             "grant a role that holds them (e.g. roles/compute.networkAdmin, roles/container.admin, roles/lustre.admin, "
             "roles/servicenetworking.networksAdmin, roles/secretmanager.secretAccessor) to the account apply runs as")]
     return [Finding("permissions", "ok", f"the caller holds the {len(PERMISSIONS)} permissions apply needs")]
+
+
+def _machine_types(env: CloudEnvironment, connection: Connection) -> list[Finding]:
+    """Each GPU pool's machine type is offered in the zone (compute `machineTypes.get`: 404 where it is not), with
+    the accelerators the pool asks for."""
+    spec, found = env.spec, []
+    client = connection.gapic("compute", compute_v1.MachineTypesClient)
+    for pool in spec.gpu_pools:
+        check = f"machine type {pool.machine_type}"
+        offered = get_or_none("compute", f"get machine type {pool.machine_type}", client.get, project=spec.project.id,
+                              zone=spec.zone, machine_type=pool.machine_type)
+        if offered is None:
+            found.append(Finding(check, "fail", f"{pool.machine_type} is not offered in {spec.zone}",
+                                 f"gcloud compute machine-types list --filter=name={pool.machine_type} shows the zones "
+                                 "that offer it; move the environment's zone"))
+            continue
+        accelerators = {a.guest_accelerator_type: a.guest_accelerator_count for a in offered.accelerators}
+        if accelerators and accelerators.get(pool.accelerator.type) != pool.accelerator.count:
+            found.append(Finding(check, "fail", f"{pool.machine_type} in {spec.zone} carries {accelerators}, the pool "
+                                 f"asks for {pool.accelerator.count} x {pool.accelerator.type}",
+                                 "match gpu_pools[].accelerator to the machine type"))
+        else:
+            found.append(Finding(check, "ok", f"offered in {spec.zone} with {pool.accelerator.count} x "
+                                 f"{pool.accelerator.type}" + (" (as Spot VMs for this pool)" if pool.spot else "")))
+    return found
 
 
 def _reservations(env: CloudEnvironment, connection: Connection) -> list[Finding]:
