@@ -439,27 +439,26 @@ def _size(count: int | None) -> str:
 def add_checkpoint_commands(commands) -> None:
     checkpoints = commands.add_parser("checkpoints", help="checkpoint manifests: list a run's, build one, verify one")
     verbs = checkpoints.add_subparsers(dest="verb", required=True, metavar="VERB")
-    listing = verbs.add_parser("list", help="a run's checkpoints with their manifests and whether they verify")
-    listing.add_argument("environment", metavar="ENV")
-    listing.add_argument("run_name", metavar="RUN")
-    listing.set_defaults(run=_list_checkpoints)
+
+    def of_a_run(verb: str, run, help: str) -> argparse.ArgumentParser:
+        parser = verbs.add_parser(verb, help=help)
+        parser.add_argument("environment", metavar="ENV")
+        parser.add_argument("run_name", metavar="RUN")
+        parser.set_defaults(run=run)
+        return parser
+
+    of_a_run("list", _list_checkpoints, "a run's checkpoints with their manifests and whether they verify")
     build = verbs.add_parser("manifest", help="print the manifest of the checkpoint at PATH (JSON)")
     build.add_argument("path", metavar="PATH")
     build.set_defaults(run=_checkpoint_manifest)
-    export = verbs.add_parser("export", help="copy a run's checkpoint to Cloud Storage (GKE: the Lustre API's "
-                                             "exportData) and verify every object against its manifest")
-    export.add_argument("environment", metavar="ENV")
-    export.add_argument("run_name", metavar="RUN")
+    export = of_a_run("export", _export_checkpoint, "copy a run's checkpoint to Cloud Storage (GKE: the Lustre "
+                                                    "API's exportData) and verify every object against its manifest")
     export.add_argument("--step", type=int, help="default: the newest with a manifest")
     export.add_argument("--to", metavar="gs://BUCKET/PREFIX", help="default: the state bucket, runs/RUN/exports")
-    export.set_defaults(run=_export_checkpoint)
-    imported = verbs.add_parser("import", help="copy a verified export into a run's checkpoint directory here (GKE: "
-                                               "importData), so that the run resumes from it")
-    imported.add_argument("environment", metavar="ENV")
-    imported.add_argument("run_name", metavar="RUN")
+    imported = of_a_run("import", _import_checkpoint, "copy a verified export into a run's checkpoint directory "
+                                                      "here (GKE: importData), so that the run resumes from it")
     imported.add_argument("--from", required=True, metavar="gs://BUCKET/PREFIX/step-N")
     imported.add_argument("--recipe", help="the recipe the run will use (default: the environment's only one)")
-    imported.set_defaults(run=_import_checkpoint)
     verify = verbs.add_parser("verify", help="re-hash PATH against MANIFEST and list missing, extra and changed "
                                              "files (exit 0 identical, 1 not)")
     verify.add_argument("path", metavar="PATH")

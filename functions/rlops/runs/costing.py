@@ -31,8 +31,8 @@ def gather(site, since: float | None = None, until: float | None = None, run: st
     since = since if since is not None else (known_from or until)
     account = costs.account(list(state.transitions), attempts, since, until, dict(state.ready))
     window = until - max(since, known_from or until)
-    pools = []
-    for rate in costs.rates(site.env):
+    pools, rates = [], costs.rates(site.env)
+    for rate in rates:
         seconds = {"used": account.pool.used, "waking": account.pool.waking, "idle": account.pool.idle,
                    "reaped": account.pool.reaped}
         if rate.billed_when_down:  # never scaled (unless idle.scale_reserved), billed either way
@@ -56,7 +56,7 @@ def gather(site, since: float | None = None, until: float | None = None, run: st
         steps, redone = costs.preemption_loss(record.to_json()["attempts"], series)
         hours = {"used": 0.0, "waking": 0.0, "redone": 0.0}
         usd = {"used": 0.0, "waking": 0.0, "redone": 0.0}
-        for rate in costs.rates(site.env):
+        for rate in rates:
             scale = rate.nodes * rate.gpus_per_node / 3600
             part = {"used": share.used * scale, "waking": share.waking * scale, "redone": redone * scale}
             for kind, value in part.items():

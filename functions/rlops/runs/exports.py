@@ -12,6 +12,7 @@ a directory renamed into place once it verifies, locally) and stores its manifes
 environment's state, so the run's next attempt resumes from it, through the checkpoint gate.
 """
 
+import functools
 import json
 import time
 from collections.abc import Callable
@@ -41,8 +42,9 @@ def export_checkpoint(site, run: str, step: int | None, destination: tuple[objec
     bucket, prefix = destination or (site.bucket, site.records.layout.exports(run))
     if site.checkpoints_here:
         return _copy_here(site, record, content, bucket, prefix)
-    operation = _start_on_lustre(site, record, content, bucket, prefix)
-    state = _waited(site, "exportData", operation, report)
+    transfers = _transfers(site)
+    operation = _start_on_lustre(site, transfers, record, content, bucket, prefix)
+    state = _waited(transfers, "exportData", operation, report)
     if state.error:
         _record(site, run, step, {"destination": f"gs://{bucket.name}/{export.objects_prefix(prefix, step)}",
                                   "operation": operation, "error": f"{state.error} ({state.said()})"})
@@ -54,17 +56,19 @@ def tick(site) -> list[dict]:
     """What the recipes' `export:` policies want and no export has yet: exported (locally) or started (GKE); GKE
     exports started by an earlier tick, looked at again and verified once done. The `checkpoint-exported` events."""
     events, now = [], time.time()
+    transfers = functools.cache(lambda: _transfers(site))  # one Lustre client a tick, and only if a run needs it
     for run, (record, _) in sorted(site.records.all().items()):
         recipe = site.env.recipes.get(record.recipe)
         if recipe is None or recipe.export.when == "none" or not policy.recent(record, now):
             continue
+        known = site.records.manifest_objects(run)
         for step, entry in sorted(record.exports.items()):
             if "operation" in entry and not entry.get("verified_at") and not entry.get("error"):
-                events += _follow(site, record, int(step), entry)
-        due = policy.exports_due(record, sorted(site.records.manifest_objects(run)), recipe.export)
+                events += _follow(site, transfers(), record, known[int(step)], entry)
+        due = policy.exports_due(record, sorted(known), recipe.export)
         for step in due:
             try:
-                done = _export_due(site, record, step, recipe.export.to)
+                done = _export_due(site, transfers, record, export.checked(_read(known[step])), recipe.export.to)
             except CloudError as refused:
                 if not is_conflict(refused):
                     raise
@@ -79,27 +83,27 @@ def tick(site) -> list[dict]:
     return events
 
 
-def _export_due(site, record: RunRecord, step: int, to: str | None) -> dict | None:
-    content = export.checked(_read(site.records.manifest_objects(record.run)[step]))
+def _export_due(site, transfers: Callable, record: RunRecord, content: dict, to: str | None) -> dict | None:
     bucket, prefix = site.bucket, site.records.layout.exports(record.run)
     if to:
         bucket_name, _, path = to.removeprefix("gs://").partition("/")
         bucket, prefix = site.bucket.client.bucket(bucket_name), "/".join(filter(None, (path.strip("/"), record.run)))
     if site.checkpoints_here:
         return _copy_here(site, record, content, bucket, prefix)
-    _start_on_lustre(site, record, content, bucket, prefix)
+    _start_on_lustre(site, transfers(), record, content, bucket, prefix)
     return None
 
 
-def _follow(site, record: RunRecord, step: int, entry: dict) -> list[dict]:
-    state = _transfers(site).state(entry["operation"])
+def _follow(site, transfers, record: RunRecord, manifest_object, entry: dict) -> list[dict]:
+    content = export.checked(_read(manifest_object))
+    step = content["step"]
+    state = transfers.state(entry["operation"])
     if not state.done:
         return []
     if state.error:
         _record(site, record.run, step, {**entry, "error": f"{state.error} ({state.said()})"})
         emit("WARNING", "checkpoint export failed", run=record.run, step=step, error=state.error)
         return []
-    content = export.checked(_read(site.records.manifest_objects(record.run)[step]))
     bucket = site.bucket.client.bucket(entry["bucket"])
     try:
         return [_verified(site, record.run, content, bucket, entry["prefix"])]
@@ -130,13 +134,13 @@ def _copy_here(site, record: RunRecord, content: dict, bucket, prefix: str) -> d
     return _verified(site, record.run, content, bucket, prefix)
 
 
-def _start_on_lustre(site, record: RunRecord, content: dict, bucket, prefix: str) -> str:
+def _start_on_lustre(site, transfers, record: RunRecord, content: dict, bucket, prefix: str) -> str:
     """exportData of the checkpoint's directory to `gs://BUCKET/PREFIX/step-N/`; the operation, kept in the run
     record so that a later tick (or another CLI) can follow it."""
     step = content["step"]
     source = lustre_path(site, PurePosixPath(record.checkpoint_dir) / layout.directory(content["layout"], step))
     destination = f"gs://{bucket.name}/{export.objects_prefix(prefix, step)}"
-    operation = _transfers(site).export(source, destination)
+    operation = transfers.export(source, destination)
     _record(site, record.run, step, {"destination": destination, "bucket": bucket.name, "prefix": prefix,
                                      "operation": operation, "started_at": time.time()})
     emit("INFO", "checkpoint export started", run=record.run, step=step, operation=operation)
@@ -210,9 +214,10 @@ def import_checkpoint(site, run: str, recipe_name: str, source: tuple[object, st
         # importData copies into a directory that exists (LustrePath, google-cloud-lustre types/transfer.py): only
         # the cluster can make one. A half-imported checkpoint is harmless: the gate verifies it before any resume.
         _on_cluster(site, "import", ["mkdir", "-p", str(target)], report)
-        operation = _transfers(site).import_(f"gs://{bucket.name}/{export.objects_prefix(base, step)}",
+        transfers = _transfers(site)
+        operation = transfers.import_(f"gs://{bucket.name}/{export.objects_prefix(base, step)}",
                                              lustre_path(site, target))
-        state = _waited(site, "importData", operation, report)
+        state = _waited(transfers, "importData", operation, report)
         if state.error:
             raise Failure(f"the Lustre API's import of step {step} failed: {state.error} ({state.said()})")
         verified = "to be verified on the cluster by the run's checkpoint gate when it starts"
@@ -228,12 +233,12 @@ def import_checkpoint(site, run: str, recipe_name: str, source: tuple[object, st
 CLUSTER_JOB_SECONDS = 300.0
 
 
-def _waited(site, verb: str, operation: str, report: Callable[[str], None]):
+def _waited(transfers, verb: str, operation: str, report: Callable[[str], None]):
     """The transfer's state once its operation is done, its counters reported as it goes: polled after 0.5 s,
     then twice as long each time up to POLL_SECONDS (an export of a large checkpoint takes minutes)."""
     delay = 0.5
     while True:
-        state = _transfers(site).state(operation)
+        state = transfers.state(operation)
         report(f"{verb} {operation.rsplit('/', 1)[-1]}: {'done' if state.done else 'running'}, {state.said()}")
         if state.done:
             return state

@@ -4,6 +4,7 @@ The decisions are `policy.advance` (pure); this module reads Ray, the job's outp
 checkpoints, writes the records and resubmits what `advance` says to.
 """
 
+import functools
 import time
 from pathlib import Path
 
@@ -49,15 +50,25 @@ def tick(site: Site) -> list[dict]:
 
 
 class _Nodes:
-    """Ray's nodes, asked for at most once a tick and only when a failure must be told apart."""
+    """Ray's nodes and whether the pool is scaled down, each read at most once a tick, and only when needed: to
+    tell a lost node from a code failure, or why a local attempt waits."""
 
     def __init__(self, site: Site):
-        self.site, self.known = site, None
+        self.site = site
 
     def get(self) -> list[dict]:
-        if self.known is None:
-            self.known = self.site.ray.nodes()
-        return self.known
+        return self._listed
+
+    def pool_scaled_down(self) -> bool:
+        return self._pool_down
+
+    @functools.cached_property
+    def _listed(self) -> list[dict]:
+        return self.site.ray.nodes()
+
+    @functools.cached_property
+    def _pool_down(self) -> bool:
+        return self.site.pool.read()[0].scaled_down
 
 
 def _publish_report(site: Site, record: RunRecord) -> str | None:
@@ -117,7 +128,7 @@ def _waiting(site: Site, record: RunRecord, job: JobView | None, transition, nod
     """Why a pending attempt does not run, in one line, when rlops can tell (locally: no GPU-pool node); kept in
     the record and said in a `waiting` event when it changes. Empty when nothing changed."""
     state = transition.state if transition is not None else (job.status if job is not None else record.current.state)
-    cause = policy.waiting_cause(state, nodes.get(), site.pool.read()[0].scaled_down) if state == "PENDING" and \
+    cause = policy.waiting_cause(state, nodes.get(), nodes.pool_scaled_down()) if state == "PENDING" and \
         site.checkpoints_here else None
     if cause == record.waiting:
         return []
