@@ -14,7 +14,7 @@ from types import SimpleNamespace
 import pytest
 
 from conftest import ENVIRONMENTS
-from rlops import costs
+from rlops import costs, waiting
 from rlops.cloud.ray_jobs import JobView
 from rlops.endpoints import Endpoints
 from rlops.reaper import policy, reap
@@ -99,8 +99,10 @@ def week(gcs, tmp_path, monkeypatch):
     endpoints = Endpoints.from_environment()
     bucket = client("rlops-local", endpoints).create_bucket(f"costs-{uuid.uuid4().hex[:12]}")
     scaled, events = [], []
-    site = Site("local", env, endpoints, SimulatedRay(clock), bucket, events.append, scaled.append,
-                str(tmp_path / "lustre"), {"gpu_pool": 1}, checkpoints_here=True)
+    ray = SimulatedRay(clock)
+    site = Site("local", env, endpoints, ray, bucket, events.append, scaled.append,
+                lambda scaled_down: waiting.on_local(ray.nodes(), scaled_down), str(tmp_path / "lustre"),
+                {"gpu_pool": 1}, checkpoints_here=True)
     simulated = SimpleNamespace(time=clock, sleep=lambda seconds: None)
     for module in (reap, watch, train, run_records):
         monkeypatch.setattr(module, "time", simulated)

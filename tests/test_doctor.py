@@ -22,8 +22,15 @@ def test_the_seeds_project_passes_every_check_and_says_what_it_did_not_check(clo
     assert verdicts["apis"] == "ok" and verdicts["reservation h200-reservation"] == "ok"
     assert verdicts["permissions"] == "ok" and verdicts["machine type a3-ultragpu-8g"] == "ok"
     assert verdicts["network-profile"] == "ok" and verdicts["secret HF_TOKEN"] == "ok"
-    assert verdicts["state-bucket"] in ("ok", "warn") and verdicts["gpu-quota"] == "warn"
+    assert verdicts["state-bucket"] in ("ok", "warn") and verdicts["quotas"] == "ok"
+    assert found[("lustre-location", "ok")]["found"] == "offered in us-central1-b, 500 MB/s per TiB"
+    assert found[("gke-version", "ok")]["found"] == "1.33.2-gke.1475000 (REGULAR default), offered in us-central1"
     assert "4 of 4 VMs unused, for up to 2" in found[("reservation h200-reservation", "ok")]["found"]
+    # Nothing applied yet: every network, subnetwork, firewall and the PSA range are new; the system pool's five
+    # n2-highmem-80 nodes count against N2_CPUS; the reservation-backed GPU pool needs no more GPU quota.
+    assert found[("quotas", "ok")]["found"] == (
+        "NETWORKS 3 of 15 free; SUBNETWORKS 9 of 175 free; FIREWALLS 1 of 200 free; GLOBAL_INTERNAL_ADDRESSES 1 of "
+        "5000 free; N2_CPUS 400 of 2400 free; gpu-pool: its reservation holds the GPU quota")
     gcp, _ = cloud_fakes
     assert not gcp.mutations(), "the doctor only reads"
     assert not [r for r in gcp.requests if r.path.endswith(":access")], "a secret's value is never read"
@@ -46,6 +53,15 @@ def test_the_seeds_project_passes_every_check_and_says_what_it_did_not_check(clo
      "reserves a3-highgpu-8g, the pool asks for a3-ultragpu-8g"),
     (lambda gcp: gcp.missing_network_profiles.add("us-central1-b-vpc-roce"), "network-profile",
      "no network profile us-central1-b-vpc-roce"),
+    (lambda gcp: gcp.quota_limits.update({("rlops-h200-example", "global", "NETWORKS"): 2}), "quota NETWORKS",
+     "apply needs 3, 2 free of 2 in the project"),
+    (lambda gcp: gcp.quota_limits.update({("rlops-h200-example", "us-central1", "N2_CPUS"): 399}), "quota N2_CPUS",
+     "apply needs 400, 399 free of 399 in us-central1"),
+    (lambda gcp: gcp.denied_permissions.add(("projects/rlops-h200-example/secrets/wandb-api-key",
+                                             "secretmanager.versions.access")), "secret WANDB_API_KEY",
+     "the caller lacks secretmanager.versions.access on projects/rlops-h200-example/secrets/wandb-api-key"),
+    (lambda gcp: gcp.lustre_zones.discard("us-central1-b"), "lustre-location",
+     "Managed Lustre is not offered in us-central1-b (in us-central1: us-central1-a, us-central1-c)"),
     (lambda gcp: gcp._store["secret_version"].pop("projects/rlops-h200-example/secrets/hf-token/versions/latest"),
      "secret HF_TOKEN", "does not exist"),
 ])
@@ -59,6 +75,39 @@ def test_each_planted_problem_fails_its_check_and_apply_stops_before_any_change(
     err = capsys.readouterr().err
     assert "doctor: " in err and "check(s) failed; nothing was changed" in err and said in err
     assert not gcp.mutations(), "apply sent a change after the doctor failed"
+
+
+def test_after_apply_the_quotas_count_what_runs_and_only_what_is_new_is_needed(cloud_fakes, capsys):
+    gcp, _ = cloud_fakes
+    assert cli.main(["apply", "h200"]) == 0
+    capsys.readouterr()
+    # The project's own networks are in use now; a limit that just holds them is enough for a re-run.
+    gcp.quota_limits[("rlops-h200-example", "global", "NETWORKS")] = 3
+    code, found = _findings(capsys)
+    assert code == 0 and "NETWORKS 0 of 0 free" in found[("quotas", "ok")]["found"]
+
+
+def test_a_gke_version_the_channel_does_not_offer_fails_and_one_older_than_a_feature_needs_warns(
+        cloud_fakes, specs, capsys):
+    spec = specs / "h200.yaml"
+    text = spec.read_text()
+    spec.write_text(text.replace("release_channel: REGULAR", "release_channel: REGULAR\n  version: \"1.28\""))
+    code, found = _findings(capsys)
+    assert code == 1 and found[("gke-version", "fail")]["found"] == (
+        "1.28 is not offered in the REGULAR channel in us-central1 (offered: 1.33.2-gke.1475000, 1.32.9-gke.1108000, "
+        "1.31.13-gke.1023000)")
+    spec.write_text(text.replace("release_channel: REGULAR", "release_channel: EXTENDED\n  version: \"1.30\""))
+    code, found = _findings(capsys)
+    assert code == 0 and found[("gke-version", "warn")]["found"] == (
+        "1.30.14-gke.1015000 (EXTENDED) is older than RDMA on a3-ultragpu-8g needs 1.31.4-gke.1183000")
+    spec.write_text(text.replace("release_channel: REGULAR", "release_channel: REGULAR\n  version: \"1.32\""))
+    assert _findings(capsys)[1][("gke-version", "ok")]["found"] == \
+        "1.32.9-gke.1108000 (cluster.version 1.32), offered in us-central1"
+
+
+def test_a_spot_pool_says_its_gpu_quota_is_not_checked(cloud_fakes, capsys):
+    code, found = _findings(capsys, "b200-spot")
+    assert "not checked for a4-pool (nvidia-b200, Spot)" in found[("gpu-quota", "warn")]["found"]
 
 
 def test_skip_doctor_is_said_and_applies(cloud_fakes, capsys):

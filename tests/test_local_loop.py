@@ -616,6 +616,58 @@ def test_a_gke_environment_reaches_its_ray_head_through_the_api_servers_service_
         assert token not in json.dumps(record.to_json()) and token not in json.dumps(published)
 
 
+def test_a_gke_run_waiting_for_its_gpu_workers_says_the_planted_cause_until_they_are_up(local, h200_on_local_ray,
+                                                                                        tmp_path, capsys):
+    """A NeMo RL driver runs on the head and waits for its GPU actors: Ray says RUNNING, no step comes. The
+    watcher reads why from the fake cluster and GKE (here: the reservation is used up by other VMs), keeps it
+    in the record, publishes a `waiting` event and `rlops status` shows it; once the workers are up it clears."""
+    import dataclasses
+
+    from google.cloud import pubsub_v1
+
+    from rlops import cli, sites
+    from rlops.runs import jobs, watch
+
+    gcp, kube = h200_on_local_ray
+    events = "projects/rlops-h200-example/subscriptions/rlops-events-waiting"
+    subscriber = pubsub_v1.SubscriberClient()
+    subscriber.create_subscription(request={"name": events, "topic": H200_EVENTS})
+    env = sites.load_environment("h200")
+    site = sites.open_site("h200", env, Endpoints.from_environment())
+    hold = tmp_path / "hold"
+    hold.touch()
+    request = jobs.for_site(site, "gemma3-27b-gsm8k", "gke-wait", {}, "tests", 1)
+    waits = f"python -c 'import os, time\nwhile os.path.exists(\"{hold}\"): time.sleep(0.1)'"
+    assert site.ray.submit_once(dataclasses.replace(request, entrypoint=waits))
+    kube.grant_gpu_nodes(0)
+    gcp.put_reservation("rlops-h200-example", "us-central1-b", "h200-reservation", "a3-ultragpu-8g",
+                        "nvidia-h200-141gb", 8, count=4, in_use=4)
+
+    def ticked() -> "RunRecord":  # noqa: F821 - rlops.state.run_records.RunRecord
+        watch.tick(sites.open_site("h200", env, Endpoints.from_environment()))
+        return sites.open_site("h200", env, Endpoints.from_environment()).records.get("gke-wait")[0]
+
+    cause = "2 of 2 GPU nodes not up: reservation h200-reservation has 0 unused of 4"
+    deadline = time.monotonic() + 60
+    while (record := ticked()).state != "RUNNING" and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert record.state == "RUNNING" and record.waiting == cause
+    assert cli.main(["status", "h200"]) == 0
+    assert f"gke-wait: waiting: {cause}" in capsys.readouterr().out
+    kube.grant_gpu_nodes(None)
+    assert ticked().waiting is None
+    assert cli.main(["status", "h200", "--run", "gke-wait"]) == 0
+    assert "waiting:" not in capsys.readouterr().out
+    hold.unlink()
+    deadline = time.monotonic() + 60
+    while (record := ticked()).state != "SUCCEEDED" and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert record.state == "SUCCEEDED"
+    received = subscriber.pull(request={"subscription": events, "max_messages": 20}, timeout=10).received_messages
+    said = [json.loads(m.message.data) for m in received]
+    assert [e["cause"] for e in said if e["type"] == "waiting"] == [cause]
+
+
 def test_rlops_train_publishes_a_gke_environments_message_to_its_train_topic(local, specs, monkeypatch, capsys):
     from google.cloud import pubsub_v1
 

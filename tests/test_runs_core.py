@@ -282,10 +282,3 @@ def test_the_export_policy_asks_for_the_final_or_every_nth_checkpoint_once():
     assert policy.exports_due(running, [2, 4, 6, 8, 10], every) == [8]
     assert policy.exports_due(done, [2, 4, 6, 8], ExportPolicy()) == []
 
-
-def test_a_pending_local_attempt_says_it_waits_for_a_gpu_pool_node_and_why():
-    head = node("h", head=True)
-    assert policy.waiting_cause("PENDING", [head, node("w")], False) is None
-    assert "the reaper scaled the pool down" in policy.waiting_cause("PENDING", [head, node("w", "DEAD")], True)
-    assert "`rlops up` starts it again" in policy.waiting_cause("PENDING", [head], False)
-    assert policy.waiting_cause("RUNNING", [head], False) is None

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from rlops import environments
+from rlops import waiting as workers_waiting
 from rlops.cloud.ray_jobs import RayJobs
 from rlops.endpoints import Endpoints
 from rlops.errors import Failure
@@ -33,6 +34,8 @@ class Site:
     bucket: object  # google.cloud.storage.Bucket
     publish: Callable[[dict], None]
     scale: Callable[[bool], None]  # scale(down): the GPU pool down to zero, or back to the spec's sizes
+    # waiting(pool_scaled_down): why the GPU workers are not all up, in one line; None when they are
+    waiting: Callable[[bool], str | None]
     lustre_root: str
     entrypoint_resources: dict[str, float]
     checkpoints_here: bool  # /lustre is a directory of this machine (local), not only of the cluster (GKE)
@@ -121,14 +124,15 @@ def open_site(name: str, env: LocalEnvironment | GcpEnvironment, endpoints: Endp
         endpoints = stack.endpoints(endpoints)
         ray, project = RayJobs(stack.dashboard_url()), LOCAL_PROJECT
         scale = lambda down: stack.stop_pool() if down else stack.start_pool()  # noqa: E731
+        waiting = lambda scaled_down: workers_waiting.on_local(ray.nodes(), scaled_down)  # noqa: E731
         publish = _publisher(project, endpoints, emulated=True)
     else:
         gke = GkeCluster(name, env, endpoints)
-        ray, project, scale = RayJobs(*gke.dashboard()), env.project.id, gke.scale
+        ray, project, scale, waiting = RayJobs(*gke.dashboard()), env.project.id, gke.scale, gke.waiting
         publish = _publisher(project, endpoints, emulated=False)
     lustre, resources = placement(env)
     return Site(name, env, endpoints, ray, client(project, endpoints).bucket(env.state.bucket), publish, scale,
-                lustre, resources, checkpoints_here=isinstance(env, LocalEnvironment))
+                waiting, lustre, resources, checkpoints_here=isinstance(env, LocalEnvironment))
 
 
 class GkeCluster:
@@ -143,8 +147,8 @@ class GkeCluster:
         from rlops.provision.service import target_of
 
         self.name, self.env, self.endpoints = name, env, endpoints
-        target, connection = target_of(name, env), Connection.to(endpoints)
-        self.clusters, self.node_pools = Clusters(target, connection), NodePools(target, connection)
+        target, self.connection = target_of(name, env), Connection.to(endpoints)
+        self.clusters, self.node_pools = Clusters(target, self.connection), NodePools(target, self.connection)
 
     def _endpoint(self) -> str | None:
         """The API server's DNS endpoint; None while the cluster does not exist."""
@@ -177,6 +181,35 @@ class GkeCluster:
                 error = self.node_pools.resize(pool.name, size).wait(self.RESIZE_TIMEOUT_SECONDS)
                 if error:
                     raise ScaleFailed(f"node pool {pool.name}: resize to {size} nodes failed: {error}")
+
+
+    def waiting(self, pool_scaled_down: bool) -> str | None:
+        """Why the RayCluster's GPU workers are not all up, from the pods, their events, the node pools and their
+        reservations (each read only when a worker is missing); None when they are up, or there is no cluster."""
+        from rlops.cloud import compute
+        from rlops.kube.cluster import connect
+
+        env = self.env
+        endpoint = self._endpoint()
+        if endpoint is None:
+            return None
+        api = connect(endpoint, self.endpoints)
+        workers = workers_waiting.GkeWorkers(
+            wanted={pool.name: pool.ray_worker_replicas for pool in env.gpu_pools},
+            pods=api.list_labelled("Pod", {"ray.io/cluster": env.ray.cluster_name, "ray.io/node-type": "worker"},
+                                   env.ray.namespace), pool_scaled_down=pool_scaled_down)
+        if pool_scaled_down or not workers_waiting.missing(workers):
+            return workers_waiting.on_gke(workers)
+        workers.events = api.list_labelled("Event", {}, env.ray.namespace, fields={"involvedObject.kind": "Pod"})
+        for pool in env.gpu_pools:
+            if problem := self.node_pools.problem(pool.name):
+                workers.pool_problems[pool.name] = problem
+            if pool.reservation and (found := compute.reservation(self.connection, env.project.id, env.zone,
+                                                                  pool.reservation)):
+                reserved = found.specific_reservation
+                workers.reservations[pool.name] = (pool.reservation, reserved.count - reserved.in_use_count,
+                                                   reserved.count)
+        return workers_waiting.on_gke(workers)
 
 
 class ScaleFailed(Failure):

@@ -210,6 +210,8 @@ class FakeGcp:
         self.missing_network_profiles: set[str] = set()                # e.g. {"us-central1-b-vpc-roce"}
         self.denied_permissions: set[tuple[str, str]] = set()          # (project, permission) the caller lacks
         self.machine_types_missing: set[tuple[str, str]] = set()       # (zone, machine type) not offered there
+        self.quota_limits: dict[tuple[str, str, str], float] = {}      # (project, region or "global", metric) -> limit
+        self.lustre_zones = set(LUSTRE_ZONES)                          # where Managed Lustre is offered
         self._routes = [(method, re.compile(pattern), handler) for method, pattern, handler in
                         self._compute_routes() + self._servicenetworking_routes() + self._gke_routes()
                         + self._lustre_routes() + self._secret_routes() + self._project_routes()]
@@ -752,7 +754,16 @@ class FakeGcp:
             ("GET", pool, self._get_node_pool), ("DELETE", pool, self._delete_node_pool),
             ("POST", pool + r":setAutoscaling", self._set_autoscaling), ("POST", pool + r":setSize", self._set_size),
             ("GET", location + r"/operations/(?P<op>[^/]+)", self._gke_operation),
+            ("GET", location + r"/serverConfig", self._server_config),
         ]
+
+    def _server_config(self, request, project, location):
+        """container v1 ServerConfig: the default and valid versions, and each release channel's."""
+        every = sorted({v for versions in GKE_CHANNELS.values() for v in versions}, reverse=True)
+        return {"defaultClusterVersion": GKE_CHANNELS["REGULAR"][0], "validMasterVersions": every,
+                "validNodeVersions": every,
+                "channels": [{"channel": channel, "defaultVersion": versions[0], "validVersions": versions}
+                             for channel, versions in GKE_CHANNELS.items()]}
 
     def _gke_op(self, project: str, location: str, cluster: str, kind: str, target: str, on_done) -> dict:
         self._idle(cluster)
@@ -802,7 +813,7 @@ class FakeGcp:
         link = f"{GKE}/projects/{project}/locations/{location}/clusters/{name}"
         for pool in pools:
             self._check_pool(pool, location, cluster)
-        version = _gke_version(cluster.get("initialClusterVersion"))
+        version = _gke_version(cluster.get("initialClusterVersion"), (cluster.get("releaseChannel") or {}).get("channel"))
         dns = cluster.setdefault("controlPlaneEndpointsConfig", {}).setdefault("dnsEndpointConfig", {})
         dns["endpoint"] = f"gke-{self._random.getrandbits(64):016x}.{location}.gke.goog"
         cluster.update(network=network, location=location, status="PROVISIONING", selfLink=link,
@@ -896,7 +907,7 @@ class FakeGcp:
                           f"{desired}.")
         key = desired[0]
         if key == "desiredMasterVersion":
-            change = {"currentMasterVersion": _gke_version(update[key])}
+            change = {"currentMasterVersion": _gke_version(update[key], (found.get("releaseChannel") or {}).get("channel"))}
         else:  # desiredAddonsConfig -> addonsConfig, ...
             change = {key[len("desired")].lower() + key[len("desired") + 1:]: update[key]}
         return self._gke_op(project, location, cluster, "UPDATE_CLUSTER", found.get("selfLink", cluster),
@@ -972,7 +983,13 @@ class FakeGcp:
             ("POST", location + r"/instances/(?P<name>[^/:]+):exportData", self._export_data),
             ("POST", location + r"/instances/(?P<name>[^/:]+):importData", self._import_data),
             ("GET", location + r"/operations/(?P<op>[^/]+)", self._lustre_operation),
+            ("GET", r"/lustre/v1/projects/(?P<project>[^/]+)/locations", self._lustre_locations),
         ]
+
+    def _lustre_locations(self, request, project):
+        """google.cloud.location ListLocationsResponse: the zones the fake offers Managed Lustre in, one page."""
+        return {"locations": [{"name": f"projects/{project}/locations/{zone}", "locationId": zone,
+                               "displayName": zone} for zone in sorted(self.lustre_zones)]}
 
     def _lustre_op(self, project: str, location: str, verb: str, target: str, on_done) -> dict:
         return self._lustre_op_json(self._lustre_start(project, location, verb, target, on_done))
@@ -1004,6 +1021,8 @@ class FakeGcp:
         return found
 
     def _create_instance(self, request, project, location):
+        if location not in self.lustre_zones:
+            raise invalid(f"Location {location} is not supported for Managed Lustre instances.")
         instance_id, body = request.query.get("instanceId", ""), dict(request.body or {})
         if not _RFC1035.fullmatch(instance_id):
             raise invalid(f"instance_id '{instance_id}' must be 1-63 lowercase letters, digits or hyphens, starting "
@@ -1258,7 +1277,18 @@ class FakeGcp:
     # -- Secret Manager -------------------------------------------------------------------------
     def _secret_routes(self) -> list:
         version = r"/sm/v1/(?P<version>projects/[^/]+/secrets/[^/]+/versions/[^/:]+)"
-        return [("GET", version + r":access", self._access_secret), ("GET", version, self._get_secret_version)]
+        return [("GET", version + r":access", self._access_secret), ("GET", version, self._get_secret_version),
+                ("POST", r"/sm/v1/projects/(?P<project>[^/]+)/secrets/(?P<secret>[^/:]+):testIamPermissions",
+                 self._test_secret_permissions)]
+
+    def _test_secret_permissions(self, request, project, secret):
+        """secretmanager v1 TestIamPermissionsResponse for a secret: the asked permissions the caller holds on
+        it, granted on the secret or inherited from the project (`denied_permissions` on either)."""
+        asked = (request.body or {}).get("permissions", [])
+        resource = f"projects/{project}/secrets/{secret}"
+        held = [p for p in asked if (resource, p) not in self.denied_permissions and (project, p) not in
+                self.denied_permissions]
+        return {"permissions": held} if held else {}
 
     def _get_secret_version(self, request, version):
         """secretmanager v1 SecretVersion, its metadata: the value only ever through :access."""
@@ -1268,6 +1298,15 @@ class FakeGcp:
         return {"name": version, "createTime": _timestamp(), "state": found.get("state", "ENABLED")}
 
     # -- what `rlops doctor` reads: Service Usage, reservations, network profiles ------------------
+    def node_pool_trouble(self, pool: str, code: str, message: str) -> None:
+        """GKE's report of a node pool it cannot grow, as container v1 shows it on the NodePool: status
+        RUNNING_WITH_ERROR, a statusMessage, and a StatusCondition whose `code` is one of its enum
+        (GCE_STOCKOUT, GCE_QUOTA_EXCEEDED, ...) with the canonical google.rpc code beside it."""
+        canonical = {"GCE_STOCKOUT": "RESOURCE_EXHAUSTED", "GCE_QUOTA_EXCEEDED": "RESOURCE_EXHAUSTED"}.get(code, "UNKNOWN")
+        with self._lock:
+            self._store["node_pool"][pool].update(status="RUNNING_WITH_ERROR", statusMessage=message, conditions=[
+                {"code": code, "message": message, "canonicalCode": canonical}])
+
     def put_reservation(self, project: str, zone: str, name: str, machine_type: str, accelerator: str,
                         per_vm: int, count: int, in_use: int = 0, required: bool = True) -> None:
         """A specific reservation as compute v1 Reservation JSON (int64 counts as strings, as the API writes them)."""
@@ -1285,21 +1324,68 @@ class FakeGcp:
                 ("POST", r"/crm/v1/projects/(?P<project>[^/]+):testIamPermissions", self._test_permissions),
                 ("GET", compute + r"/zones/(?P<zone>[^/]+)/reservations/(?P<name>[^/]+)", self._get_reservation),
                 ("GET", compute + r"/global/networkProfiles/(?P<name>[^/]+)", self._get_network_profile),
-                ("GET", compute + r"/zones/(?P<zone>[^/]+)/machineTypes/(?P<name>[^/]+)", self._get_machine_type)]
+                ("GET", compute + r"/zones/(?P<zone>[^/]+)/machineTypes/(?P<name>[^/]+)", self._get_machine_type),
+                ("GET", compute, self._get_project), ("GET", compute + r"/regions/(?P<region>[^/]+)", self._get_region)]
+
+    def _quotas(self, project: str, scope: str, usage: dict[str, float]) -> list[dict]:
+        """compute v1 Quota entries: each metric's limit (DEFAULT_QUOTA_LIMITS, or what a test set) and its usage,
+        counted from what the fake holds. Only metrics of the discovery document's Quota.metric enum exist."""
+        enum = set(google_apis.document("compute.v1")["schemas"]["Quota"]["properties"]["metric"]["enum"])
+        limits = {**DEFAULT_QUOTA_LIMITS[scope == "global"],
+                  **{metric: limit for (p, where, metric), limit in self.quota_limits.items()
+                     if p == project and where == scope}}
+        assert set(limits) <= enum, set(limits) - enum
+        return [{"metric": metric, "limit": float(limit), "usage": float(usage.get(metric, 0))}
+                for metric, limit in sorted(limits.items())]
+
+    def _get_project(self, request, project):
+        """compute v1 Project, with its global quotas; usage is what the fake holds of each kind."""
+        usage = {"NETWORKS": len(self._store["network"]), "SUBNETWORKS": len(self._store["subnetwork"]),
+                 "FIREWALLS": len(self._store["firewall"]),
+                 "GLOBAL_INTERNAL_ADDRESSES": sum(1 for a in self._store["address"].values() if "region" not in a)}
+        return {"kind": "compute#project", "name": project, "id": self._project_number(project),
+                "selfLink": f"{COMPUTE}/projects/{project}", "quotas": self._quotas(project, "global", usage)}
+
+    def _get_region(self, request, project, region):
+        """compute v1 Region with its regional quotas. CPU usage: each node pool's nodes times its machine's vCPUs
+        (the number a predefined machine type's name ends with), counted against its family's metric (N2_CPUS
+        for n2-..., CPUS for e2 and the families Compute has no metric of)."""
+        enum = set(google_apis.document("compute.v1")["schemas"]["Quota"]["properties"]["metric"]["enum"])
+        usage: dict[str, float] = {}
+        for pool in self._store["node_pool"].values():
+            machine = (pool.get("config") or {}).get("machineType", "e2-medium")
+            family = f"{machine.split('-')[0].upper()}_CPUS"
+            metric = family if family in enum else "CPUS"
+            nodes = int(pool.get("nodeCount", pool.get("initialNodeCount", 0)))
+            usage[metric] = usage.get(metric, 0) + nodes * self._machine(machine)["guestCpus"]
+        return {"kind": "compute#region", "name": region, "status": "UP",
+                "selfLink": f"{COMPUTE}/projects/{project}/regions/{region}",
+                "quotas": self._quotas(project, region, usage)}
 
     def _get_machine_type(self, request, project, zone, name):
-        """compute v1 MachineType of the GPU machines rlops knows (vCPUs, memory and GPUs from the machine families
-        page, as `rlops.spec.catalog` holds them); 404 for one not offered in the zone (`machine_types_missing`)."""
+        """compute v1 MachineType; 404 for one not offered in the zone (`machine_types_missing`)."""
+        if (zone, name) in self.machine_types_missing or (machine := self._machine(name)) is None:
+            raise not_found(f"projects/{project}/zones/{zone}/machineTypes/{name}")
+        return dict(machine, zone=zone, selfLink=f"{COMPUTE}/projects/{project}/zones/{zone}/machineTypes/{name}")
+
+    @staticmethod
+    def _machine(name: str) -> dict | None:
+        """The GPU machines rlops knows (vCPUs, memory and GPUs from the machine families page, as
+        `rlops.spec.catalog` holds them) and the predefined general-purpose types, whose name ends with their
+        vCPU count and whose kind sets the memory per vCPU (standard 4 GB, highmem 8 GB, highcpu 1 GB)."""
         from rlops.spec import catalog
 
-        machine = catalog.GPU_MACHINES.get(name)
-        if machine is None or (zone, name) in self.machine_types_missing:
-            raise not_found(f"projects/{project}/zones/{zone}/machineTypes/{name}")
-        return {"kind": "compute#machineType", "name": name, "zone": zone, "guestCpus": machine.vcpus,
-                "memoryMb": int(machine.memory_gib * 1024), "isSharedCpu": False,
-                "accelerators": [{"guestAcceleratorType": machine.accelerator,
-                                  "guestAcceleratorCount": machine.accelerators_per_node}],
-                "selfLink": f"{COMPUTE}/projects/{project}/zones/{zone}/machineTypes/{name}"}
+        if (gpu := catalog.GPU_MACHINES.get(name)) is not None:
+            return {"kind": "compute#machineType", "name": name, "guestCpus": gpu.vcpus,
+                    "memoryMb": int(gpu.memory_gib * 1024), "isSharedCpu": False,
+                    "accelerators": [{"guestAcceleratorType": gpu.accelerator,
+                                      "guestAcceleratorCount": gpu.accelerators_per_node}]}
+        predefined = re.fullmatch(r"(e2|n2|n2d|c2|c3|n4)-(standard|highmem|highcpu)-(\d+)", name)
+        if predefined is None:
+            return None
+        vcpus = int(predefined[3])
+        return {"kind": "compute#machineType", "name": name, "guestCpus": vcpus, "isSharedCpu": False,
+                "memoryMb": vcpus * {"standard": 4, "highmem": 8, "highcpu": 1}[predefined[2]] * 1024}
 
     def _batch_get_services(self, request, project):
         """serviceusage v1 BatchGetServicesResponse; `names` repeats in the query (at most 30, the method's doc)."""
@@ -1354,6 +1440,15 @@ class FakeGcp:
 
 
 # -- small helpers --------------------------------------------------------------------------------
+# The zones the fake offers Managed Lustre in: the seeds' (their tutorials put Lustre there) and a few more. Google's
+# own list is longer and grows; a test removes a zone to plant its absence.
+LUSTRE_ZONES = ("us-central1-a", "us-central1-b", "us-central1-c", "us-east1-b", "us-east1-c", "us-east1-d",
+                "us-east4-a", "europe-west4-b", "asia-southeast1-b")
+# The fake's default quota limits, [regional, global]: generous, so that only a test's limit is short.
+DEFAULT_QUOTA_LIMITS = ({"CPUS": 2400, "N2_CPUS": 2400, "IN_USE_ADDRESSES": 575, "PREEMPTIBLE_NVIDIA_H100_GPUS": 64},
+                        {"NETWORKS": 15, "SUBNETWORKS": 175, "FIREWALLS": 200, "GLOBAL_INTERNAL_ADDRESSES": 5000})
+
+
 def _timestamp(epoch: float | None = None) -> str:
     moment = datetime.fromtimestamp(time.time() if epoch is None else epoch, timezone.utc)
     return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
@@ -1426,17 +1521,24 @@ def _raise(error: Exception):
     raise error
 
 
-def _gke_version(requested: str | None) -> str:
-    """GKE's answer to a requested version: 1.33 -> 1.33.2-gke.1475000; "" and "latest" -> the default."""
-    requested = requested or "1.33"
-    if requested in ("latest", "-"):
-        requested = "1.33"
-    if re.fullmatch(r"\d+\.\d+", requested):
-        return f"{requested}.2-gke.1475000"
-    if re.fullmatch(r"\d+\.\d+\.\d+", requested):
-        return f"{requested}-gke.1475000"
-    if re.fullmatch(r"\d+\.\d+\.\d+-gke\.\d+", requested):
-        return requested
+# The fake's GKE versions per release channel, newest first (illustrative numbers in GKE's own format; a real
+# project's come from getServerConfig, which changes weekly). The first of each is the channel's default.
+GKE_CHANNELS = {"RAPID": ["1.34.1-gke.1829001", "1.33.5-gke.1080000", "1.33.2-gke.1475000"],
+                "REGULAR": ["1.33.2-gke.1475000", "1.32.9-gke.1108000", "1.31.13-gke.1023000"],
+                "STABLE": ["1.32.9-gke.1108000", "1.31.13-gke.1023000"],
+                "EXTENDED": ["1.31.13-gke.1023000", "1.30.14-gke.1015000"]}
+
+
+def _gke_version(requested: str | None, channel: str | None) -> str:
+    """GKE's answer to a requested version in a release channel (none named: REGULAR, GKE's default for a new
+    cluster; UNSPECIFIED: no channel, every version): "" and "latest" -> the channel's default, a prefix (1.33,
+    1.33.2) -> the newest version it offers with it; one it does not offer is refused."""
+    offered = GKE_CHANNELS.get(channel or "REGULAR", sorted({v for vs in GKE_CHANNELS.values() for v in vs}, reverse=True))
+    if requested in (None, "", "latest", "-"):
+        return offered[0]
+    for version in offered:
+        if version == requested or version.startswith(requested + ".") or version.startswith(requested + "-"):
+            return version
     raise invalid(f"Master version \"{requested}\" is unsupported.")
 
 

@@ -211,6 +211,14 @@ def _check_lustre(http_method: str, path: str, query: dict, body) -> None:
 
     if http_method == "GET" and re.fullmatch(r"/v1/projects/[^/]+/locations/[^/]+/operations/[^/]+", path):
         return  # google.longrunning.Operations.GetOperation, the mixin every LRO poll uses
+    if http_method == "GET" and re.fullmatch(r"/v1/projects/[^/]+/locations", path):
+        # google.cloud.location.Locations.ListLocations, the mixin (rest_base.py _BaseListLocations:
+        # GET /v1/{name=projects/*}/locations), whose request has filter, pageSize and pageToken
+        unknown = set(query) - {"filter", "pageSize", "pageToken", "$alt", "alt"}
+        if unknown:
+            raise Violation(f'Invalid JSON payload received. Unknown name "{sorted(unknown)[0]}": Cannot bind query '
+                            "parameter.")
+        return
     matches = [m for m in lustre_methods() if m.http_method == http_method and m.pattern.fullmatch(path)]
     if not matches:
         raise Violation(f"The requested URL {http_method} {path} was not found on this server: it matches no method "

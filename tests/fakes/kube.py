@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler
 from urllib.parse import parse_qs, urlsplit
 
-from fakes import kube_rules, kube_ssa, kuberay
+from fakes import kube_rules, kube_scheduling, kube_ssa, kuberay
 from fakes.jsonhttp import JsonServer, reply
 
 # plural -> (kind, api group/version, namespaced)
@@ -36,7 +36,13 @@ RESOURCES = {
     "gkenetworkparamsets": ("GKENetworkParamSet", "networking.gke.io/v1", False),
     "networks": ("Network", "networking.gke.io/v1", False),
     "pods": ("Pod", "v1", True),  # read and deleted only; the fake KubeRay makes them (fakes.kuberay)
+    "events": ("Event", "v1", True),  # read only; the scheduler and the autoscaler record them (fakes.kube_scheduling)
 }
+# The fields a list may select on besides metadata.name and metadata.namespace, per kind (the registry's
+# GetAttrs: pkg/registry/core/event/strategy.go ToSelectableFields; others: pkg/apis/core/v1/conversion.go).
+SELECTABLE_FIELDS = {"events": {"involvedObject.kind", "involvedObject.namespace", "involvedObject.name",
+                                "involvedObject.uid", "involvedObject.apiVersion", "reason", "type"},
+                     "pods": {"spec.nodeName", "status.phase"}}
 CONTROLLER_MANAGER = "kube-controller-manager"
 SERVER_FIELDS = ("resourceVersion", "generation", "uid", "managedFields", "creationTimestamp", "deletionTimestamp")
 
@@ -62,7 +68,7 @@ class FakeKube:
                  kuberay: str = "v1.7.0"):
         # Set: play the controllers too; a DaemonSet or RayCluster reports ready this long after its last change.
         self.controller_delay = controller_delay
-        self.gpu_nodes = gpu_nodes      # None: every worker replica gets a node; a number: that many at most
+        self.scheduling = kube_scheduling.Scheduling(gpu_nodes)  # GPU nodes granted, what the autoscaler says
         self.kuberay = kuberay          # the release whose RayCluster CRD and pod controller are played
         self.served = {kind[1] for kind in RESOURCES.values()}
         self.storage_classes: dict[str, bool] = {}   # name -> allowVolumeExpansion; "" names none
@@ -126,11 +132,15 @@ class FakeKube:
             return copy.deepcopy(sorted(found, key=lambda pod: (pod["metadata"]["labels"][kuberay.NODE_TYPE_LABEL] != "head",
                                                                  pod["metadata"]["name"])))
 
+    @property
+    def gpu_nodes(self) -> int | None:
+        return self.scheduling.gpu_nodes
+
     def grant_gpu_nodes(self, count: int | None) -> None:
         """The GPU nodes the cloud has granted change (Spot capacity came or went): KubeRay recounts the ready
         workers of every RayCluster, as its pods become ready or are lost."""
         with self._lock:
-            self.gpu_nodes = count
+            self.scheduling.gpu_nodes = count
             for key in [k for k in self.objects if k[0] == "rayclusters"]:
                 self._publish_status(key)
 
@@ -232,7 +242,8 @@ class FakeKube:
         dry_run = request.query.get("dryRun") == "All"
         if name is None:
             if request.method == "GET":
-                return 200, self._list(plural, namespace, request.query.get("labelSelector", ""))
+                return self._list(plural, namespace, request.query.get("labelSelector", ""),
+                                  request.query.get("fieldSelector", ""))
             if request.method == "POST":
                 key = (plural, namespace, request.body["metadata"]["name"])
                 if key in self.objects:
@@ -272,14 +283,19 @@ class FakeKube:
                      for plural, (kind, version, namespaced) in RESOURCES.items() if version == group_version]
         return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": group_version, "resources": resources}
 
-    def _list(self, plural: str, namespace: str, selector: str) -> dict:
+    def _list(self, plural: str, namespace: str, selector: str, field_selector: str) -> tuple[int, dict]:
         wanted = dict(term.split("=", 1) for term in selector.split(",") if "=" in term)
+        fields = dict(term.split("=", 1) for term in field_selector.split(",") if "=" in term)
+        for field in fields:
+            if field not in SELECTABLE_FIELDS.get(plural, set()) | {"metadata.name", "metadata.namespace"}:
+                return _status(400, "BadRequest", f'field label not supported: {field}')
         kind, version, _ = RESOURCES[plural]
         items = [obj for (p, ns, _), obj in self.objects.items()
                  if p == plural and (not namespace or ns == namespace)
-                 and all(obj["metadata"].get("labels", {}).get(k) == v for k, v in wanted.items())]
-        return {"apiVersion": version, "kind": f"{kind}List", "metadata": {"resourceVersion": str(next(self._versions))},
-                "items": items}
+                 and all(obj["metadata"].get("labels", {}).get(k) == v for k, v in wanted.items())
+                 and all(_field(obj, path) == value for path, value in fields.items())]
+        return 200, {"apiVersion": version, "kind": f"{kind}List",
+                     "metadata": {"resourceVersion": str(next(self._versions))}, "items": items}
 
     # -- writes -----------------------------------------------------------------------------
     def _apply(self, key, config: dict, manager: str, force: bool, dry_run: bool) -> tuple[int, dict]:
@@ -400,7 +416,8 @@ class FakeKube:
         """What the controllers would have done by now, run before each request."""
         self._bind_volumes()
         self._release_protected()
-        kuberay.reconcile(self.objects, self.kuberay, self.gpu_nodes)
+        kuberay.reconcile(self.objects, self.kuberay)
+        self.scheduling.place(self.objects)
         now = time.monotonic()
         for key, due in list(self._ready_at.items()):
             if now >= due and key in self.objects:
@@ -533,6 +550,12 @@ def _spec_of(obj: dict) -> dict:
     """What moves `metadata.generation`: everything but metadata and status (the registry strategies'
     PrepareForUpdate; for custom resources, apiextensions' `generation` rule)."""
     return {k: v for k, v in obj.items() if k not in ("metadata", "status", "apiVersion", "kind")}
+
+
+def _field(obj: dict, path: str):
+    for part in path.split("."):
+        obj = obj.get(part) if isinstance(obj, dict) else None
+    return obj
 
 
 def _dotted(path: tuple) -> str:

@@ -49,7 +49,7 @@ def spec_hash(spec: dict) -> str:
     return hashlib.sha1(json.dumps(reduced, sort_keys=True).encode()).hexdigest()
 
 
-def reconcile(objects: dict, kuberay: str, gpu_nodes: int | None) -> None:
+def reconcile(objects: dict, kuberay: str) -> None:
     """Brings the pods in `objects` ((plural, namespace, name) -> object) to what each RayCluster asks."""
     clusters = {(ns, name): obj for (plural, ns, name), obj in objects.items() if plural == "rayclusters"}
     for key, pod in list(objects.items()):
@@ -57,7 +57,6 @@ def reconcile(objects: dict, kuberay: str, gpu_nodes: int | None) -> None:
             del objects[key]  # its RayCluster is gone
     for (namespace, name), cluster in clusters.items():
         _reconcile_cluster(objects, namespace, name, cluster, kuberay)
-    _set_phases(objects, gpu_nodes)
 
 
 def pods_of(objects: dict, namespace: str, cluster: str) -> dict[tuple, dict]:
@@ -100,14 +99,3 @@ def _pod(namespace: str, prefix: str, cluster: str, node_type: str, group: str, 
                          "annotations": metadata.get("annotations", {}), "uid": f"pod-uid-{next(_names)}"},
             "spec": copy.deepcopy(template.get("spec") or {}), "status": {"phase": "Pending"}}
 
-
-def _set_phases(objects: dict, gpu_nodes: int | None) -> None:
-    """Every pod runs, except workers beyond the GPU nodes the cloud has granted, which wait unscheduled."""
-    workers = sorted(key for key, pod in objects.items()
-                     if key[0] == "pods" and pod["metadata"]["labels"][NODE_TYPE_LABEL] == "worker")
-    placed = set(workers if gpu_nodes is None else workers[:gpu_nodes])
-    for key, pod in objects.items():
-        if key[0] == "pods":
-            running = key in placed or pod["metadata"]["labels"][NODE_TYPE_LABEL] == "head"
-            pod["status"] = {"phase": "Running" if running else "Pending",
-                             "conditions": [{"type": "Ready", "status": "True" if running else "False"}]}

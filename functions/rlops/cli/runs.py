@@ -170,6 +170,8 @@ def _reap(args) -> int:
 
 
 def _status(args) -> int:
+    from rlops.runs.policy import TERMINAL
+
     site = _site(args.environment, args.endpoints)
     shown = None
     while True:
@@ -179,13 +181,13 @@ def _status(args) -> int:
             if rows:
                 print(_table(rows), flush=True)
                 for record in rows:
-                    if record.waiting and record.state == "PENDING":
+                    if record.waiting and record.state not in TERMINAL:
                         print(f"{record.run}: waiting: {record.waiting}", flush=True)
             else:
                 print(f"waiting for run {args.run_name}" if args.run_name else f"no runs in {args.environment}",
                       flush=True)
             shown = states
-        done = rows and all(r.state in ("SUCCEEDED", "FAILED", "STOPPED") for r in rows)
+        done = rows and all(r.state in TERMINAL for r in rows)
         if not args.follow or (args.run_name and done):
             break
         time.sleep(args.interval)

@@ -176,3 +176,9 @@ def _status(operation: compute_v1.Operation) -> tuple[bool, str | None]:
 
 def _allowed(rules: list[list[str]]) -> list[compute_v1.Allowed]:
     return [compute_v1.Allowed(I_p_protocol=rule[0], ports=rule[1:]) for rule in rules]
+
+
+def reservation(connection: Connection, project: str, zone: str, name: str) -> compute_v1.Reservation | None:
+    """A zone's reservation, None when there is none of that name."""
+    client = connection.gapic(API, compute_v1.ReservationsClient)
+    return get_or_none(API, f"get reservation {name}", client.get, project=project, zone=zone, reservation=name)

@@ -273,6 +273,21 @@ class NodePools(_Gke):
         return self._wait(call(API, f"delete node pool {name}", self.client.delete_node_pool,
                                name=self._pool_path(name, fields.get("cluster"))))
 
+    def problem(self, name: str) -> str | None:
+        """What GKE says is wrong with node pool `name` (its error status, its conditions: a stockout, a quota),
+        None when nothing is, or when the pool does not exist."""
+        pool = get_or_none(API, f"get node pool {name}", self.client.get_node_pool, name=self._pool_path(name))
+        if pool is None:
+            return None
+        codes = {c.message: _condition_code(c) for c in pool.conditions}
+        said = [f"{message} ({code})" if code else message for message, code in codes.items()]
+        failing = pool.status in (gke.NodePool.Status.ERROR, gke.NodePool.Status.RUNNING_WITH_ERROR)
+        if failing and pool.status_message and pool.status_message not in codes:
+            said.insert(0, pool.status_message)
+        if not said and not failing:
+            return None
+        return f"{pool.status.name}: " * failing + "; ".join(said)
+
     def resize(self, name: str, node_count: int) -> Pending:
         """The reaper's and the wake's resize: at once, not through the cluster autoscaler."""
         return self._wait(call(API, f"resize node pool {name} to {node_count}", self.client.set_node_pool_size,
@@ -284,3 +299,12 @@ HANDLERS = (Clusters, NodePools)
 
 def _driver(version: str) -> str:
     return "INSTALLATION_DISABLED" if version == "DISABLED" else version
+
+
+def _condition_code(condition: gke.StatusCondition) -> str:
+    """GCE_STOCKOUT, GCE_QUOTA_EXCEEDED, ... (the deprecated `code`), else the canonical google.rpc code's name."""
+    from google.rpc import code_pb2
+
+    if condition.code:
+        return condition.code.name
+    return code_pb2.Code.Name(condition.canonical_code) if condition.canonical_code else ""

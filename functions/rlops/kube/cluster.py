@@ -103,11 +103,15 @@ class KubeApi:
     def get(self, ref: Ref) -> dict | None:
         return self._call("GET", self._path(ref))
 
-    def list_labelled(self, kind: str, labels: dict[str, str], namespace: str = "") -> list[dict]:
-        """The objects of `kind` with these labels (in `namespace`, or in all); none while the kind is not
+    def list_labelled(self, kind: str, labels: dict[str, str], namespace: str = "",
+                      fields: dict[str, str] | None = None) -> list[dict]:
+        """The objects of `kind` with these labels (in `namespace`, or in all) and, if given, these field values
+        (a field selector: the fields the kind's registry lets a list select on); none while the kind is not
         served (the list is a 404)."""
-        selector = ",".join(f"{k}={v}" for k, v in sorted(labels.items()))
-        listed = self._call("GET", self._path(Ref(kind, "", namespace), collection=True), {"labelSelector": selector})
+        query = {"labelSelector": ",".join(f"{k}={v}" for k, v in sorted(labels.items()))}
+        if fields:
+            query["fieldSelector"] = ",".join(f"{k}={v}" for k, v in sorted(fields.items()))
+        listed = self._call("GET", self._path(Ref(kind, "", namespace), collection=True), query)
         return [dict(item, kind=kind) for item in (listed or {}).get("items", [])]
 
     def apply(self, obj: dict, dry_run: bool = False) -> dict:

@@ -14,6 +14,7 @@ KINDS = {
     "GKENetworkParamSet": ("/apis/networking.gke.io/v1", "gkenetworkparamsets", False),
     "Network": ("/apis/networking.gke.io/v1", "networks", False),
     "Pod": ("/api/v1", "pods", True),  # never applied: KubeRay's, read for readiness and deleted to recreate
+    "Event": ("/api/v1", "events", True),  # never applied: read to say why a pod waits
 }
 # What serves a kind that may not be there yet.
 SERVED_BY = {

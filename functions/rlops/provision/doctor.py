@@ -5,22 +5,26 @@ what it found, and the fix. `apply` runs the checks first and stops before any c
 (`--skip-doctor` overrides it).
 
 Checked: the APIs `apply` calls are enabled (Service Usage); the caller holds the permissions `apply` needs on the
-project (Resource Manager `testIamPermissions`); each pool's machine type is offered in the zone with its
-accelerators; a pool's specific reservation exists in
-the zone, for the machine type and accelerators, with enough unused VMs for `max_nodes`; the zone's
-RDMA network profile exists (Compute); the state bucket exists (versioning and uniform access: warn);
-each Secret Manager version the spec names exists and is enabled (its metadata, never its value).
-Not checked yet, and said so: GPU quotas (A3 Ultra and A4 GPUs are counted by the Cloud Quotas API,
-whose definition does not ship with the client libraries rlops uses, and Compute's regional quota
-list has no H200 or B200 metric), the bucket's and the secrets' own IAM, GKE versions, Managed Lustre locations.
+project (Resource Manager `testIamPermissions`) and may read each token secret (`testIamPermissions` on the
+secret); each pool's machine type is offered in the zone with its accelerators; a pool's specific reservation
+exists in the zone, for the machine type and accelerators, with enough unused VMs for `max_nodes`; the zone's
+RDMA network profile exists (Compute); Compute's project and regional quotas cover what apply adds (networks,
+subnetworks, firewalls, the PSA range, the system pool's vCPUs); the spec's GKE version (or its channel's
+default) is offered and new enough for what the spec uses (GKE getServerConfig); Managed Lustre is offered in
+the zone (the Lustre API's locations); the state bucket exists (versioning: warn); each Secret Manager version
+the spec names exists and is enabled (its metadata, never its value).
+Not checked yet, and said so: H200 and B200 GPU quotas of Spot and on-demand pools (the Cloud Quotas API counts
+them, and Compute's quota list has no metric for them); Spot capacity (no API says it before a VM is asked for).
 """
 
 import json
+import re
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 
 from google.cloud import compute_v1
 
+from rlops.cloud import compute
 from rlops.cloud.base import CloudError, Connection, call, get_or_none
 from rlops.provision.service import CloudEnvironment
 
@@ -35,9 +39,11 @@ PERMISSIONS = {
     "compute.firewalls.create": "firewalls.insert", "compute.globalAddresses.createInternal": "the PSA range",
     "servicenetworking.services.addPeering": "the private services access peering",
     "container.clusters.create": "clusters.create", "container.clusters.update": "node pools and cluster updates",
-    "lustre.instances.create": "instances.create", "secretmanager.versions.access": "the token Secret's values",
-    "storage.objects.create": "the state records (granted on the project or, else, on the bucket)",
+    "lustre.instances.create": "instances.create",
 }
+# Not asked of the project: the token secrets' and the state bucket's permissions, which the README grants on
+# them alone. The secrets are tested on each secret (`_secrets`); the bucket's first write is apply's lock,
+# which fails before any change is made.
 
 
 @dataclass(frozen=True)
@@ -50,14 +56,12 @@ class Finding:
 
 def examine(env: CloudEnvironment, connection: Connection, bucket) -> list[Finding]:
     """Every check, in parallel; a check that cannot read what it needs fails saying why."""
-    checks = [_apis, _permissions, _machine_types, _reservations, _network_profile, _secrets,
+    checks = [_apis, _permissions, _machine_types, _reservations, _network_profile, _secrets, _quotas, _gke_version,
+              _lustre_location,
               lambda env, connection: _state_bucket(bucket)]
     with ThreadPoolExecutor(max_workers=len(checks)) as pool:
         futures = [pool.submit(_guarded, check, env, connection) for check in checks]
-        found = [finding for future in futures for finding in future.result()]
-    return found + [Finding("gpu-quota", "warn", "not checked: A3 Ultra and A4 GPU quotas are in the Cloud Quotas "
-                            "API, which rlops does not read yet", f"gcloud beta quotas info list --project="
-                            f"{env.spec.project.id} --service=compute.googleapis.com | grep -i -e h200 -e b200")]
+        return [finding for future in futures for finding in future.result()]
 
 
 def _guarded(check, env, connection) -> list[Finding]:
@@ -123,13 +127,11 @@ def _machine_types(env: CloudEnvironment, connection: Connection) -> list[Findin
 
 def _reservations(env: CloudEnvironment, connection: Connection) -> list[Finding]:
     spec, found = env.spec, []
-    client = connection.gapic("compute", compute_v1.ReservationsClient)
     for pool in spec.gpu_pools:
         if not pool.reservation:
             continue
         check = f"reservation {pool.reservation}"
-        reservation = get_or_none("compute", f"get reservation {pool.reservation}", client.get,
-                                  project=spec.project.id, zone=spec.zone, reservation=pool.reservation)
+        reservation = compute.reservation(connection, spec.project.id, spec.zone, pool.reservation)
         if reservation is None:
             found.append(Finding(check, "fail", f"no reservation {pool.reservation} in {spec.zone}",
                                  f"name a reservation of {spec.zone} in gpu_pools[{pool.name}].reservation, or move "
@@ -157,6 +159,124 @@ def _reservations(env: CloudEnvironment, connection: Connection) -> list[Finding
     return found
 
 
+def _quotas(env: CloudEnvironment, connection: Connection) -> list[Finding]:
+    """Compute's project and regional quotas (limit less usage: what already runs is counted) against what apply
+    would add: the networks, subnetworks, firewalls and PSA range the project does not hold yet, and the system
+    pool's vCPUs at its maximum (its family's metric, where Compute lists one). The GPU pools: a reservation's
+    VMs hold their quota already; Compute's quota list has no H200 or B200 metric (the Cloud Quotas API counts
+    those, which rlops does not read yet), so a Spot or on-demand pool's GPUs are said not checked."""
+    spec = env.spec
+    project, region = spec.project.id, spec.region
+    kinds = {"network": compute_v1.NetworksClient, "firewall": compute_v1.FirewallsClient,
+             "address": compute_v1.GlobalAddressesClient}
+    reads = {
+        "project": lambda: connection.gapic("compute", compute_v1.ProjectsClient).get(project=project),
+        "region": lambda: connection.gapic("compute", compute_v1.RegionsClient).get(project=project, region=region),
+        "machine": lambda: connection.gapic("compute", compute_v1.MachineTypesClient).get(
+            project=project, zone=spec.zone, machine_type=spec.cluster.system_pool.machine_type),
+        "subnetwork": lambda: connection.gapic("compute", compute_v1.SubnetworksClient).list(project=project,
+                                                                                             region=region),
+        **{kind: lambda client=client: connection.gapic("compute", client).list(project=project)
+           for kind, client in kinds.items()}}
+    with ThreadPoolExecutor(max_workers=len(reads)) as pool:
+        futures = {name: pool.submit(call, "compute", f"read the project's {name} for its quotas", read)
+                   for name, read in reads.items()}
+        got = {name: future.result() for name, future in futures.items()}
+    held = {kind: {item.name for item in got[kind]} for kind in ("network", "subnetwork", "firewall", "address")}
+    new = {kind: sum(1 for r in env.desired if r.kind == kind and r.name not in names) for kind, names in held.items()}
+    quotas = {("the project", q.metric): q for q in got["project"].quotas}
+    quotas.update({(region, q.metric): q for q in got["region"].quotas})
+    system = spec.cluster.system_pool
+    family = f"{system.machine_type.split('-')[0].upper()}_CPUS"
+    needs = {("the project", "NETWORKS"): new["network"], ("the project", "SUBNETWORKS"): new["subnetwork"],
+             ("the project", "FIREWALLS"): new["firewall"], ("the project", "GLOBAL_INTERNAL_ADDRESSES"): new["address"],
+             (region, family if (region, family) in quotas else "CPUS"):
+                 got["machine"].guest_cpus * (system.autoscaling.max_nodes if system.autoscaling else system.initial_nodes)}
+    found, covered = [], []
+    for (scope, metric), need in needs.items():
+        quota = quotas.get((scope, metric))
+        if quota is None:
+            continue
+        free = int(quota.limit - quota.usage)
+        if need > free:
+            found.append(Finding(f"quota {metric}", "fail", f"apply needs {need}, {free} free of {int(quota.limit)} "
+                                 f"in {scope}", f"request more {metric} in {scope} (Console: IAM & Admin > Quotas), or "
+                                 "lower the spec's counts"))
+        else:
+            covered.append(f"{metric} {need} of {free} free")
+    reserved = [f"{pool.name}: its reservation holds the GPU quota" for pool in spec.gpu_pools if pool.reservation]
+    if not found:
+        found.append(Finding("quotas", "ok", "; ".join(covered + reserved)))
+    unchecked = [f"{pool.name} ({pool.accelerator.type}{', Spot' if pool.spot else ''})"
+                 for pool in spec.gpu_pools if not pool.reservation]
+    if unchecked:
+        found.append(Finding("gpu-quota", "warn", f"not checked for {', '.join(unchecked)}: Compute's quota list has "
+                             "no metric for these GPUs; the Cloud Quotas API counts them, which rlops does not read yet",
+                             f"gcloud beta quotas info list --project={project} --service=compute.googleapis.com | "
+                             "grep -i -e h200 -e b200"))
+    return found
+
+
+# The GKE versions what the spec uses needs (seed-inventory G5: the Ray operator add-on from Cluster Toolkit's
+# docs; RDMA per machine from an unattributed copy of the AI Hypercomputer docs). Unsure sources: a warning.
+MINIMUM_GKE = {"the Ray operator add-on": "1.29.8-gke.1054000", "RDMA on a3-ultragpu-8g": "1.31.4-gke.1183000",
+               "RDMA on a4-highgpu-8g": "1.32.2-gke.1475000"}
+
+
+def _gke_version(env: CloudEnvironment, connection: Connection) -> list[Finding]:
+    """The spec's GKE version (or its release channel's default) is offered in the region (GKE getServerConfig),
+    and it is at least the version each feature the spec uses needs."""
+    from google.cloud import container_v1
+
+    spec = env.spec
+    client = connection.gapic("container", container_v1.ClusterManagerClient)
+    config = call("container", "read GKE's server config", client.get_server_config,
+                  name=f"projects/{spec.project.id}/locations/{spec.region}")
+    channel = spec.cluster.release_channel
+    offered = next((list(c.valid_versions) for c in config.channels if c.channel.name == channel), [])
+    default = next((c.default_version for c in config.channels if c.channel.name == channel), "")
+    wanted = spec.cluster.version
+    version = default if not wanted else next(
+        (v for v in offered if v == wanted or v.startswith((wanted + ".", wanted + "-"))), None)
+    if version is None:
+        return [Finding("gke-version", "fail", f"{wanted} is not offered in the {channel} channel in {spec.region} "
+                        f"(offered: {', '.join(offered)})", "set cluster.version to an offered one, or unset it for "
+                        "the channel's default")]
+    uses = ([] if not spec.cluster.addons.ray_operator else ["the Ray operator add-on"]) + \
+        [f"RDMA on {pool.machine_type}" for pool in spec.gpu_pools]
+    older = [f"{use} needs {MINIMUM_GKE[use]}" for use in uses
+             if use in MINIMUM_GKE and _version_key(version) < _version_key(MINIMUM_GKE[use])]
+    if older:
+        return [Finding("gke-version", "warn", f"{version} ({channel}) is older than {'; '.join(older)}",
+                        "set cluster.version, or a faster release channel")]
+    return [Finding("gke-version", "ok", f"{version} ({'cluster.version ' + wanted if wanted else channel + ' default'})"
+                    f", offered in {spec.region}")]
+
+
+def _version_key(version: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in re.findall(r"\d+", version))
+
+
+def _lustre_location(env: CloudEnvironment, connection: Connection) -> list[Finding]:
+    """Managed Lustre is offered in the environment's zone (the Lustre API's locations). The tier needs no read:
+    each of the four throughput tiers is offered wherever Lustre is, and the spec admits only those."""
+    from google.cloud import lustre_v1
+    from google.cloud.location import locations_pb2
+
+    spec = env.spec
+    client = connection.gapic("lustre", lustre_v1.LustreClient)
+    listed = call("lustre", "list Managed Lustre locations", client.list_locations,
+                  locations_pb2.ListLocationsRequest(name=f"projects/{spec.project.id}"))
+    zones = sorted(location.location_id for location in listed.locations)
+    if spec.zone not in zones:
+        nearby = [zone for zone in zones if zone.startswith(spec.region)]
+        return [Finding("lustre-location", "fail", f"Managed Lustre is not offered in {spec.zone}" + (
+            f" (in {spec.region}: {', '.join(nearby)})" if nearby else f" nor anywhere in {spec.region}"),
+            "move the environment's zone to one that offers both Lustre and the GPUs")]
+    return [Finding("lustre-location", "ok", f"offered in {spec.zone}, {spec.lustre.throughput_mb_per_tib} MB/s "
+                    "per TiB")]
+
+
 def _network_profile(env: CloudEnvironment, connection: Connection) -> list[Finding]:
     spec = env.spec
     profile = spec.rdma_profile
@@ -170,23 +290,53 @@ def _network_profile(env: CloudEnvironment, connection: Connection) -> list[Find
 
 
 def _secrets(env: CloudEnvironment, connection: Connection) -> list[Finding]:
+    """Each secret version the spec names exists and is enabled (its metadata, never its value), and the caller
+    may read its value (`testIamPermissions` on the secret: granted there or on the project)."""
     from google.cloud import secretmanager
 
     client = connection.gapic("secretmanager", secretmanager.SecretManagerServiceClient)
+
+    def read(ref):
+        return get_or_none("secretmanager", f"get {ref.secret_manager}", client.get_secret_version,
+                           name=ref.secret_manager)
+
+    def held(ref) -> bool:
+        secret = _secret_of(ref)
+        return READ_SECRET in call("secretmanager", f"test the caller's permissions on {secret}",
+                                   client.test_iam_permissions,
+                                   request={"resource": secret, "permissions": [READ_SECRET]}).permissions
+
+    refs = sorted(env.spec.secrets.items())
+    with ThreadPoolExecutor(max_workers=2 * len(refs) or 1) as pool:  # every read at once
+        versions = [pool.submit(read, ref) for _, ref in refs]
+        readable = [pool.submit(held, ref) for _, ref in refs]
+        answers = [(name, ref, version.result(), may.result())
+                   for (name, ref), version, may in zip(refs, versions, readable)]
     found = []
-    for name, ref in sorted(env.spec.secrets.items()):
-        version = get_or_none("secretmanager", f"get {ref.secret_manager}", client.get_secret_version,
-                              name=ref.secret_manager)
+    for name, ref, version, may_read in answers:
+        secret = _secret_of(ref)
         if version is None:
             found.append(Finding(f"secret {name}", "fail", f"{ref.secret_manager} does not exist",
-                                 f"gcloud secrets versions add {ref.secret_manager.split('/')[3]} --data-file=- "
+                                 f"gcloud secrets versions add {secret.split('/')[3]} --data-file=- "
                                  f"--project={env.spec.project.id}"))
         elif version.state != version.State.ENABLED:
             found.append(Finding(f"secret {name}", "fail", f"{ref.secret_manager} is {version.state.name}",
                                  "enable the version, or add a new one"))
+        elif not may_read:
+            found.append(Finding(f"secret {name}", "fail", f"the caller lacks {READ_SECRET} on {secret}: apply copies "
+                                 "its value into the cluster's Secret", f"gcloud secrets add-iam-policy-binding "
+                                 f"{secret.split('/')[3]} --project={env.spec.project.id} --member=... "
+                                 "--role=roles/secretmanager.secretAccessor"))
         else:
-            found.append(Finding(f"secret {name}", "ok", f"{ref.secret_manager} is enabled"))
+            found.append(Finding(f"secret {name}", "ok", f"{ref.secret_manager} is enabled, and the caller may read it"))
     return found
+
+
+READ_SECRET = "secretmanager.versions.access"
+
+
+def _secret_of(ref) -> str:
+    return ref.secret_manager.split("/versions/")[0]
 
 
 def _state_bucket(bucket) -> list[Finding]:

@@ -105,11 +105,3 @@ def recent(record: RunRecord, now: float) -> bool:
     """Whether the snapshot tick looks at the run: active, or ended less than a day ago."""
     return record.state not in TERMINAL or now - record.updated_at < RECENT_SECONDS
 
-
-def waiting_cause(state: str, nodes: list[dict], pool_scaled_down: bool) -> str | None:
-    """Why a local run's pending attempt does not start: no GPU-pool node is alive. None when that is not why."""
-    if state != "PENDING" or any(node["state"] == "ALIVE" and not node.get("is_head_node") for node in nodes):
-        return None
-    if pool_scaled_down:
-        return "no GPU-pool node: the reaper scaled the pool down and no train message has woken it yet"
-    return "no GPU-pool node is up (stopped, or lost): `rlops up` starts it again"

@@ -31,8 +31,9 @@ def tick(site: Site) -> list[dict]:
         if record is None:  # the train function stopped between submitting and writing the record
             first = attempts[min(attempts)]
             record = new(first.meta, first.submission_id, (first.start_time or 0) / 1000)
+        waited = record.waiting
         changes = _advance(site, record, attempts, nodes)
-        if not changes:
+        if not changes and record.waiting == waited:
             continue
         if record.state in policy.TERMINAL:
             record.report = _publish_report(site, record)
@@ -50,8 +51,8 @@ def tick(site: Site) -> list[dict]:
 
 
 class _Nodes:
-    """Ray's nodes and whether the pool is scaled down, each read at most once a tick, and only when needed: to
-    tell a lost node from a code failure, or why a local attempt waits."""
+    """Ray's nodes, and why the GPU workers are not up, each read at most once a tick and only when needed: to
+    tell a lost node from a code failure, or why an attempt that has not trained yet waits."""
 
     def __init__(self, site: Site):
         self.site = site
@@ -59,16 +60,16 @@ class _Nodes:
     def get(self) -> list[dict]:
         return self._listed
 
-    def pool_scaled_down(self) -> bool:
-        return self._pool_down
+    def waiting(self) -> str | None:
+        return self._waiting
 
     @functools.cached_property
     def _listed(self) -> list[dict]:
         return self.site.ray.nodes()
 
     @functools.cached_property
-    def _pool_down(self) -> bool:
-        return self.site.pool.read()[0].scaled_down
+    def _waiting(self) -> str | None:
+        return self.site.waiting(self.site.pool.read()[0].scaled_down)
 
 
 def _publish_report(site: Site, record: RunRecord) -> str | None:
@@ -125,11 +126,11 @@ def _advance(site: Site, record: RunRecord, attempts: dict[int, JobView], nodes:
 
 
 def _waiting(site: Site, record: RunRecord, job: JobView | None, transition, nodes: _Nodes) -> list[dict]:
-    """Why a pending attempt does not run, in one line, when rlops can tell (locally: no GPU-pool node); kept in
-    the record and said in a `waiting` event when it changes. Empty when nothing changed."""
+    """Why an attempt that has not trained yet waits (Ray holds its job PENDING, or NeMo RL's driver RUNNING on
+    the head waits for its GPU actors), in one line (`Site.waiting`); kept in the record and said in a `waiting`
+    event when it changes (a cleared cause is only written to the record). Empty when nothing is to be said."""
     state = transition.state if transition is not None else (job.status if job is not None else record.current.state)
-    cause = policy.waiting_cause(state, nodes.get(), nodes.pool_scaled_down()) if state == "PENDING" and \
-        site.checkpoints_here else None
+    cause = nodes.waiting() if state in ("PENDING", "RUNNING") and record.current.first_step is None else None
     if cause == record.waiting:
         return []
     record.waiting = cause
@@ -137,7 +138,7 @@ def _waiting(site: Site, record: RunRecord, job: JobView | None, transition, nod
         return []
     site.publish({"type": "waiting", "environment": site.name, "run": record.run, "attempt": record.current.attempt,
                   "cause": cause})
-    return [{"attempt": record.current.attempt, "state": "PENDING", "reason": f"waiting: {cause}"}]
+    return [{"attempt": record.current.attempt, "state": state, "reason": f"waiting: {cause}"}]
 
 
 def _resume_point(site: Site, record: RunRecord, current: Attempt, text: str) -> None:
