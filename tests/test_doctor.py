@@ -105,6 +105,26 @@ def test_a_gke_version_the_channel_does_not_offer_fails_and_one_older_than_a_fea
         "1.32.9-gke.1108000 (cluster.version 1.32), offered in us-central1"
 
 
+def test_a_psa_range_placed_on_a_subnetwork_already_there_fails_and_a_free_one_passes(cloud_fakes, specs, capsys):
+    gcp, _ = cloud_fakes
+    assert _findings(capsys)[1][("psa-range", "ok")]["found"] == "/20, placed by Google in a free range"
+    # Someone's subnetwork on the cluster's network, made before rlops applies (the console, another tool).
+    assert cli.main(["apply", "h200"]) == 0
+    capsys.readouterr()
+    net = "https://www.googleapis.com/compute/v1/projects/rlops-h200-example/global/networks/rl-net"
+    gcp.put("subnetwork", "theirs", {"name": "theirs", "network": net, "ipCidrRange": "10.64.8.0/24",
+                                     "region": "https://www.googleapis.com/compute/v1/projects/rlops-h200-example/"
+                                               "regions/us-central1"})
+    spec = specs / "h200.yaml"
+    text = spec.read_text()
+    spec.write_text(text.replace("prefix_length: 20", "prefix_length: 20\n    address: 10.64.0.0"))
+    code, found = _findings(capsys)
+    assert code == 1 and found[("psa-range", "fail")]["found"] == \
+        "10.64.0.0/20 overlaps subnetwork theirs (10.64.8.0/24) on network rl-net"
+    spec.write_text(text.replace("prefix_length: 20", "prefix_length: 20\n    address: 10.80.0.0"))
+    assert _findings(capsys)[1][("psa-range", "ok")]["found"] == "10.80.0.0/20 is free on network rl-net"
+
+
 def test_a_spot_pool_says_its_gpu_quota_is_not_checked(cloud_fakes, capsys):
     code, found = _findings(capsys, "b200-spot")
     assert "not checked for a4-pool (nvidia-b200, Spot)" in found[("gpu-quota", "warn")]["found"]

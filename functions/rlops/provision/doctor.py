@@ -11,12 +11,14 @@ exists in the zone, for the machine type and accelerators, with enough unused VM
 RDMA network profile exists (Compute); Compute's project and regional quotas cover what apply adds (networks,
 subnetworks, firewalls, the PSA range, the system pool's vCPUs); the spec's GKE version (or its channel's
 default) is offered and new enough for what the spec uses (GKE getServerConfig); Managed Lustre is offered in
-the zone (the Lustre API's locations); the state bucket exists (versioning: warn); each Secret Manager version
+the zone (the Lustre API's locations); a PSA range the spec places overlaps nothing on the network; the state
+bucket exists (versioning: warn); each Secret Manager version
 the spec names exists and is enabled (its metadata, never its value).
 Not checked yet, and said so: H200 and B200 GPU quotas of Spot and on-demand pools (the Cloud Quotas API counts
 them, and Compute's quota list has no metric for them); Spot capacity (no API says it before a VM is asked for).
 """
 
+import ipaddress
 import json
 import re
 from concurrent.futures import ThreadPoolExecutor
@@ -57,7 +59,7 @@ class Finding:
 def examine(env: CloudEnvironment, connection: Connection, bucket) -> list[Finding]:
     """Every check, in parallel; a check that cannot read what it needs fails saying why."""
     checks = [_apis, _permissions, _machine_types, _reservations, _network_profile, _secrets, _quotas, _gke_version,
-              _lustre_location,
+              _lustre_location, _psa_range,
               lambda env, connection: _state_bucket(bucket)]
     with ThreadPoolExecutor(max_workers=len(checks)) as pool:
         futures = [pool.submit(_guarded, check, env, connection) for check in checks]
@@ -275,6 +277,33 @@ def _lustre_location(env: CloudEnvironment, connection: Connection) -> list[Find
             "move the environment's zone to one that offers both Lustre and the GPUs")]
     return [Finding("lustre-location", "ok", f"offered in {spec.zone}, {spec.lustre.throughput_mb_per_tib} MB/s "
                     "per TiB")]
+
+
+def _psa_range(env: CloudEnvironment, connection: Connection) -> list[Finding]:
+    """A PSA range the spec places itself (`private_service_access.address`) overlaps nothing already on the
+    cluster's network: another peering range, or a subnetwork (Compute refuses the address otherwise, after the
+    networks are made). Unplaced, Google picks a free range."""
+    spec = env.spec
+    psa = spec.networks.private_service_access
+    if psa.address_cidr is None:
+        return [Finding("psa-range", "ok", f"/{psa.prefix_length}, placed by Google in a free range")]
+    wanted, network = ipaddress.IPv4Network(psa.address_cidr), spec.networks.cluster.name
+    listed = [("address", lambda: connection.gapic("compute", compute_v1.GlobalAddressesClient).list(
+                  project=spec.project.id)),
+              ("subnetwork", lambda: connection.gapic("compute", compute_v1.SubnetworksClient).list(
+                  project=spec.project.id, region=spec.region))]
+    with ThreadPoolExecutor(max_workers=len(listed)) as pool:
+        futures = [(kind, pool.submit(call, "compute", f"list {kind}s", read)) for kind, read in listed]
+        taken = [(kind, item.name, (f"{item.address}/{item.prefix_length}" if item.address else None)
+                  if kind == "address" else item.ip_cidr_range)
+                 for kind, future in futures for item in future.result()
+                 if item.network.rsplit("/", 1)[-1] == network and item.name != psa.range_name]
+    clashes = [f"{kind} {name} ({cidr})" for kind, name, cidr in taken
+               if cidr and wanted.overlaps(ipaddress.IPv4Network(cidr, strict=False))]
+    if clashes:
+        return [Finding("psa-range", "fail", f"{wanted} overlaps {', '.join(clashes)} on network {network}",
+                        "move networks.private_service_access.address to a free range, or unset it for Google to pick")]
+    return [Finding("psa-range", "ok", f"{wanted} is free on network {network}")]
 
 
 def _network_profile(env: CloudEnvironment, connection: Connection) -> list[Finding]:
