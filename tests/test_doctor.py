@@ -125,9 +125,44 @@ def test_a_psa_range_placed_on_a_subnetwork_already_there_fails_and_a_free_one_p
     assert _findings(capsys)[1][("psa-range", "ok")]["found"] == "10.80.0.0/20 is free on network rl-net"
 
 
+def test_an_applied_environment_without_its_functions_or_schedule_is_warned_of(cloud_fakes, capsys):
+    gcp, _ = cloud_fakes
+    assert not any(check in ("functions", "schedule") for check, _ in _findings(capsys)[1])  # nothing applied yet
+    assert cli.main(["apply", "h200"]) == 0
+    capsys.readouterr()
+    code, found = _findings(capsys)
+    assert code == 0 and found[("functions", "warn")]["found"] == \
+        "not deployed: rlops-train, rlops-watch, rlops-snapshot, rlops-reap"
+    gcp.deploy("rlops-h200-example", "us-east4")
+    code, found = _findings(capsys)
+    assert found[("functions", "ok")]["found"] == "rlops-train, rlops-watch, rlops-snapshot, rlops-reap active"
+    assert found[("schedule", "ok")]["found"] == "rlops-tick in us-east4, * * * * *"
+    gcp.functions["projects/rlops-h200-example/locations/us-east4/functions/rlops-watch"]["state"] = "FAILED"
+    gcp.scheduler_jobs["projects/rlops-h200-example/locations/us-east4/jobs/rlops-tick"]["state"] = "PAUSED"
+    code, found = _findings(capsys)
+    assert code == 0 and found[("functions", "warn")]["found"] == "not active: rlops-watch FAILED"
+    assert found[("schedule", "warn")]["fix"] == \
+        "gcloud scheduler jobs resume rlops-tick --project=rlops-h200-example --location=us-east4"
+    gcp.scheduler_jobs.clear()
+    assert "does not exist: no tick watches runs" in _findings(capsys)[1][("schedule", "warn")]["found"]
+
+
 def test_a_spot_pool_says_its_gpu_quota_is_not_checked(cloud_fakes, capsys):
     code, found = _findings(capsys, "b200-spot")
     assert "not checked for a4-pool (nvidia-b200, Spot)" in found[("gpu-quota", "warn")]["found"]
+
+
+def test_a_missing_state_bucket_fails_and_apply_changes_nothing(cloud_fakes, capsys):
+    from rlops.endpoints import Endpoints
+    from rlops.state.bucket import client
+
+    gcp, _ = cloud_fakes
+    client("test", Endpoints.from_environment()).bucket("rlops-h200-example-state").delete()
+    code, found = _findings(capsys)
+    assert code == 1 and found[("state-bucket", "fail")]["found"] == "no bucket rlops-h200-example-state"
+    assert not any(check in ("functions", "schedule") for check, _ in found)  # said once, by its own check
+    assert cli.main(["apply", "h200"]) == 1
+    assert not gcp.mutations()
 
 
 def test_skip_doctor_is_said_and_applies(cloud_fakes, capsys):

@@ -212,9 +212,12 @@ class FakeGcp:
         self.machine_types_missing: set[tuple[str, str]] = set()       # (zone, machine type) not offered there
         self.quota_limits: dict[tuple[str, str, str], float] = {}      # (project, region or "global", metric) -> limit
         self.lustre_zones = set(LUSTRE_ZONES)                          # where Managed Lustre is offered
+        self.functions: dict[str, dict] = {}       # name projects/P/locations/L/functions/F -> cloudfunctions v2 Function
+        self.scheduler_jobs: dict[str, dict] = {}  # name projects/P/locations/L/jobs/J -> cloudscheduler v1 Job
         self._routes = [(method, re.compile(pattern), handler) for method, pattern, handler in
                         self._compute_routes() + self._servicenetworking_routes() + self._gke_routes()
-                        + self._lustre_routes() + self._secret_routes() + self._project_routes()]
+                        + self._lustre_routes() + self._secret_routes() + self._project_routes()
+                        + self._deployment_routes()]
         self._server: JsonServer | None = None
 
     # -- lifecycle ------------------------------------------------------------------------------
@@ -245,7 +248,7 @@ class FakeGcp:
     def endpoints(self) -> dict[str, str]:
         base = self._server.url
         return {"compute": base, "container": f"{base}/gke", "lustre": f"{base}/lustre", "serviceusage": f"{base}/su",
-                "cloudresourcemanager": f"{base}/crm",
+                "cloudresourcemanager": f"{base}/crm", "cloudfunctions": f"{base}/cf", "cloudscheduler": f"{base}/cs",
                 "servicenetworking": f"{base}/sn", "secretmanager": f"{base}/sm"}
 
     # -- test hooks -----------------------------------------------------------------------------
@@ -1306,6 +1309,39 @@ class FakeGcp:
         with self._lock:
             self._store["node_pool"][pool].update(status="RUNNING_WITH_ERROR", statusMessage=message, conditions=[
                 {"code": code, "message": message, "canonicalCode": canonical}])
+
+    def deploy(self, project: str, location: str = "us-central1") -> None:
+        """What cloudbuild/deploy.yaml leaves in a project: the four functions (2nd gen, ACTIVE) and the Cloud
+        Scheduler job that publishes a tick every minute (ENABLED), as their APIs show them."""
+        for target in ("train", "watch", "snapshot", "reap"):
+            name = f"projects/{project}/locations/{location}/functions/rlops-{target}"
+            self.functions[name] = {
+                "name": name, "environment": "GEN_2", "state": "ACTIVE", "updateTime": _timestamp(),
+                "buildConfig": {"runtime": "python311", "entryPoint": target},
+                "serviceConfig": {"serviceAccountEmail": f"rlops-{target}@{project}.iam.gserviceaccount.com",
+                                  "uri": f"https://rlops-{target}-{self._project_number(project)}.{location}.run.app",
+                                  "environmentVariables": {"RLOPS_ENVIRONMENTS": "environments",
+                                                           "RLOPS_PROJECT": project}}}
+        job = f"projects/{project}/locations/{location}/jobs/rlops-tick"
+        self.scheduler_jobs[job] = {"name": job, "schedule": "* * * * *", "timeZone": "Etc/UTC", "state": "ENABLED",
+                                    "pubsubTarget": {"topicName": f"projects/{project}/topics/rlops-tick",
+                                                     "data": base64.b64encode(b"{}").decode()}}
+
+    def _deployment_routes(self) -> list:
+        return [("GET", r"/cf/v2/projects/(?P<project>[^/]+)/locations/(?P<location>[^/]+)/functions",
+                 self._list_functions),
+                ("GET", r"/cs/v1/(?P<name>projects/[^/]+/locations/[^/]+/jobs/[^/]+)", self._get_scheduler_job)]
+
+    def _list_functions(self, request, project, location):
+        """cloudfunctions v2 ListFunctionsResponse; location "-" lists every location (the method's doc)."""
+        prefix = f"projects/{project}/locations/" + ("" if location == "-" else f"{location}/")
+        found = [function for name, function in sorted(self.functions.items()) if name.startswith(prefix)]
+        return {"functions": found} if found else {}
+
+    def _get_scheduler_job(self, request, name):
+        if name not in self.scheduler_jobs:
+            raise not_found(name)
+        return self.scheduler_jobs[name]
 
     def put_reservation(self, project: str, zone: str, name: str, machine_type: str, accelerator: str,
                         per_vm: int, count: int, in_use: int = 0, required: bool = True) -> None:

@@ -13,7 +13,8 @@ subnetworks, firewalls, the PSA range, the system pool's vCPUs); the spec's GKE 
 default) is offered and new enough for what the spec uses (GKE getServerConfig); Managed Lustre is offered in
 the zone (the Lustre API's locations); a PSA range the spec places overlaps nothing on the network; the state
 bucket exists (versioning: warn); each Secret Manager version
-the spec names exists and is enabled (its metadata, never its value).
+the spec names exists and is enabled (its metadata, never its value); once applied, rlops's functions are
+deployed and the tick schedule is enabled (warnings).
 Not checked yet, and said so: H200 and B200 GPU quotas of Spot and on-demand pools (the Cloud Quotas API counts
 them, and Compute's quota list has no metric for them); Spot capacity (no API says it before a VM is asked for).
 """
@@ -60,7 +61,7 @@ def examine(env: CloudEnvironment, connection: Connection, bucket) -> list[Findi
     """Every check, in parallel; a check that cannot read what it needs fails saying why."""
     checks = [_apis, _permissions, _machine_types, _reservations, _network_profile, _secrets, _quotas, _gke_version,
               _lustre_location, _psa_range,
-              lambda env, connection: _state_bucket(bucket)]
+              lambda env, connection: _state_bucket(bucket), lambda env, connection: _deployment(env, connection, bucket)]
     with ThreadPoolExecutor(max_workers=len(checks)) as pool:
         futures = [pool.submit(_guarded, check, env, connection) for check in checks]
         return [finding for future in futures for finding in future.result()]
@@ -380,6 +381,59 @@ def _state_bucket(bucket) -> list[Finding]:
     if not bucket.versioning_enabled:
         found.append(Finding("state-bucket", "warn", "object versioning is off: an overwritten record cannot be "
                              "recovered", f"gcloud storage buckets update gs://{bucket.name} --versioning"))
+    return found
+
+
+FUNCTIONS = tuple(f"rlops-{target}" for target in ("train", "watch", "snapshot", "reap"))  # cloudbuild/deploy.yaml
+TICK_JOB = "rlops-tick"
+
+
+def _deployment(env: CloudEnvironment, connection: Connection, bucket) -> list[Finding]:
+    """For an environment apply has made: rlops's functions are deployed and ACTIVE (Cloud Functions, every
+    location) and the schedule that ticks them exists and is ENABLED (Cloud Scheduler, the functions'
+    location). Without them a train message starts nothing and no one watches runs or reaps idle pools; apply
+    itself needs neither, so a gap is a warning. Not checked: which specs the functions carry, and how many
+    messages wait on the dead-letter subscription (Pub/Sub counts a backlog only in Cloud Monitoring)."""
+    from google.api_core import exceptions
+
+    from rlops.state.resources import ResourceRecord
+
+    try:
+        applied = bool(ResourceRecord(bucket, env.spec.state.prefix, env.name).load().resources)
+    except exceptions.NotFound:  # no state bucket: said by its own check
+        applied = False
+    if not applied:
+        return []
+    project = env.spec.project.id
+    functions = connection.discovery("cloudfunctions", "v2").projects().locations().functions()
+    listed = call("cloudfunctions", "list the project's functions",
+                  functions.list(parent=f"projects/{project}/locations/-").execute).get("functions", [])
+    ours = {function["name"].rsplit("/", 1)[-1]: function for function in listed
+            if function["name"].rsplit("/", 1)[-1] in FUNCTIONS}
+    deploy = f"the deploy pipeline (cloudbuild/deploy.yaml) in {project}"
+    found = []
+    missing = [name for name in FUNCTIONS if name not in ours]
+    broken = [f"{name} {function.get('state')}" for name, function in sorted(ours.items())
+              if function.get("state") != "ACTIVE"]
+    if missing or broken:
+        found.append(Finding("functions", "warn", "; ".join(filter(None, [
+            missing and f"not deployed: {', '.join(missing)}", broken and f"not active: {', '.join(broken)}"])),
+            f"run {deploy}"))
+    else:
+        found.append(Finding("functions", "ok", f"{', '.join(FUNCTIONS)} active"))
+    if not ours:
+        return found
+    location = next(iter(ours.values()))["name"].split("/")[3]
+    jobs = connection.discovery("cloudscheduler", "v1").projects().locations().jobs()
+    job = get_or_none("cloudscheduler", f"get the {TICK_JOB} schedule",
+                      jobs.get(name=f"projects/{project}/locations/{location}/jobs/{TICK_JOB}").execute)
+    if job is None or job.get("state") != "ENABLED":
+        found.append(Finding("schedule", "warn", f"{TICK_JOB} in {location} " + (
+            "does not exist" if job is None else f"is {job.get('state')}") + ": no tick watches runs or reaps idle "
+            "pools", f"run {deploy}" if job is None else
+            f"gcloud scheduler jobs resume {TICK_JOB} --project={project} --location={location}"))
+    else:
+        found.append(Finding("schedule", "ok", f"{TICK_JOB} in {location}, {job.get('schedule')}"))
     return found
 
 
