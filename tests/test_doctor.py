@@ -147,9 +147,42 @@ def test_an_applied_environment_without_its_functions_or_schedule_is_warned_of(c
     assert "does not exist: no tick watches runs" in _findings(capsys)[1][("schedule", "warn")]["found"]
 
 
-def test_a_spot_pool_says_its_gpu_quota_is_not_checked(cloud_fakes, capsys):
+def test_a_spot_pool_fits_the_regions_gpu_family_quota_counting_the_gpus_others_use(cloud_fakes, capsys):
+    """b200-spot: up to 8 nodes x 8 B200 = 64 GPUs, against Cloud Quotas' GPUS-PER-GPU-FAMILY-per-project-region
+    for (us-east1, NVIDIA_B200), less the B200s of VMs in us-east1 that are not the pool's nodes."""
+    gcp, _ = cloud_fakes
+    gcp.gpu_family_quota[("rlops-b200-example", "us-east1", "NVIDIA_B200")] = 64
     code, found = _findings(capsys, "b200-spot")
-    assert "not checked for a4-pool (nvidia-b200, Spot)" in found[("gpu-quota", "warn")]["found"]
+    assert found[("gpu-quota NVIDIA_B200", "ok")]["found"].startswith(
+        "64 GPUs at max_nodes within GPUS-PER-GPU-FAMILY-per-project-region (us-east1, NVIDIA_B200) 64, 0 in use")
+    gcp.put_gpu_vm("rlops-b200-example", "us-east1-c", "a-notebook", "nvidia-b200", 8)
+    gcp.put_gpu_vm("rlops-b200-example", "us-central1-a", "elsewhere", "nvidia-b200", 8)  # another region
+    gcp.put_gpu_vm("rlops-b200-example", "us-east1-b", "stopped", "nvidia-b200", 8, status="TERMINATED")
+    code, found = _findings(capsys, "b200-spot")
+    assert code == 1 and found[("gpu-quota NVIDIA_B200", "fail")]["found"] == (
+        "the pools may grow to 64 GPUs; GPUS-PER-GPU-FAMILY-per-project-region (us-east1, NVIDIA_B200) is 64, 8 in "
+        "use by other VMs and reservations: 56 free")
+    assert "--dimensions=region=us-east1,gpu_family=NVIDIA_B200 --preferred-value=72" in \
+        found[("gpu-quota NVIDIA_B200", "fail")]["fix"]
+    assert cli.main(["apply", "b200-spot"]) == 1 and not gcp.mutations()
+    gcp.vms.clear()
+    gcp.gpu_family_quota[("rlops-b200-example", "us-east1", "NVIDIA_B200")] = 63  # short by one GPU
+    code, found = _findings(capsys, "b200-spot")
+    assert code == 1 and "is 63, 0 in use by other VMs and reservations: 63 free" in \
+        found[("gpu-quota NVIDIA_B200", "fail")]["found"]
+    gcp.gpu_family_quota[("rlops-b200-example", "us-east1", "NVIDIA_B200")] = 64
+    # The Cloud Quotas API is the doctor's, not apply's: unread, the quota is said not checked, apply goes on.
+    gcp.disabled_services.add(("rlops-b200-example", "cloudquotas.googleapis.com"))
+    code, found = _findings(capsys, "b200-spot")
+    assert code == 0 and "gcloud services enable cloudquotas.googleapis.com" in found[("gpu-quota", "warn")]["fix"]
+    gcp.disabled_services.clear()
+    # The pool's own nodes are not counted against it: applied and grown, it still fits.
+    assert cli.main(["apply", "b200-spot"]) == 0
+    capsys.readouterr()
+    gcp._store["node_pool"]["a4-pool"]["nodeCount"] = 8  # the autoscaler grew it: eight nodes, 64 B200s in use
+    code, found = _findings(capsys, "b200-spot")
+    assert ", 0 in use elsewhere" in found[("gpu-quota NVIDIA_B200", "ok")]["found"]
+    assert len([vm for vm in gcp._instances("rlops-b200-example") if vm["labels"]]) == 8
 
 
 def test_a_missing_state_bucket_fails_and_apply_changes_nothing(cloud_fakes, capsys):

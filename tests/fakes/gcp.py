@@ -214,10 +214,12 @@ class FakeGcp:
         self.lustre_zones = set(LUSTRE_ZONES)                          # where Managed Lustre is offered
         self.functions: dict[str, dict] = {}       # name projects/P/locations/L/functions/F -> cloudfunctions v2 Function
         self.scheduler_jobs: dict[str, dict] = {}  # name projects/P/locations/L/jobs/J -> cloudscheduler v1 Job
+        self.gpu_family_quota: dict[tuple[str, str, str], int] = {}  # (project, region, gpu_family) -> limit
+        self.vms: list[dict] = []  # compute v1 Instances beside the GKE nodes (put_gpu_vm)
         self._routes = [(method, re.compile(pattern), handler) for method, pattern, handler in
                         self._compute_routes() + self._servicenetworking_routes() + self._gke_routes()
                         + self._lustre_routes() + self._secret_routes() + self._project_routes()
-                        + self._deployment_routes()]
+                        + self._deployment_routes() + self._quota_routes()]
         self._server: JsonServer | None = None
 
     # -- lifecycle ------------------------------------------------------------------------------
@@ -249,6 +251,7 @@ class FakeGcp:
         base = self._server.url
         return {"compute": base, "container": f"{base}/gke", "lustre": f"{base}/lustre", "serviceusage": f"{base}/su",
                 "cloudresourcemanager": f"{base}/crm", "cloudfunctions": f"{base}/cf", "cloudscheduler": f"{base}/cs",
+                "cloudquotas": f"{base}/cq",
                 "servicenetworking": f"{base}/sn", "secretmanager": f"{base}/sm"}
 
     # -- test hooks -----------------------------------------------------------------------------
@@ -1327,6 +1330,64 @@ class FakeGcp:
                                     "pubsubTarget": {"topicName": f"projects/{project}/topics/rlops-tick",
                                                      "data": base64.b64encode(b"{}").decode()}}
 
+    def put_gpu_vm(self, project: str, zone: str, name: str, accelerator: str, count: int,
+                   status: str = "RUNNING") -> None:
+        """A VM with GPUs that is not a node of the cluster (someone's notebook, another team's job)."""
+        self.vms.append(_instance(project, zone, name, accelerator, count, status, {}))
+
+    def _instances(self, project: str) -> list[dict]:
+        """compute v1 Instances: each GKE node of a GPU node pool (its VMs carry the node pool's GKE labels) and
+        the VMs put beside them."""
+        nodes = []
+        for pool in self._store["node_pool"].values():
+            accelerators = (pool.get("config") or {}).get("accelerators") or []
+            for zone in pool.get("locations") or []:
+                for index in range(int(pool.get("nodeCount", pool.get("initialNodeCount", 0)))):
+                    for accelerator in accelerators:
+                        nodes.append(_instance(project, zone, f"gke-{pool['cluster']}-{pool['name']}-{index}",
+                                               accelerator["acceleratorType"], int(accelerator["acceleratorCount"]),
+                                               "RUNNING", {"goog-k8s-cluster-name": pool["cluster"],
+                                                           "goog-k8s-node-pool-name": pool["name"]}))
+        return nodes + [vm for vm in self.vms if f"/projects/{project}/" in vm["zone"]]
+
+    def _aggregated(self, request, project, collection):
+        """compute v1 InstanceAggregatedList / ReservationAggregatedList: per zone scope."""
+        if collection == "instances":
+            found = self._instances(project)
+        else:
+            found = [r for (p, _, _), r in self.reservations.items() if p == project]
+        items: dict[str, dict] = {}
+        for item in found:
+            items.setdefault(f"zones/{_last(item['zone'])}", {collection: []})[collection].append(item)
+        return {"kind": f"compute#{collection[:-1]}AggregatedList", "id": f"projects/{project}/aggregated/{collection}",
+                "items": items}
+
+    def _quota_routes(self) -> list:
+        return [("GET", r"/cq/v1/projects/(?P<project>[^/]+)/locations/global/services/compute\.googleapis\.com/"
+                        r"quotaInfos/(?P<quota>[^/]+)", self._quota_info)]
+
+    def _quota_info(self, request, project, quota):
+        """cloudquotas v1 QuotaInfo of GPUS-PER-GPU-FAMILY-per-project-region: a limit per region and GPU family
+        (`gpu_family_quota`, else DEFAULT_GPU_FAMILY_QUOTA), and 0 for any other combination, as a new project
+        has. The fake knows only this quota."""
+        if (project, "cloudquotas.googleapis.com") in self.disabled_services:
+            raise ApiError(403, "PERMISSION_DENIED", f"Cloud Quotas API has not been used in project {project} before "
+                           "or it is disabled. Enable it by visiting https://console.developers.google.com/apis/api/"
+                           f"cloudquotas.googleapis.com/overview?project={project} then retry.", "SERVICE_DISABLED")
+        if quota != GPU_FAMILY_QUOTA:
+            raise not_found(f"projects/{project}/locations/global/services/compute.googleapis.com/quotaInfos/{quota}")
+        limits = {(region, family): DEFAULT_GPU_FAMILY_QUOTA for region in ("us-central1", "us-east1", "us-east4")
+                  for family in ("NVIDIA_H200", "NVIDIA_B200")}
+        limits.update({(region, family): limit for (p, region, family), limit in self.gpu_family_quota.items()
+                       if p == project})
+        infos = [{"dimensions": {"region": region, "gpu_family": family}, "details": {"value": str(limit)},
+                  "applicableLocations": [region]} for (region, family), limit in sorted(limits.items())]
+        return {"name": f"projects/{self._project_number(project)}/locations/global/services/compute.googleapis.com/"
+                        f"quotaInfos/{quota}", "quotaId": quota, "metric": "compute.googleapis.com/gpus_per_gpu_family",
+                "service": "compute.googleapis.com", "isPrecise": True, "containerType": "PROJECT",
+                "dimensions": ["region", "gpu_family"], "quotaDisplayName": "GPUs per GPU family",
+                "metricUnit": "1", "dimensionsInfos": infos + [{"dimensions": {}, "details": {"value": "0"}}]}
+
     def _deployment_routes(self) -> list:
         return [("GET", r"/cf/v2/projects/(?P<project>[^/]+)/locations/(?P<location>[^/]+)/functions",
                  self._list_functions),
@@ -1361,7 +1422,8 @@ class FakeGcp:
                 ("GET", compute + r"/zones/(?P<zone>[^/]+)/reservations/(?P<name>[^/]+)", self._get_reservation),
                 ("GET", compute + r"/global/networkProfiles/(?P<name>[^/]+)", self._get_network_profile),
                 ("GET", compute + r"/zones/(?P<zone>[^/]+)/machineTypes/(?P<name>[^/]+)", self._get_machine_type),
-                ("GET", compute, self._get_project), ("GET", compute + r"/regions/(?P<region>[^/]+)", self._get_region)]
+                ("GET", compute, self._get_project), ("GET", compute + r"/regions/(?P<region>[^/]+)", self._get_region),
+                ("GET", compute + r"/aggregated/(?P<collection>instances|reservations)", self._aggregated)]
 
     def _quotas(self, project: str, scope: str, usage: dict[str, float]) -> list[dict]:
         """compute v1 Quota entries: each metric's limit (DEFAULT_QUOTA_LIMITS, or what a test set) and its usage,
@@ -1476,6 +1538,17 @@ class FakeGcp:
 
 
 # -- small helpers --------------------------------------------------------------------------------
+GPU_FAMILY_QUOTA = "GPUS-PER-GPU-FAMILY-per-project-region"  # Cloud Quotas' quota id (dimensions region, gpu_family)
+DEFAULT_GPU_FAMILY_QUOTA = 128  # the fake's default limit in its regions: the seeds' pools fit, grown too
+
+
+def _instance(project: str, zone: str, name: str, accelerator: str, count: int, status: str, labels: dict) -> dict:
+    return {"kind": "compute#instance", "name": name, "status": status, "labels": labels,
+            "zone": f"{COMPUTE}/projects/{project}/zones/{zone}",
+            "guestAccelerators": [{"acceleratorType": f"{COMPUTE}/projects/{project}/zones/{zone}/acceleratorTypes/"
+                                                      f"{accelerator}", "acceleratorCount": count}]}
+
+
 # The zones the fake offers Managed Lustre in: the seeds' (their tutorials put Lustre there) and a few more. Google's
 # own list is longer and grows; a test removes a zone to plant its absence.
 LUSTRE_ZONES = ("us-central1-a", "us-central1-b", "us-central1-c", "us-east1-b", "us-east1-c", "us-east1-d",

@@ -10,10 +10,10 @@ definitions as the installed client libraries ship them:
   fit the method's `request` schema: no unknown field, no field whose description or `readOnly` marks it
   output only, JSON types as the proto3 JSON mapping writes them (int64/uint64 as strings or numbers),
   enum values from `enum`, `pattern`s, and the fields whose `annotations.required` names the method.
-- Managed Lustre has no discovery document there: google-cloud-lustre's REST transport gives the URL
-  templates and body fields (`_get_http_options`), protobuf's own JSON parser (`json_format.ParseDict`)
-  the types and unknown fields, and the generated messages' attribute docs the field behaviours
-  ("Required.", "Output only.").
+- Managed Lustre and Cloud Quotas have no discovery document there: google-cloud-lustre's and
+  google-cloud-quotas' REST transports give the URL templates and body fields (`_get_http_options`),
+  protobuf's own JSON parser (`json_format.ParseDict`) the types and unknown fields, and the generated
+  messages' attribute docs the field behaviours ("Required.", "Output only.").
 
 A violation is answered as the API answers it: 400 INVALID_ARGUMENT with the field's path.
 """
@@ -90,6 +90,9 @@ def check(method: str, path: str, query: dict[str, str], body) -> None:
             return
     if path.startswith("/lustre/"):
         _check_lustre(method, path[len("/lustre"):], query, body)
+    if path.startswith("/cq/"):
+        _check_gapic(cloudquotas_methods(), "google.api.cloudquotas.v1.CloudQuotas", method, path[len("/cq"):],
+                     query, body)
 
 
 def _check_discovery(name: str, http_method: str, path: str, query: dict, body) -> None:
@@ -176,7 +179,7 @@ def _check_scalar(schema: dict, value, path: str) -> None:
                             f"'{schema['pattern']}'.")
 
 
-# -- Managed Lustre, from google-cloud-lustre's REST transport and protos ---------------------------
+# -- Managed Lustre and Cloud Quotas, from their GAPIC libraries' REST transports and protos ------------
 
 @dataclass(frozen=True)
 class ProtoMethod:
@@ -187,18 +190,14 @@ class ProtoMethod:
     body: str | None       # "*", a field of the request, or None
 
 
-@cache
-def lustre_methods() -> tuple[ProtoMethod, ...]:
-    from google.cloud.lustre_v1 import types
-    from google.cloud.lustre_v1.services.lustre.transports import rest_base
-
+def _proto_methods(types, transport: type) -> tuple[ProtoMethod, ...]:
     found = []
-    for attribute in dir(rest_base._BaseLustreRestTransport):
+    for attribute in dir(transport):
         if not attribute.startswith("_Base"):
             continue
         rpc = attribute[len("_Base"):]
         request = getattr(types, f"{rpc}Request", None)
-        holder = getattr(rest_base._BaseLustreRestTransport, attribute)
+        holder = getattr(transport, attribute)
         if request is None or not hasattr(holder, "_get_http_options"):
             continue
         for option in holder._get_http_options():
@@ -208,9 +207,23 @@ def lustre_methods() -> tuple[ProtoMethod, ...]:
     return tuple(found)
 
 
-def _check_lustre(http_method: str, path: str, query: dict, body) -> None:
-    from google.protobuf import json_format
+@cache
+def lustre_methods() -> tuple[ProtoMethod, ...]:
+    from google.cloud.lustre_v1 import types
+    from google.cloud.lustre_v1.services.lustre.transports import rest_base
 
+    return _proto_methods(types, rest_base._BaseLustreRestTransport)
+
+
+@cache
+def cloudquotas_methods() -> tuple[ProtoMethod, ...]:
+    from google.cloud.cloudquotas_v1 import types
+    from google.cloud.cloudquotas_v1.services.cloud_quotas.transports import rest_base
+
+    return _proto_methods(types, rest_base._BaseCloudQuotasRestTransport)
+
+
+def _check_lustre(http_method: str, path: str, query: dict, body) -> None:
     if http_method == "GET" and re.fullmatch(r"/v1/projects/[^/]+/locations/[^/]+/operations/[^/]+", path):
         return  # google.longrunning.Operations.GetOperation, the mixin every LRO poll uses
     if http_method == "GET" and re.fullmatch(r"/v1/projects/[^/]+/locations", path):
@@ -221,10 +234,17 @@ def _check_lustre(http_method: str, path: str, query: dict, body) -> None:
             raise Violation(f'Invalid JSON payload received. Unknown name "{sorted(unknown)[0]}": Cannot bind query '
                             "parameter.")
         return
-    matches = [m for m in lustre_methods() if m.http_method == http_method and m.pattern.fullmatch(path)]
+    _check_gapic(lustre_methods(), "google.cloud.lustre.v1.Lustre", http_method, path, query, body)
+
+
+def _check_gapic(methods: tuple[ProtoMethod, ...], service: str, http_method: str, path: str, query: dict,
+                 body) -> None:
+    from google.protobuf import json_format
+
+    matches = [m for m in methods if m.http_method == http_method and m.pattern.fullmatch(path)]
     if not matches:
         raise Violation(f"The requested URL {http_method} {path} was not found on this server: it matches no method "
-                        "of google.cloud.lustre.v1.Lustre.", 404)
+                        f"of {service}.", 404)
     method = matches[0]
     fields = {f.json_name: f for f in method.request.pb().DESCRIPTOR.fields}
     for key in query:

@@ -15,8 +15,10 @@ the zone (the Lustre API's locations); a PSA range the spec places overlaps noth
 bucket exists (versioning: warn); each Secret Manager version
 the spec names exists and is enabled (its metadata, never its value); once applied, rlops's functions are
 deployed and the tick schedule is enabled (warnings).
-Not checked yet, and said so: H200 and B200 GPU quotas of Spot and on-demand pools (the Cloud Quotas API counts
-them, and Compute's quota list has no metric for them); Spot capacity (no API says it before a VM is asked for).
+the GPUs of the pools no reservation backs fit the region's GPU family quota (Cloud Quotas) less what other
+VMs and unused reservations hold (Compute).
+Not checked: the Spot-specific preemptible GPU quota and the all-regions GPU cap; Spot capacity (no API says it
+before a VM is asked for); the permissions of a service account other than the caller.
 """
 
 import ipaddress
@@ -25,6 +27,7 @@ import re
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 
+from google.api_core import exceptions as gexc
 from google.cloud import compute_v1
 
 from rlops.cloud import compute
@@ -60,7 +63,7 @@ class Finding:
 def examine(env: CloudEnvironment, connection: Connection, bucket) -> list[Finding]:
     """Every check, in parallel; a check that cannot read what it needs fails saying why."""
     checks = [_apis, _permissions, _machine_types, _reservations, _network_profile, _secrets, _quotas, _gke_version,
-              _lustre_location, _psa_range,
+              _lustre_location, _psa_range, _gpu_quota,
               lambda env, connection: _state_bucket(bucket), lambda env, connection: _deployment(env, connection, bucket)]
     with ThreadPoolExecutor(max_workers=len(checks)) as pool:
         futures = [pool.submit(_guarded, check, env, connection) for check in checks]
@@ -167,7 +170,7 @@ def _quotas(env: CloudEnvironment, connection: Connection) -> list[Finding]:
     would add: the networks, subnetworks, firewalls and PSA range the project does not hold yet, and the system
     pool's vCPUs at its maximum (its family's metric, where Compute lists one). The GPU pools: a reservation's
     VMs hold their quota already; Compute's quota list has no H200 or B200 metric (the Cloud Quotas API counts
-    those, which rlops does not read yet), so a Spot or on-demand pool's GPUs are said not checked."""
+    those: `_gpu_quota`)."""
     spec = env.spec
     project, region = spec.project.id, spec.region
     kinds = {"network": compute_v1.NetworksClient, "firewall": compute_v1.FirewallsClient,
@@ -210,14 +213,80 @@ def _quotas(env: CloudEnvironment, connection: Connection) -> list[Finding]:
     reserved = [f"{pool.name}: its reservation holds the GPU quota" for pool in spec.gpu_pools if pool.reservation]
     if not found:
         found.append(Finding("quotas", "ok", "; ".join(covered + reserved)))
-    unchecked = [f"{pool.name} ({pool.accelerator.type}{', Spot' if pool.spot else ''})"
-                 for pool in spec.gpu_pools if not pool.reservation]
-    if unchecked:
-        found.append(Finding("gpu-quota", "warn", f"not checked for {', '.join(unchecked)}: Compute's quota list has "
-                             "no metric for these GPUs; the Cloud Quotas API counts them, which rlops does not read yet",
-                             f"gcloud beta quotas info list --project={project} --service=compute.googleapis.com | "
-                             "grep -i -e h200 -e b200"))
     return found
+
+
+GPU_FAMILY_QUOTA = "GPUS-PER-GPU-FAMILY-per-project-region"
+GONE = ("TERMINATED", "STOPPED", "SUSPENDED")  # VMs that hold no GPU quota
+
+
+def _gpu_quota(env: CloudEnvironment, connection: Connection) -> list[Finding]:
+    """The GPUs of the pools no reservation backs, at `max_nodes`, within the region's GPU family quota (Cloud
+    Quotas' GPUS-PER-GPU-FAMILY-per-project-region) less what is used: the GPUs of the family's VMs in the region
+    that are not this pool's nodes, and the unused VMs of its reservations (reserved capacity holds quota).
+    Not checked: the Spot-specific preemptible quota, and the project's all-regions GPU cap."""
+    from google.cloud import cloudquotas_v1
+
+    from rlops.spec import catalog
+
+    spec = env.spec
+    pools = [pool for pool in spec.gpu_pools if not pool.reservation]
+    if not pools:
+        return []
+    project, region = spec.project.id, spec.region
+    quota_name = f"projects/{project}/locations/global/services/compute.googleapis.com/quotaInfos/{GPU_FAMILY_QUOTA}"
+    reads = {
+        "instances": lambda: connection.gapic("compute", compute_v1.InstancesClient).aggregated_list(project=project),
+        "reservations": lambda: connection.gapic("compute", compute_v1.ReservationsClient).aggregated_list(
+            project=project)}
+    with ThreadPoolExecutor(max_workers=len(reads) + 1) as pool:
+        quota = pool.submit(call, "cloudquotas", f"read {GPU_FAMILY_QUOTA}", lambda: connection.gapic(
+            "cloudquotas", cloudquotas_v1.CloudQuotasClient).get_quota_info(name=quota_name))
+        futures = {name: pool.submit(call, "compute", f"list the project's {name}", read) for name, read in reads.items()}
+        got = {name: future.result() for name, future in futures.items()}
+        try:
+            got["quota"] = quota.result()
+        except CloudError as error:  # apply needs not the Cloud Quotas API: unread, the quota is not checked
+            if not isinstance(error.__cause__, gexc.Forbidden):
+                raise
+            return [Finding("gpu-quota", "warn", f"not checked: {str(error)[:200]}",
+                            f"gcloud services enable cloudquotas.googleapis.com --project={project}, and "
+                            "roles/cloudquotas.viewer")]
+    in_region = lambda zone: zone.rsplit("/", 1)[-1].startswith(f"{region}-")  # noqa: E731
+    found = []
+    for accelerator in sorted({pool.accelerator.type for pool in pools}):
+        family = catalog.GPU_MACHINES[next(p.machine_type for p in pools if p.accelerator.type == accelerator)].gpu_family
+        limit = _quota_limit(got["quota"], region, family)
+        mine = {pool.name for pool in pools}
+        used = sum(gpu.accelerator_count for scope, listed in got["instances"] if in_region(scope)
+                   for vm in listed.instances if vm.status not in GONE and not (
+                       vm.labels.get("goog-k8s-cluster-name") == spec.cluster.name
+                       and vm.labels.get("goog-k8s-node-pool-name") in mine)
+                   for gpu in vm.guest_accelerators if gpu.accelerator_type.endswith(f"/{accelerator}"))
+        used += sum((r.specific_reservation.count - r.specific_reservation.in_use_count) * gpu.accelerator_count
+                    for scope, listed in got["reservations"] if in_region(scope) for r in listed.reservations
+                    for gpu in r.specific_reservation.instance_properties.guest_accelerators
+                    if gpu.accelerator_type == accelerator)
+        need = sum(p.accelerator.count * p.autoscaling.max_nodes for p in pools if p.accelerator.type == accelerator)
+        check, where = f"gpu-quota {family}", f"{GPU_FAMILY_QUOTA} ({region}, {family})"
+        if need > limit - used:
+            found.append(Finding(check, "fail", f"the pools may grow to {need} GPUs; {where} is {limit}, {used} in use "
+                                 f"by other VMs and reservations: {max(limit - used, 0)} free",
+                                 f"gcloud beta quotas preferences create --quota-id={GPU_FAMILY_QUOTA} "
+                                 f"--service=compute.googleapis.com --project={project} --dimensions=region={region},"
+                                 f"gpu_family={family} --preferred-value={need + used}, or lower max_nodes"))
+        else:
+            found.append(Finding(check, "ok", f"{need} GPUs at max_nodes within {where} {limit}, {used} in use "
+                                 "elsewhere (Spot pools: the preemptible quota is not checked)"))
+    return found
+
+
+def _quota_limit(info, region: str, family: str) -> int:
+    """The limit of the most specific of a QuotaInfo's dimension entries that covers (region, family)."""
+    matching = [entry for entry in info.dimensions_infos
+                if all(entry.dimensions.get(key) == value for key, value in
+                       (("region", region), ("gpu_family", family)) if key in entry.dimensions)]
+    return int(max(matching, key=lambda entry: len(entry.dimensions)).details.value) if matching else 0
 
 
 # The GKE versions what the spec uses needs (seed-inventory G5: the Ray operator add-on from Cluster Toolkit's

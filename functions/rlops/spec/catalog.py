@@ -16,13 +16,18 @@ class GpuMachine:
     # The file NeMo RL's gIB plugin reads for NCCL tuning on this machine family
     # (seed 1's values.yaml step; cluster-toolkit's a3-ultragpu-8g Dockerfile).
     nccl_tuner_config: str
+    # The `gpu_family` dimension of Cloud Quotas' GPUS-PER-GPU-FAMILY-per-project-region quota for its GPUs
+    # (NVIDIA_H100 in Google's quota docs; the others named alike).
+    gpu_family: str
 
 
 # GCE accelerator-optimized machine types the tutorials use (GPU type and count are fixed by GCE;
 # vCPUs and memory from the GCE accelerator-optimized machines page).
 GPU_MACHINES: dict[str, GpuMachine] = {
-    "a3-ultragpu-8g": GpuMachine("nvidia-h200-141gb", 8, 224, 2952, "/usr/local/gib/configs/tuner_config_a3u.txtpb"),
-    "a4-highgpu-8g": GpuMachine("nvidia-b200", 8, 224, 3968, "/usr/local/gib/configs/tuner_config_a4.txtpb"),
+    "a3-ultragpu-8g": GpuMachine("nvidia-h200-141gb", 8, 224, 2952, "/usr/local/gib/configs/tuner_config_a3u.txtpb",
+                                 "NVIDIA_H200"),
+    "a4-highgpu-8g": GpuMachine("nvidia-b200", 8, 224, 3968, "/usr/local/gib/configs/tuner_config_a4.txtpb",
+                                "NVIDIA_B200"),
 }
 
 
