@@ -82,10 +82,27 @@ PLANTED = {
     "a stockout on the node pool": (lambda gcp, kube: gcp.node_pool_trouble(
         "gpu-pool", "GCE_STOCKOUT", "Zone us-central1-b does not have enough resources"),
         "node pool gpu-pool: RUNNING_WITH_ERROR: Zone us-central1-b does not have enough resources (GCE_STOCKOUT)"),
+    "a wake that met a stockout": (lambda gcp, kube: _failed_resize(gcp), "node pool gpu-pool: its last operation "
+                                   "(SET_NODE_POOL_SIZE) failed: ZONE_RESOURCE_POOL_EXHAUSTED: The zone "
+                                   "'us-central1-b' does not have enough resources available."),
     "the reservation used up": (lambda gcp, kube: gcp.put_reservation(
         "rlops-h200-example", "us-central1-b", "h200-reservation", "a3-ultragpu-8g", "nvidia-h200-141gb", 8,
         count=4, in_use=4), "reservation h200-reservation has 0 unused of 4"),
 }
+
+
+def _failed_resize(gcp):
+    """The reaper's wake (a node pool resize, as GkeCluster.scale sends it) meets a stockout: GKE accepts it and
+    the operation ends DONE with the error; the pool itself stays RUNNING."""
+    from rlops.cloud.base import Connection
+    from rlops.cloud.container import NodePools
+    from rlops.provision.service import target_of
+    from rlops.sites import load_environment
+
+    gcp.fail_operations(1, "SET_NODE_POOL_SIZE", 8, "ZONE_RESOURCE_POOL_EXHAUSTED: The zone 'us-central1-b' does "
+                        "not have enough resources available.")
+    pools = NodePools(target_of("h200", load_environment("h200")), Connection.to(Endpoints.from_environment()))
+    assert pools.resize("gpu-pool", 2).wait(30)  # the error, once the operation is done
 
 
 @pytest.mark.parametrize("planted", PLANTED)

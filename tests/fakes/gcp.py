@@ -761,7 +761,14 @@ class FakeGcp:
             ("POST", pool + r":setAutoscaling", self._set_autoscaling), ("POST", pool + r":setSize", self._set_size),
             ("GET", location + r"/operations/(?P<op>[^/]+)", self._gke_operation),
             ("GET", location + r"/serverConfig", self._server_config),
+            ("GET", location + r"/operations", self._list_gke_operations),
         ]
+
+    def _list_gke_operations(self, request, project, location):
+        """container v1 ListOperationsResponse: every operation of the location, as GKE keeps them a while."""
+        self._advance()
+        found = [self._gke_op_json(project, location, op) for op in self._operations.values() if op.api == "container"]
+        return {"operations": found} if found else {}
 
     def _server_config(self, request, project, location):
         """container v1 ServerConfig: the default and valid versions, and each release channel's."""

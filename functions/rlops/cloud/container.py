@@ -6,6 +6,7 @@ once for every environment of the project.
 """
 
 from dataclasses import replace
+from datetime import datetime, timedelta, timezone
 
 from google.api_core import exceptions as gexc
 from google.cloud import container_v1 as gke
@@ -14,6 +15,7 @@ from rlops.cloud.base import Connection, Pending, Read, Target, call, get_or_non
 from rlops.resource_shapes import Live, Resource
 
 API = "container"
+RECENT_OPERATION = timedelta(hours=1)  # an older failure of a node pool's operation no longer says why it waits
 RESERVATION_KEY = "compute.googleapis.com/reservation-name"
 _SETTLED = {gke.Cluster.Status.RUNNING, gke.Cluster.Status.ERROR, gke.Cluster.Status.DEGRADED}
 _POOL_SETTLED = {gke.NodePool.Status.RUNNING, gke.NodePool.Status.RUNNING_WITH_ERROR, gke.NodePool.Status.ERROR}
@@ -274,8 +276,9 @@ class NodePools(_Gke):
                                name=self._pool_path(name, fields.get("cluster"))))
 
     def problem(self, name: str) -> str | None:
-        """What GKE says is wrong with node pool `name` (its error status, its conditions: a stockout, a quota),
-        None when nothing is, or when the pool does not exist."""
+        """What GKE says is wrong with node pool `name`: its error status and conditions (a stockout, a quota),
+        else the error of its latest operation if that failed (a resize that met a stockout leaves the pool
+        RUNNING); None when nothing is, or when the pool does not exist."""
         pool = get_or_none(API, f"get node pool {name}", self.client.get_node_pool, name=self._pool_path(name))
         if pool is None:
             return None
@@ -284,9 +287,18 @@ class NodePools(_Gke):
         failing = pool.status in (gke.NodePool.Status.ERROR, gke.NodePool.Status.RUNNING_WITH_ERROR)
         if failing and pool.status_message and pool.status_message not in codes:
             said.insert(0, pool.status_message)
-        if not said and not failing:
+        if said or failing:
+            return f"{pool.status.name}: " * failing + "; ".join(said)
+        operations = call(API, f"list the operations of {self.target.region}", self.client.list_operations,
+                          parent=self._location).operations
+        mine = [op for op in operations if op.target_link.endswith(f"/nodePools/{name}")]
+        latest = max(mine, key=lambda op: op.start_time, default=None)  # RFC 3339 UTC: sorts as text
+        if latest is None or latest.status != gke.Operation.Status.DONE or not latest.error.message:
             return None
-        return f"{pool.status.name}: " * failing + "; ".join(said)
+        started = datetime.fromisoformat(latest.start_time.replace("Z", "+00:00"))
+        if datetime.now(timezone.utc) - started > RECENT_OPERATION:
+            return None
+        return f"its last operation ({latest.operation_type.name}) failed: {latest.error.message}"
 
     def resize(self, name: str, node_count: int) -> Pending:
         """The reaper's and the wake's resize: at once, not through the cluster autoscaler."""
