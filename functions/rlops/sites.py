@@ -182,12 +182,12 @@ class GkeCluster:
                 if error:
                     raise ScaleFailed(f"node pool {pool.name}: resize to {size} nodes failed: {error}")
 
-
     def waiting(self, pool_scaled_down: bool) -> str | None:
         """Why the RayCluster's GPU workers are not all up, from the pods, their events, the node pools and their
         reservations (each read only when a worker is missing); None when they are up, or there is no cluster."""
         from rlops.cloud import compute
         from rlops.kube.cluster import connect
+        from rlops.kube.sync import RAY_CLUSTER_LABEL
 
         env = self.env
         endpoint = self._endpoint()
@@ -196,8 +196,9 @@ class GkeCluster:
         api = connect(endpoint, self.endpoints)
         workers = workers_waiting.GkeWorkers(
             wanted={pool.name: pool.ray_worker_replicas for pool in env.gpu_pools},
-            pods=api.list_labelled("Pod", {"ray.io/cluster": env.ray.cluster_name, "ray.io/node-type": "worker"},
-                                   env.ray.namespace), pool_scaled_down=pool_scaled_down)
+            pods=api.list_labelled("Pod", {RAY_CLUSTER_LABEL: env.ray.cluster_name,
+                                           workers_waiting.NODE_TYPE_LABEL: "worker"}, env.ray.namespace),
+            pool_scaled_down=pool_scaled_down)
         if pool_scaled_down or not workers_waiting.missing(workers):
             return workers_waiting.on_gke(workers)
         workers.events = api.list_labelled("Event", {}, env.ray.namespace, fields={"involvedObject.kind": "Pod"})

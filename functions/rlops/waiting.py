@@ -12,6 +12,8 @@ REAPED = "the reaper scaled the GPU pool down and no train message has woken it 
 # names its reason, a refused scale-up names the autoscaler's, a triggered one says nodes are on their way.
 EVENT_ORDER = ("FailedScaleUp", "NotTriggerScaleUp", "TriggeredScaleUp", "FailedScheduling")
 NCCL_INIT_CONTAINER = "wait-for-gib"  # kube/manifests/ray-worker-group.yaml
+# The labels KubeRay puts on every pod it makes (ray-operator utils/constant.go).
+NODE_TYPE_LABEL, GROUP_LABEL = "ray.io/node-type", "ray.io/group"
 
 
 def on_local(nodes: list[dict], pool_scaled_down: bool) -> str | None:
@@ -53,10 +55,10 @@ def on_gke(workers: GkeWorkers) -> str | None:
     return line + "; ".join(_pool_cause(workers, pool, count, groups.get(pool, [])) for pool, count in sorted(short.items()))
 
 
-def _pool_cause(workers: GkeWorkers, pool: str, missing: int, pods: list[dict]) -> str:
+def _pool_cause(workers: GkeWorkers, pool: str, short: int, pods: list[dict]) -> str:
     if pool in workers.reservations:
         name, unused, count = workers.reservations[pool]
-        if unused < missing:
+        if unused < short:
             return f"reservation {name} has {unused} unused of {count}"
     if pool in workers.pool_problems:
         return f"node pool {pool}: {workers.pool_problems[pool]}"
@@ -83,7 +85,7 @@ def _groups(pods: list[dict]) -> dict[str, list[dict]]:
     """The pods of each worker group (a group is named after its GPU pool: kube/render.py)."""
     groups: dict[str, list[dict]] = {}
     for pod in pods:
-        groups.setdefault(pod["metadata"].get("labels", {}).get("ray.io/group", ""), []).append(pod)
+        groups.setdefault(pod["metadata"].get("labels", {}).get(GROUP_LABEL, ""), []).append(pod)
     return groups
 
 

@@ -253,11 +253,10 @@ def _gpu_quota(env: CloudEnvironment, connection: Connection) -> list[Finding]:
                             f"gcloud services enable cloudquotas.googleapis.com --project={project}, and "
                             "roles/cloudquotas.viewer")]
     in_region = lambda zone: zone.rsplit("/", 1)[-1].startswith(f"{region}-")  # noqa: E731
-    found = []
+    found, mine = [], {pool.name for pool in pools}
     for accelerator in sorted({pool.accelerator.type for pool in pools}):
         family = catalog.GPU_MACHINES[next(p.machine_type for p in pools if p.accelerator.type == accelerator)].gpu_family
         limit = _quota_limit(got["quota"], region, family)
-        mine = {pool.name for pool in pools}
         used = sum(gpu.accelerator_count for scope, listed in got["instances"] if in_region(scope)
                    for vm in listed.instances if vm.status not in GONE and not (
                        vm.labels.get("goog-k8s-cluster-name") == spec.cluster.name
