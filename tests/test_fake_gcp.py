@@ -289,8 +289,9 @@ def test_an_export_copies_every_file_under_its_relative_path_and_counts_while_it
     assert started.transfer_type == EXPORT and operation.metadata.target == INSTANCE
     assert (started.source_lustre_path.path, started.destination_gcs_path.uri) == ("/a/", f"gs://{bucket.name}/x/")
     assert counters(operation) == (4, total, 0, 0, 0, 0, 0, 0)  # what it will copy is known from the start
-    copied = [0]
-    while not operation.done():
+    copied, deadline = [0], time.monotonic() + 30
+    while not operation.done():  # the progress as a client polling it sees it, until the operation is done
+        assert time.monotonic() < deadline, f"{operation.operation.name} never finished"
         copied.append(counters(operation)[4])
         time.sleep(0.01)
     assert copied == sorted(copied) and any(0 < count < 4 for count in copied), copied

@@ -202,9 +202,8 @@ class GkeCluster:
         if pool_scaled_down or not workers_waiting.missing(workers):
             return workers_waiting.on_gke(workers)
         workers.events = api.list_labelled("Event", {}, env.ray.namespace, fields={"involvedObject.kind": "Pod"})
+        workers.pool_problems = self.node_pools.problems([pool.name for pool in env.gpu_pools])
         for pool in env.gpu_pools:
-            if problem := self.node_pools.problem(pool.name):
-                workers.pool_problems[pool.name] = problem
             if pool.reservation and (found := compute.reservation(self.connection, env.project.id, env.zone,
                                                                   pool.reservation)):
                 reserved = found.specific_reservation

@@ -275,30 +275,34 @@ class NodePools(_Gke):
         return self._wait(call(API, f"delete node pool {name}", self.client.delete_node_pool,
                                name=self._pool_path(name, fields.get("cluster"))))
 
-    def problem(self, name: str) -> str | None:
-        """What GKE says is wrong with node pool `name`: its error status and conditions (a stockout, a quota),
-        else the error of its latest operation if that failed (a resize that met a stockout leaves the pool
-        RUNNING); None when nothing is, or when the pool does not exist."""
-        pool = get_or_none(API, f"get node pool {name}", self.client.get_node_pool, name=self._pool_path(name))
-        if pool is None:
-            return None
-        codes = {c.message: _condition_code(c) for c in pool.conditions}
-        said = [f"{message} ({code})" if code else message for message, code in codes.items()]
-        failing = pool.status in (gke.NodePool.Status.ERROR, gke.NodePool.Status.RUNNING_WITH_ERROR)
-        if failing and pool.status_message and pool.status_message not in codes:
-            said.insert(0, pool.status_message)
-        if said or failing:
-            return f"{pool.status.name}: " * failing + "; ".join(said)
-        operations = call(API, f"list the operations of {self.target.region}", self.client.list_operations,
-                          parent=self._location).operations
-        mine = [op for op in operations if op.target_link.endswith(f"/nodePools/{name}")]
-        latest = max(mine, key=lambda op: op.start_time, default=None)  # RFC 3339 UTC: sorts as text
-        if latest is None or latest.status != gke.Operation.Status.DONE or not latest.error.message:
-            return None
-        started = datetime.fromisoformat(latest.start_time.replace("Z", "+00:00"))
-        if datetime.now(timezone.utc) - started > RECENT_OPERATION:
-            return None
-        return f"its last operation ({latest.operation_type.name}) failed: {latest.error.message}"
+    def problems(self, names: list[str]) -> dict[str, str]:
+        """What GKE says is wrong with each of these node pools: its error status and conditions (a stockout, a
+        quota), else the error of its latest operation if that failed within the hour (a resize that met a
+        stockout leaves the pool RUNNING). Pools with nothing wrong, or that do not exist, are left out."""
+        found, healthy = {}, []
+        for name in names:
+            pool = get_or_none(API, f"get node pool {name}", self.client.get_node_pool, name=self._pool_path(name))
+            if pool is None:
+                continue
+            codes = {c.message: _condition_code(c) for c in pool.conditions}
+            said = [f"{message} ({code})" if code else message for message, code in codes.items()]
+            failing = pool.status in (gke.NodePool.Status.ERROR, gke.NodePool.Status.RUNNING_WITH_ERROR)
+            if failing and pool.status_message and pool.status_message not in codes:
+                said.insert(0, pool.status_message)
+            if said or failing:
+                found[name] = f"{pool.status.name}: " * failing + "; ".join(said)
+            else:
+                healthy.append(name)
+        if healthy:  # one list of the location's operations for all of them
+            operations = call(API, f"list the operations of {self.target.region}", self.client.list_operations,
+                              parent=self._location).operations
+            for name in healthy:
+                mine = [op for op in operations if op.target_link.endswith(f"/nodePools/{name}")]
+                latest = max(mine, key=lambda op: op.start_time, default=None)  # RFC 3339 UTC: sorts as text
+                if latest is not None and latest.status == gke.Operation.Status.DONE and latest.error.message and \
+                        datetime.now(timezone.utc) - _time(latest.start_time) <= RECENT_OPERATION:
+                    found[name] = f"its last operation ({latest.operation_type.name}) failed: {latest.error.message}"
+        return found
 
     def resize(self, name: str, node_count: int) -> Pending:
         """The reaper's and the wake's resize: at once, not through the cluster autoscaler."""
@@ -311,6 +315,10 @@ HANDLERS = (Clusters, NodePools)
 
 def _driver(version: str) -> str:
     return "INSTALLATION_DISABLED" if version == "DISABLED" else version
+
+
+def _time(rfc3339: str) -> datetime:
+    return datetime.fromisoformat(rfc3339.replace("Z", "+00:00"))
 
 
 def _condition_code(condition: gke.StatusCondition) -> str:

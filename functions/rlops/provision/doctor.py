@@ -24,7 +24,9 @@ before a VM is asked for); the permissions of a service account other than the c
 import ipaddress
 import json
 import re
-from concurrent.futures import ThreadPoolExecutor
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 
 from google.api_core import exceptions as gexc
@@ -63,23 +65,58 @@ class Finding:
 def examine(env: CloudEnvironment, connection: Connection, bucket) -> list[Finding]:
     """Every check, in parallel; a check that cannot read what it needs fails saying why."""
     checks = [_apis, _permissions, _machine_types, _reservations, _network_profile, _secrets, _quotas, _gke_version,
-              _lustre_location, _psa_range, _gpu_quota,
-              lambda env, connection: _state_bucket(bucket), lambda env, connection: _deployment(env, connection, bucket)]
-    with ThreadPoolExecutor(max_workers=len(checks)) as pool:
-        futures = [pool.submit(_guarded, check, env, connection) for check in checks]
+              _lustre_location, _psa_range, _gpu_quota, _state_bucket, _deployment]
+    with ThreadPoolExecutor(max_workers=len(checks)) as pool, ThreadPoolExecutor(max_workers=16) as reading:
+        reads = _Reads(connection, bucket, reading)
+        futures = [pool.submit(_guarded, check, env, reads) for check in checks]
         return [finding for future in futures for finding in future.result()]
 
 
-def _guarded(check, env, connection) -> list[Finding]:
+class _Reads:
+    """What the checks read: the connection and the state bucket, and the API reads they share, each made once
+    however many checks ask for it, and all of one check's at once (`all`)."""
+
+    def __init__(self, connection: Connection, bucket, pool: ThreadPoolExecutor):
+        self.connection, self.bucket, self._pool = connection, bucket, pool
+        self._started: dict[str, Future] = {}
+        self._lock = threading.Lock()
+
+    def start(self, key: str, api: str, read: Callable, missing_ok: bool = False) -> Future:
+        """The read of `key`, started now or by an earlier ask; with `missing_ok`, None where it does not exist."""
+        with self._lock:
+            if key not in self._started:
+                self._started[key] = self._pool.submit(get_or_none if missing_ok else call, api, f"read {key}", read)
+            return self._started[key]
+
+    def all(self, wanted: dict[str, tuple[str, Callable]]) -> dict:
+        """{key: (api, read)} -> {key: its answer}, read in parallel; the first failure raises."""
+        futures = {key: self.start(key, api, read) for key, (api, read) in wanted.items()}
+        return {key: future.result() for key, future in futures.items()}
+
+    def compute(self, client: type, method: str, **where) -> tuple[str, Callable]:
+        return "compute", lambda: getattr(self.connection.gapic("compute", client), method)(**where)
+
+    def listed(self, spec, kind: str) -> tuple[str, tuple[str, Callable]]:
+        """The project's networks, firewalls or global addresses, or the region's subnetworks: (key, read), one
+        list shared by the checks that ask (quotas, the PSA range)."""
+        if kind == "subnetwork":
+            return f"subnetworks of {spec.region}", self.compute(compute_v1.SubnetworksClient, "list",
+                                                                 project=spec.project.id, region=spec.region)
+        client = {"network": compute_v1.NetworksClient, "firewall": compute_v1.FirewallsClient,
+                  "address": compute_v1.GlobalAddressesClient}[kind]
+        return f"{kind}s of {spec.project.id}", self.compute(client, "list", project=spec.project.id)
+
+
+def _guarded(check, env: CloudEnvironment, reads: _Reads) -> list[Finding]:
     try:
-        return check(env, connection)
+        return check(env, reads)
     except CloudError as error:
-        name = getattr(check, "__name__", "check").strip("_").replace("_", "-")
+        name = check.__name__.strip("_").replace("_", "-")
         return [Finding(name, "fail", f"could not check: {error}", "see the error; `rlops doctor` again")]
 
 
-def _apis(env: CloudEnvironment, connection: Connection) -> list[Finding]:
-    client = connection.discovery("serviceusage", "v1")
+def _apis(env: CloudEnvironment, reads: _Reads) -> list[Finding]:
+    client = reads.connection.discovery("serviceusage", "v1")
     parent = f"projects/{env.spec.project.id}"
     request = client.services().batchGet(parent=parent, names=[f"{parent}/services/{s}" for s in SERVICES])
     answer = call("serviceusage", "read the project's services", request.execute)
@@ -91,9 +128,9 @@ def _apis(env: CloudEnvironment, connection: Connection) -> list[Finding]:
     return [Finding("apis", "ok", f"enabled: {', '.join(SERVICES)}")]
 
 
-def _permissions(env: CloudEnvironment, connection: Connection) -> list[Finding]:
+def _permissions(env: CloudEnvironment, reads: _Reads) -> list[Finding]:
     """The caller's permissions on the project (Resource Manager `projects.testIamPermissions`): the subset held."""
-    client = connection.discovery("cloudresourcemanager", "v1")
+    client = reads.connection.discovery("cloudresourcemanager", "v1")
     request = client.projects().testIamPermissions(resource=env.spec.project.id,
                                                     body={"permissions": sorted(PERMISSIONS)})
     held = set(call("cloudresourcemanager", "test the caller's permissions", request.execute).get("permissions", []))
@@ -102,15 +139,15 @@ def _permissions(env: CloudEnvironment, connection: Connection) -> list[Finding]
         return [Finding("permissions", "fail", "the caller lacks " + ", ".join(
             f"{permission} ({PERMISSIONS[permission]})" for permission in missing),
             "grant a role that holds them (e.g. roles/compute.networkAdmin, roles/container.admin, roles/lustre.admin, "
-            "roles/servicenetworking.networksAdmin, roles/secretmanager.secretAccessor) to the account apply runs as")]
+            "roles/servicenetworking.networksAdmin) to the account apply runs as")]
     return [Finding("permissions", "ok", f"the caller holds the {len(PERMISSIONS)} permissions apply needs")]
 
 
-def _machine_types(env: CloudEnvironment, connection: Connection) -> list[Finding]:
+def _machine_types(env: CloudEnvironment, reads: _Reads) -> list[Finding]:
     """Each GPU pool's machine type is offered in the zone (compute `machineTypes.get`: 404 where it is not), with
     the accelerators the pool asks for."""
     spec, found = env.spec, []
-    client = connection.gapic("compute", compute_v1.MachineTypesClient)
+    client = reads.connection.gapic("compute", compute_v1.MachineTypesClient)
     for pool in spec.gpu_pools:
         check = f"machine type {pool.machine_type}"
         offered = get_or_none("compute", f"get machine type {pool.machine_type}", client.get, project=spec.project.id,
@@ -131,13 +168,13 @@ def _machine_types(env: CloudEnvironment, connection: Connection) -> list[Findin
     return found
 
 
-def _reservations(env: CloudEnvironment, connection: Connection) -> list[Finding]:
+def _reservations(env: CloudEnvironment, reads: _Reads) -> list[Finding]:
     spec, found = env.spec, []
     for pool in spec.gpu_pools:
         if not pool.reservation:
             continue
         check = f"reservation {pool.reservation}"
-        reservation = compute.reservation(connection, spec.project.id, spec.zone, pool.reservation)
+        reservation = compute.reservation(reads.connection, spec.project.id, spec.zone, pool.reservation)
         if reservation is None:
             found.append(Finding(check, "fail", f"no reservation {pool.reservation} in {spec.zone}",
                                  f"name a reservation of {spec.zone} in gpu_pools[{pool.name}].reservation, or move "
@@ -165,7 +202,7 @@ def _reservations(env: CloudEnvironment, connection: Connection) -> list[Finding
     return found
 
 
-def _quotas(env: CloudEnvironment, connection: Connection) -> list[Finding]:
+def _quotas(env: CloudEnvironment, reads: _Reads) -> list[Finding]:
     """Compute's project and regional quotas (limit less usage: what already runs is counted) against what apply
     would add: the networks, subnetworks, firewalls and PSA range the project does not hold yet, and the system
     pool's vCPUs at its maximum (its family's metric, where Compute lists one). The GPU pools: a reservation's
@@ -173,31 +210,24 @@ def _quotas(env: CloudEnvironment, connection: Connection) -> list[Finding]:
     those: `_gpu_quota`)."""
     spec = env.spec
     project, region = spec.project.id, spec.region
-    kinds = {"network": compute_v1.NetworksClient, "firewall": compute_v1.FirewallsClient,
-             "address": compute_v1.GlobalAddressesClient}
-    reads = {
-        "project": lambda: connection.gapic("compute", compute_v1.ProjectsClient).get(project=project),
-        "region": lambda: connection.gapic("compute", compute_v1.RegionsClient).get(project=project, region=region),
-        "machine": lambda: connection.gapic("compute", compute_v1.MachineTypesClient).get(
-            project=project, zone=spec.zone, machine_type=spec.cluster.system_pool.machine_type),
-        "subnetwork": lambda: connection.gapic("compute", compute_v1.SubnetworksClient).list(project=project,
-                                                                                             region=region),
-        **{kind: lambda client=client: connection.gapic("compute", client).list(project=project)
-           for kind, client in kinds.items()}}
-    with ThreadPoolExecutor(max_workers=len(reads)) as pool:
-        futures = {name: pool.submit(call, "compute", f"read the project's {name} for its quotas", read)
-                   for name, read in reads.items()}
-        got = {name: future.result() for name, future in futures.items()}
-    held = {kind: {item.name for item in got[kind]} for kind in ("network", "subnetwork", "firewall", "address")}
+    machine = spec.cluster.system_pool.machine_type
+    lists = {kind: reads.listed(spec, kind) for kind in ("network", "subnetwork", "firewall", "address")}
+    got = reads.all({
+        "project": reads.compute(compute_v1.ProjectsClient, "get", project=project),
+        f"region {region}": reads.compute(compute_v1.RegionsClient, "get", project=project, region=region),
+        f"machine type {machine}": reads.compute(compute_v1.MachineTypesClient, "get", project=project,
+                                                 zone=spec.zone, machine_type=machine),
+        **dict(lists.values())})
+    held = {kind: {item.name for item in got[key]} for kind, (key, _) in lists.items()}
     new = {kind: sum(1 for r in env.desired if r.kind == kind and r.name not in names) for kind, names in held.items()}
     quotas = {("the project", q.metric): q for q in got["project"].quotas}
-    quotas.update({(region, q.metric): q for q in got["region"].quotas})
+    quotas.update({(region, q.metric): q for q in got[f"region {region}"].quotas})
     system = spec.cluster.system_pool
     family = f"{system.machine_type.split('-')[0].upper()}_CPUS"
     needs = {("the project", "NETWORKS"): new["network"], ("the project", "SUBNETWORKS"): new["subnetwork"],
              ("the project", "FIREWALLS"): new["firewall"], ("the project", "GLOBAL_INTERNAL_ADDRESSES"): new["address"],
              (region, family if (region, family) in quotas else "CPUS"):
-                 got["machine"].guest_cpus * (system.autoscaling.max_nodes if system.autoscaling else system.initial_nodes)}
+                 got[f"machine type {machine}"].guest_cpus * (system.autoscaling.max_nodes if system.autoscaling else system.initial_nodes)}
     found, covered = [], []
     for (scope, metric), need in needs.items():
         quota = quotas.get((scope, metric))
@@ -220,7 +250,7 @@ GPU_FAMILY_QUOTA = "GPUS-PER-GPU-FAMILY-per-project-region"
 GONE = ("TERMINATED", "STOPPED", "SUSPENDED")  # VMs that hold no GPU quota
 
 
-def _gpu_quota(env: CloudEnvironment, connection: Connection) -> list[Finding]:
+def _gpu_quota(env: CloudEnvironment, reads: _Reads) -> list[Finding]:
     """The GPUs of the pools no reservation backs, at `max_nodes`, within the region's GPU family quota (Cloud
     Quotas' GPUS-PER-GPU-FAMILY-per-project-region) less what is used: the GPUs of the family's VMs in the region
     that are not this pool's nodes, and the unused VMs of its reservations (reserved capacity holds quota).
@@ -235,23 +265,18 @@ def _gpu_quota(env: CloudEnvironment, connection: Connection) -> list[Finding]:
         return []
     project, region = spec.project.id, spec.region
     quota_name = f"projects/{project}/locations/global/services/compute.googleapis.com/quotaInfos/{GPU_FAMILY_QUOTA}"
-    reads = {
-        "instances": lambda: connection.gapic("compute", compute_v1.InstancesClient).aggregated_list(project=project),
-        "reservations": lambda: connection.gapic("compute", compute_v1.ReservationsClient).aggregated_list(
-            project=project)}
-    with ThreadPoolExecutor(max_workers=len(reads) + 1) as pool:
-        quota = pool.submit(call, "cloudquotas", f"read {GPU_FAMILY_QUOTA}", lambda: connection.gapic(
-            "cloudquotas", cloudquotas_v1.CloudQuotasClient).get_quota_info(name=quota_name))
-        futures = {name: pool.submit(call, "compute", f"list the project's {name}", read) for name, read in reads.items()}
-        got = {name: future.result() for name, future in futures.items()}
-        try:
-            got["quota"] = quota.result()
-        except CloudError as error:  # apply needs not the Cloud Quotas API: unread, the quota is not checked
-            if not isinstance(error.__cause__, gexc.Forbidden):
-                raise
-            return [Finding("gpu-quota", "warn", f"not checked: {str(error)[:200]}",
-                            f"gcloud services enable cloudquotas.googleapis.com --project={project}, and "
-                            "roles/cloudquotas.viewer")]
+    quota = reads.start(GPU_FAMILY_QUOTA, "cloudquotas", lambda: reads.connection.gapic(
+        "cloudquotas", cloudquotas_v1.CloudQuotasClient).get_quota_info(name=quota_name))
+    got = reads.all({"instances": reads.compute(compute_v1.InstancesClient, "aggregated_list", project=project),
+                     "reservations": reads.compute(compute_v1.ReservationsClient, "aggregated_list", project=project)})
+    try:
+        got["quota"] = quota.result()
+    except CloudError as error:  # apply needs not the Cloud Quotas API: unread, the quota is not checked
+        if not isinstance(error.__cause__, gexc.Forbidden):
+            raise
+        return [Finding("gpu-quota", "warn", f"not checked: {str(error)[:200]}",
+                        f"gcloud services enable cloudquotas.googleapis.com --project={project}, and "
+                        "roles/cloudquotas.viewer")]
     in_region = lambda zone: zone.rsplit("/", 1)[-1].startswith(f"{region}-")  # noqa: E731
     found, mine = [], {pool.name for pool in pools}
     for accelerator in sorted({pool.accelerator.type for pool in pools}):
@@ -294,13 +319,13 @@ MINIMUM_GKE = {"the Ray operator add-on": "1.29.8-gke.1054000", "RDMA on a3-ultr
                "RDMA on a4-highgpu-8g": "1.32.2-gke.1475000"}
 
 
-def _gke_version(env: CloudEnvironment, connection: Connection) -> list[Finding]:
+def _gke_version(env: CloudEnvironment, reads: _Reads) -> list[Finding]:
     """The spec's GKE version (or its release channel's default) is offered in the region (GKE getServerConfig),
     and it is at least the version each feature the spec uses needs."""
     from google.cloud import container_v1
 
     spec = env.spec
-    client = connection.gapic("container", container_v1.ClusterManagerClient)
+    client = reads.connection.gapic("container", container_v1.ClusterManagerClient)
     config = call("container", "read GKE's server config", client.get_server_config,
                   name=f"projects/{spec.project.id}/locations/{spec.region}")
     channel = spec.cluster.release_channel
@@ -328,14 +353,14 @@ def _version_key(version: str) -> tuple[int, ...]:
     return tuple(int(part) for part in re.findall(r"\d+", version))
 
 
-def _lustre_location(env: CloudEnvironment, connection: Connection) -> list[Finding]:
+def _lustre_location(env: CloudEnvironment, reads: _Reads) -> list[Finding]:
     """Managed Lustre is offered in the environment's zone (the Lustre API's locations). The tier needs no read:
     each of the four throughput tiers is offered wherever Lustre is, and the spec admits only those."""
     from google.cloud import lustre_v1
     from google.cloud.location import locations_pb2
 
     spec = env.spec
-    client = connection.gapic("lustre", lustre_v1.LustreClient)
+    client = reads.connection.gapic("lustre", lustre_v1.LustreClient)
     listed = call("lustre", "list Managed Lustre locations", client.list_locations,
                   locations_pb2.ListLocationsRequest(name=f"projects/{spec.project.id}"))
     zones = sorted(location.location_id for location in listed.locations)
@@ -348,7 +373,7 @@ def _lustre_location(env: CloudEnvironment, connection: Connection) -> list[Find
                     "per TiB")]
 
 
-def _psa_range(env: CloudEnvironment, connection: Connection) -> list[Finding]:
+def _psa_range(env: CloudEnvironment, reads: _Reads) -> list[Finding]:
     """A PSA range the spec places itself (`private_service_access.address`) overlaps nothing already on the
     cluster's network: another peering range, or a subnetwork (Compute refuses the address otherwise, after the
     networks are made). Unplaced, Google picks a free range."""
@@ -357,16 +382,12 @@ def _psa_range(env: CloudEnvironment, connection: Connection) -> list[Finding]:
     if psa.address_cidr is None:
         return [Finding("psa-range", "ok", f"/{psa.prefix_length}, placed by Google in a free range")]
     wanted, network = ipaddress.IPv4Network(psa.address_cidr), spec.networks.cluster.name
-    listed = [("address", lambda: connection.gapic("compute", compute_v1.GlobalAddressesClient).list(
-                  project=spec.project.id)),
-              ("subnetwork", lambda: connection.gapic("compute", compute_v1.SubnetworksClient).list(
-                  project=spec.project.id, region=spec.region))]
-    with ThreadPoolExecutor(max_workers=len(listed)) as pool:
-        futures = [(kind, pool.submit(call, "compute", f"list {kind}s", read)) for kind, read in listed]
-        taken = [(kind, item.name, (f"{item.address}/{item.prefix_length}" if item.address else None)
-                  if kind == "address" else item.ip_cidr_range)
-                 for kind, future in futures for item in future.result()
-                 if item.network.rsplit("/", 1)[-1] == network and item.name != psa.range_name]
+    lists = {kind: reads.listed(spec, kind) for kind in ("address", "subnetwork")}
+    got = reads.all(dict(lists.values()))
+    taken = [(kind, item.name, (f"{item.address}/{item.prefix_length}" if item.address else None)
+              if kind == "address" else item.ip_cidr_range)
+             for kind, (key, _) in lists.items() for item in got[key]
+             if item.network.rsplit("/", 1)[-1] == network and item.name != psa.range_name]
     clashes = [f"{kind} {name} ({cidr})" for kind, name, cidr in taken
                if cidr and wanted.overlaps(ipaddress.IPv4Network(cidr, strict=False))]
     if clashes:
@@ -375,10 +396,10 @@ def _psa_range(env: CloudEnvironment, connection: Connection) -> list[Finding]:
     return [Finding("psa-range", "ok", f"{wanted} is free on network {network}")]
 
 
-def _network_profile(env: CloudEnvironment, connection: Connection) -> list[Finding]:
+def _network_profile(env: CloudEnvironment, reads: _Reads) -> list[Finding]:
     spec = env.spec
     profile = spec.rdma_profile
-    client = connection.gapic("compute", compute_v1.NetworkProfilesClient)
+    client = reads.connection.gapic("compute", compute_v1.NetworkProfilesClient)
     if get_or_none("compute", f"get network profile {profile}", client.get, project=spec.project.id,
                    network_profile=profile) is None:
         return [Finding("network-profile", "fail", f"no network profile {profile} in the project",
@@ -387,29 +408,22 @@ def _network_profile(env: CloudEnvironment, connection: Connection) -> list[Find
     return [Finding("network-profile", "ok", f"{profile} exists")]
 
 
-def _secrets(env: CloudEnvironment, connection: Connection) -> list[Finding]:
+def _secrets(env: CloudEnvironment, reads: _Reads) -> list[Finding]:
     """Each secret version the spec names exists and is enabled (its metadata, never its value), and the caller
     may read its value (`testIamPermissions` on the secret: granted there or on the project)."""
     from google.cloud import secretmanager
 
-    client = connection.gapic("secretmanager", secretmanager.SecretManagerServiceClient)
-
-    def read(ref):
-        return get_or_none("secretmanager", f"get {ref.secret_manager}", client.get_secret_version,
-                           name=ref.secret_manager)
-
-    def held(ref) -> bool:
-        secret = _secret_of(ref)
-        return READ_SECRET in call("secretmanager", f"test the caller's permissions on {secret}",
-                                   client.test_iam_permissions,
-                                   request={"resource": secret, "permissions": [READ_SECRET]}).permissions
+    client = reads.connection.gapic("secretmanager", secretmanager.SecretManagerServiceClient)
 
     refs = sorted(env.spec.secrets.items())
-    with ThreadPoolExecutor(max_workers=2 * len(refs) or 1) as pool:  # every read at once
-        versions = [pool.submit(read, ref) for _, ref in refs]
-        readable = [pool.submit(held, ref) for _, ref in refs]
-        answers = [(name, ref, version.result(), may.result())
-                   for (name, ref), version, may in zip(refs, versions, readable)]
+    versions = [reads.start(ref.secret_manager, "secretmanager", lambda ref=ref: client.get_secret_version(
+        name=ref.secret_manager), missing_ok=True) for _, ref in refs]
+    permissions = [reads.start(f"the caller's permissions on {_secret_of(ref)}", "secretmanager",
+                               lambda ref=ref: client.test_iam_permissions(
+                                   request={"resource": _secret_of(ref), "permissions": [READ_SECRET]}))
+                   for _, ref in refs]
+    answers = [(name, ref, version.result(), READ_SECRET in held.result().permissions)
+               for (name, ref), version, held in zip(refs, versions, permissions)]
     found = []
     for name, ref, version, may_read in answers:
         secret = _secret_of(ref)
@@ -437,12 +451,11 @@ def _secret_of(ref) -> str:
     return ref.secret_manager.split("/versions/")[0]
 
 
-def _state_bucket(bucket) -> list[Finding]:
-    from google.api_core import exceptions
-
+def _state_bucket(env: CloudEnvironment, reads: _Reads) -> list[Finding]:
+    bucket = reads.bucket
     try:
         bucket.reload()
-    except exceptions.NotFound:
+    except gexc.NotFound:
         return [Finding("state-bucket", "fail", f"no bucket {bucket.name}",
                         f"gcloud storage buckets create gs://{bucket.name} --uniform-bucket-level-access")]
     found = [Finding("state-bucket", "ok", f"{bucket.name} exists")]
@@ -456,24 +469,22 @@ FUNCTIONS = tuple(f"rlops-{target}" for target in ("train", "watch", "snapshot",
 TICK_JOB = "rlops-tick"
 
 
-def _deployment(env: CloudEnvironment, connection: Connection, bucket) -> list[Finding]:
+def _deployment(env: CloudEnvironment, reads: _Reads) -> list[Finding]:
     """For an environment apply has made: rlops's functions are deployed and ACTIVE (Cloud Functions, every
     location) and the schedule that ticks them exists and is ENABLED (Cloud Scheduler, the functions'
     location). Without them a train message starts nothing and no one watches runs or reaps idle pools; apply
     itself needs neither, so a gap is a warning. Not checked: which specs the functions carry, and how many
     messages wait on the dead-letter subscription (Pub/Sub counts a backlog only in Cloud Monitoring)."""
-    from google.api_core import exceptions
-
     from rlops.state.resources import ResourceRecord
 
     try:
-        applied = bool(ResourceRecord(bucket, env.spec.state.prefix, env.name).load().resources)
-    except exceptions.NotFound:  # no state bucket: said by its own check
+        applied = bool(ResourceRecord(reads.bucket, env.spec.state.prefix, env.name).load().resources)
+    except gexc.NotFound:  # no state bucket: said by its own check
         applied = False
     if not applied:
         return []
     project = env.spec.project.id
-    functions = connection.discovery("cloudfunctions", "v2").projects().locations().functions()
+    functions = reads.connection.discovery("cloudfunctions", "v2").projects().locations().functions()
     listed = call("cloudfunctions", "list the project's functions",
                   functions.list(parent=f"projects/{project}/locations/-").execute).get("functions", [])
     ours = {function["name"].rsplit("/", 1)[-1]: function for function in listed
@@ -492,7 +503,7 @@ def _deployment(env: CloudEnvironment, connection: Connection, bucket) -> list[F
     if not ours:
         return found
     location = next(iter(ours.values()))["name"].split("/")[3]
-    jobs = connection.discovery("cloudscheduler", "v1").projects().locations().jobs()
+    jobs = reads.connection.discovery("cloudscheduler", "v1").projects().locations().jobs()
     job = get_or_none("cloudscheduler", f"get the {TICK_JOB} schedule",
                       jobs.get(name=f"projects/{project}/locations/{location}/jobs/{TICK_JOB}").execute)
     if job is None or job.get("state") != "ENABLED":
