@@ -96,6 +96,7 @@ def test_a_gke_version_the_channel_does_not_offer_fails_and_one_older_than_a_fea
     assert code == 1 and found[("gke-version", "fail")]["found"] == (
         "1.28 is not offered in the REGULAR channel in us-central1 (offered: 1.33.2-gke.1475000, 1.32.9-gke.1108000, "
         "1.31.13-gke.1023000)")
+    assert cli.main(["apply", "h200"]) == 1 and not cloud_fakes[0].mutations()
     spec.write_text(text.replace("release_channel: REGULAR", "release_channel: EXTENDED\n  version: \"1.30\""))
     code, found = _findings(capsys)
     assert code == 0 and found[("gke-version", "warn")]["found"] == (
@@ -121,6 +122,8 @@ def test_a_psa_range_placed_on_a_subnetwork_already_there_fails_and_a_free_one_p
     code, found = _findings(capsys)
     assert code == 1 and found[("psa-range", "fail")]["found"] == \
         "10.64.0.0/20 overlaps subnetwork theirs (10.64.8.0/24) on network rl-net"
+    before = len(gcp.mutations())
+    assert cli.main(["apply", "h200"]) == 1 and len(gcp.mutations()) == before
     spec.write_text(text.replace("prefix_length: 20", "prefix_length: 20\n    address: 10.80.0.0"))
     assert _findings(capsys)[1][("psa-range", "ok")]["found"] == "10.80.0.0/20 is free on network rl-net"
 
