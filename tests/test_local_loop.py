@@ -31,6 +31,7 @@ IDLE_TIMEOUT_SECONDS = 3  # the local spec's idle timeout in this module
 class Local:
     def __init__(self, root: Path):
         self.root = root
+        self.published: list[dict] = []
         self.env = {k: v for k, v in os.environ.items()
                     if not k.startswith(("STORAGE_EMULATOR", "PUBSUB_EMULATOR", "RLOPS_", "RAY_"))}
         self.env.update(RLOPS_ENVIRONMENTS=str(root / "environments"), RLOPS_LOCAL_TICK_SECONDS="0",
@@ -108,6 +109,8 @@ class Local:
             return response.status
 
     def events(self) -> list[dict]:
+        """Every event published so far in this module, in the order pulled: the log subscription is pulled
+        (and acknowledged) by whichever test asks first, so each test reads the whole history and picks its own."""
         import grpc
         from google.cloud import pubsub_v1
         from google.pubsub_v1.services.subscriber.transports import SubscriberGrpcTransport
@@ -115,14 +118,13 @@ class Local:
         channel = grpc.insecure_channel(f"127.0.0.1:{self.port('pubsub', 'grpc')}")
         subscriber = pubsub_v1.SubscriberClient(transport=SubscriberGrpcTransport(channel=channel))
         path = "projects/rlops-local/subscriptions/rlops-events-log"
-        taken = []
         while True:
             response = subscriber.pull(request={"subscription": path, "max_messages": 100}, timeout=5)
             if not response.received_messages:
-                return taken
+                return list(self.published)
             subscriber.acknowledge(request={"subscription": path,
                                             "ack_ids": [m.ack_id for m in response.received_messages]})
-            taken += [json.loads(m.message.data) for m in response.received_messages]
+            self.published += [json.loads(m.message.data) for m in response.received_messages]
 
 
 def train_message(run: str, recipe: str = "tiny-arith", **overrides) -> bytes:
@@ -167,10 +169,32 @@ def test_up_again_starts_nothing_and_reports_each_piece_running(local):
     assert {name: p.pid for name, p in local.registry().items()} == before
 
 
-def test_a_run_goes_from_message_to_checkpoints_to_succeeded(local):
-    sent = local.rlops("train", "local", "--recipe", "tiny-arith", "--run", "first", "--set", "max_steps=4")
-    assert "published to the emulator's rlops-train topic" in sent.stdout
-    record = local.tick_until("first", lambda r: r["state"] == "SUCCEEDED")
+def trained(local: Local, run: str, steps: int = 4) -> str:
+    """A run of the local recipe, from `rlops train` to SUCCEEDED; what the command said."""
+    sent = local.rlops("train", "local", "--recipe", "tiny-arith", "--run", run, "--set", f"max_steps={steps}")
+    local.tick_until(run, lambda r: r["state"] == "SUCCEEDED")
+    return sent.stdout
+
+
+@pytest.fixture(scope="module")
+def first(local) -> str:
+    """Run `first` (4 steps, checkpoints at 2 and 4), made by whichever test needs it first: its record, its
+    checkpoints and its kept output are read by several tests, each of which must pass alone and in any order."""
+    return trained(local, "first")
+
+
+@pytest.fixture(scope="module")
+def first_exported(local, first) -> str:
+    """Step 4 of `first`, manifested and exported to the local bucket; the export's gs:// address."""
+    if "4" not in (local.record("first") or {}).get("exports", {}):
+        local.rlops("snapshot", "local")
+        local.rlops("checkpoints", "export", "local", "first", "--step", "4")
+    return "gs://rlops-local-state/rlops/environments/local/runs/first/exports/step-4"
+
+
+def test_a_run_goes_from_message_to_checkpoints_to_succeeded(local, first):
+    assert "published to the emulator's rlops-train topic" in first
+    record = local.record("first")
     assert record["step"] == 4 and record["last_checkpoint"] == 4
     assert [h["state"] for h in record["history"]][-1] == "SUCCEEDED"
     checkpoints = local.root / ".rlops/local/lustre/checkpoints/tiny-arith/first"
@@ -180,7 +204,7 @@ def test_a_run_goes_from_message_to_checkpoints_to_succeeded(local):
     status = local.rlops("status", "local", "--run", "first").stdout
     assert status.splitlines()[1].split()[:5] == ["first", "SUCCEEDED", "1", "4", "4"]
     events = local.events()
-    assert {(e["type"], e.get("state")) for e in events if e["run"] == "first"} >= {
+    assert {(e["type"], e.get("state")) for e in events if e.get("run") == "first"} >= {
         ("submitted", None), ("state-changed", "SUCCEEDED")}
     # The watcher kept the per-step series it read from the job's output, and drew the report when the run ended.
     folder = "rlops/environments/local/runs/first"
@@ -192,13 +216,13 @@ def test_a_run_goes_from_message_to_checkpoints_to_succeeded(local):
     assert f"| 4 | {series['steps'][-1][1]:.4f} |" in page and "![reward](reward.png)" in page
     assert re.search(r"^- cost: \d+\.\d\d GPU-hours running, .* `rlops cost local --run first`", page, re.M)
     assert local.bucket().blob(f"{folder}/report/reward.png").download_as_bytes().startswith(b"\x89PNG")
-    ended = next(e for e in events if e["run"] == "first" and e.get("state") == "SUCCEEDED")
+    ended = next(e for e in events if e.get("run") == "first" and e.get("state") == "SUCCEEDED")
     assert ended["report"] == record["report"]
     drawn = local.rlops("report", "local", "first", "--output", str(local.root / "first-report")).stdout
     assert f"report: {local.root / 'first-report' / 'report.md'}" in drawn and "reward.png" in drawn
 
 
-def test_the_cli_finds_the_local_emulators_without_writing_its_environment(local, monkeypatch, capsys):
+def test_the_cli_finds_the_local_emulators_without_writing_its_environment(local, first, monkeypatch, capsys):
     """In this process, as the command line runs: the stack says where its emulators are, the endpoints carry
     them to the clients, and os.environ is read, never written."""
     from rlops import cli
@@ -212,43 +236,46 @@ def test_the_cli_finds_the_local_emulators_without_writing_its_environment(local
     assert cli.main(["status", "local", "--run", "first"]) == 0
     assert capsys.readouterr().out.splitlines()[1].split()[:2] == ["first", "SUCCEEDED"]
     # Ray sets RAY_CLIENT_MODE itself (ray/_private/client_mode_hook.py); every other variable is as it was.
-    assert {k: v for k, v in os.environ.items() if k != "RAY_CLIENT_MODE"} == before
+    after = {k: v for k, v in os.environ.items() if k != "RAY_CLIENT_MODE"}
+    assert after == {k: v for k, v in before.items() if k != "RAY_CLIENT_MODE"}
 
 
 def test_snapshot_ticks_write_each_complete_checkpoints_manifest_once_even_at_the_same_time(local):
-    run_dir = local.root / ".rlops/local/lustre/checkpoints/tiny-arith/first"
+    trained(local, "snapped")
+    run_dir = local.root / ".rlops/local/lustre/checkpoints/tiny-arith/snapped"
     (run_dir / "checkpoint-6").mkdir()  # a save in progress: no trainer_state.json yet
     ticks = [subprocess.Popen([RLOPS, "snapshot", "local"], cwd=local.root, env=local.env, text=True,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE) for _ in range(3)]
     outputs = [tick.communicate(timeout=120) for tick in ticks]
     assert [tick.returncode for tick in ticks] == [0, 0, 0], outputs
-    written = [line for out, _ in outputs for line in out.splitlines() if "manifest of step" in line]
-    assert sorted(written) == ["first: manifest of step 2 written (rlops/environments/local/runs/first/manifests/"
-                               "step-2.json)", "first: manifest of step 4 written (rlops/environments/local/runs/"
-                               "first/manifests/step-4.json)"]
+    written = [line for out, _ in outputs for line in out.splitlines() if line.startswith("snapped: manifest of")]
+    assert sorted(written) == ["snapped: manifest of step 2 written (rlops/environments/local/runs/snapped/"
+                               "manifests/step-2.json)", "snapped: manifest of step 4 written (rlops/environments/"
+                               "local/runs/snapped/manifests/step-4.json)"]
     assert "no new complete checkpoints" in local.rlops("snapshot", "local").stdout
     blobs = sorted(b.name.rsplit("/", 1)[1] for b in local.bucket().list_blobs(
-        prefix="rlops/environments/local/runs/first/manifests/"))
+        prefix="rlops/environments/local/runs/snapped/manifests/"))
     assert blobs == ["step-2.json", "step-4.json"]
-    assert set(local.record("first")["manifests"]) == {"2", "4"}
-    listing = local.rlops("checkpoints", "list", "local", "first").stdout.splitlines()
+    assert set(local.record("snapped")["manifests"]) == {"2", "4"}
+    listing = local.rlops("checkpoints", "list", "local", "snapped").stdout.splitlines()
     assert [line.split()[0] for line in listing[1:]] == ["2", "4"] and all(" yes " in line for line in listing[1:])
     (run_dir / "checkpoint-2" / "scheduler.pt").write_bytes(b"changed")
-    assert "NO: 1 changed" in local.rlops("checkpoints", "list", "local", "first").stdout
+    assert "NO: 1 changed" in local.rlops("checkpoints", "list", "local", "snapped").stdout
     # Exported to the bucket and verified there object by object; an altered checkpoint is not exported.
-    exported = local.rlops("checkpoints", "export", "local", "first").stdout
-    destination = "gs://rlops-local-state/rlops/environments/local/runs/first/exports/step-4/"
-    assert "exported step 4 of first: " in exported and destination in exported and "verified: " in exported
-    assert local.record("first")["exports"]["4"]["destination"] == destination
-    refused = local.rlops("checkpoints", "export", "local", "first", "--step", "2", check=False)
+    exported = local.rlops("checkpoints", "export", "local", "snapped").stdout
+    destination = "gs://rlops-local-state/rlops/environments/local/runs/snapped/exports/step-4/"
+    assert "exported step 4 of snapped: " in exported and destination in exported and "verified: " in exported
+    assert local.record("snapped")["exports"]["4"]["destination"] == destination
+    refused = local.rlops("checkpoints", "export", "local", "snapped", "--step", "2", check=False)
     assert refused.returncode == 1 and "does not match its manifest (1 changed (scheduler.pt" in refused.stderr
     events = local.events()
-    checkpoint_events = [e for e in events if e["type"] == "checkpoint" and e["run"] == "first"]
+    checkpoint_events = [e for e in events if e["type"] == "checkpoint" and e.get("run") == "snapped"]
     assert sorted(e["step"] for e in checkpoint_events) == [2, 4]
-    assert [e["step"] for e in events if e["type"] == "checkpoint-exported" and e["run"] == "first"] == [4]
+    assert [e["step"] for e in events if e["type"] == "checkpoint-exported" and e.get("run") == "snapped"] == [4]
 
 
-def test_an_export_imported_into_a_second_local_environment_verifies_and_a_run_there_resumes_from_it(local):
+def test_an_export_imported_into_a_second_local_environment_verifies_and_a_run_there_resumes_from_it(
+        local, first_exported):
     """A second local environment (its own Ray, bucket emulator and /lustre) as another zone: `checkpoints import`
     reads the export of `first` from the first environment's bucket, verifies it object by object, copies it into
     the run's directory here and verifies it on disk; the run started here resumes from it through its gate."""
@@ -256,7 +283,7 @@ def test_an_export_imported_into_a_second_local_environment_verifies_and_a_run_t
     (local.root / "environments" / "zone-b.yaml").write_text(
         spec.replace("bucket: rlops-local-state", "bucket: rlops-zone-b-state")
         .replace(".rlops/local/lustre", ".rlops/zone-b/lustre"))
-    source = "gs://rlops-local-state/rlops/environments/local/runs/first/exports/step-4"
+    source = first_exported
     try:
         local.rlops("up", "zone-b")
         refused = local.rlops("checkpoints", "import", "zone-b", "first", "--recipe", "tiny-arith", "--from", source.replace("-4", "-2"),
@@ -377,7 +404,7 @@ def preempted_after_two_checkpoints(local, run: str) -> tuple[Path, int]:
     return checkpoints, newest, [(step, "torn: its save never finished") for step in cut_off]
 
 
-def test_a_preempted_run_is_resubmitted_and_resumes_from_its_last_checkpoint(local):
+def test_a_preempted_run_is_resubmitted_and_resumes_from_its_last_checkpoint(local, first):
     _, saved, cut_off = preempted_after_two_checkpoints(local, "preempted")
     local.rlops("snapshot", "local")  # its checkpoints' manifests: a resume is only from one that verifies
     record = local.tick_until("preempted", lambda r: len(r["attempts"]) == 2)
@@ -388,7 +415,7 @@ def test_a_preempted_run_is_resubmitted_and_resumes_from_its_last_checkpoint(loc
     assert record["waiting"] == "no GPU-pool node is up (stopped, or lost): `rlops up` starts it again"
     status = local.rlops("status", "local", "--run", "preempted").stdout
     assert "preempted: waiting: no GPU-pool node is up (stopped, or lost)" in status
-    assert any(e["type"] == "waiting" and e["run"] == "preempted" for e in local.events())
+    assert any(e["type"] == "waiting" and e.get("run") == "preempted" for e in local.events())
     up = local.rlops("up", "local").stdout  # brings the node back, and says it had stopped
     assert "ray-worker-0 (pid" in up and "had stopped" in up
     # The attempt's gate chooses where it resumes on the node, as the attempt starts.
@@ -421,7 +448,7 @@ def test_a_preempted_run_whose_newest_checkpoint_was_corrupted_resumes_from_the_
     aside = point["set_aside"][-1]
     assert aside["step"] == newest and "does not match its manifest: 1 changed (model.safetensors" in aside["reason"]
     assert (checkpoints / aside["moved_to"] / "model.safetensors").is_file()  # moved aside, not deleted
-    said = [e for e in local.events() if e["type"] == "resumed" and e["run"] == "corrupted"]
+    said = [e for e in local.events() if e["type"] == "resumed" and e.get("run") == "corrupted"]
     assert [(e["attempt"], e["step"]) for e in said] == [(2, newest - 2)]
     record = local.tick_until("corrupted", lambda r: r["state"] == "SUCCEEDED")
     assert record["attempts"][1]["resumed_from"] == newest - 2 and record["step"] == LONG_RUN_STEPS
@@ -440,8 +467,9 @@ def test_a_preempted_run_whose_newest_checkpoint_is_torn_sets_it_aside_and_resum
     assert record["attempts"][1]["resumed_from"] == newest - 2 and record["step"] == LONG_RUN_STEPS
 
 
-def test_the_planted_token_is_in_no_job_log_record_or_event(local):
-    # Runs after the others (pytest keeps file order): every job, record and log line they made is here.
+def test_the_planted_token_is_in_no_job_log_record_or_event(local, first):
+    # Every job, record and log line made so far in this module is searched: at least `first`'s, and all of
+    # them when the module runs whole.
     from ray.job_submission import JobSubmissionClient
 
     client = JobSubmissionClient(f"http://127.0.0.1:{local.port('ray-head', 'dashboard')}")
@@ -462,8 +490,9 @@ def test_the_planted_token_is_in_no_job_log_record_or_event(local):
     # Every ended attempt's output was kept by the watcher, but those whose node was lost under them (the three
     # preemption tests' first attempts): their output went with the node.
     lost = {f"rlops.local.{run}.1" for run in ("preempted", "corrupted", "torn")}
-    for job in jobs:
-        if job.submission_id not in lost and str(job.status.value) in ("SUCCEEDED", "FAILED", "STOPPED"):
+    for job in jobs:  # this environment's: the GKE tests' jobs on this Ray keep their output in their own bucket
+        if job.submission_id.startswith("rlops.local.") and job.submission_id not in lost \
+                and str(job.status.value) in ("SUCCEEDED", "FAILED", "STOPPED"):
             _, _, run, attempt = job.submission_id.split(".")
             assert f"rlops/environments/local/runs/{run}/attempt-{attempt}.log" in kept, job.submission_id
     for blob in local.bucket().list_blobs():  # records, logs, series, manifests, reports and their PNGs
@@ -475,26 +504,49 @@ def test_the_planted_token_is_in_no_job_log_record_or_event(local):
     assert TOKEN.encode() in Path(f"/proc/{worker.pid}/environ").read_bytes()  # where it belongs
 
 
-def test_an_idle_pool_is_reaped_and_a_train_message_brings_it_back(local):
+@pytest.fixture(scope="module")
+def reaped_and_woken(local) -> dict:
+    """The idle GPU pool reaped, then woken by a train message (run `after-reap`), once in this module: what each
+    step said and what was alive after it, for the reaper's test to check and for the cost report's reaped time."""
+    seen = {}
     if "first look" in local.rlops("reap", "local", "--dry-run").stdout:
         local.rlops("reap", "local")  # no train message yet: the first look starts the idle clock
     local.wait_past_idle_timeout()
-    dry = local.rlops("reap", "local", "--dry-run").stdout
+    seen["dry run"] = local.rlops("reap", "local", "--dry-run").stdout
+    worker = local.registry()["ray-worker-0"]
+    seen["alive after the dry run"] = worker.alive()
+    seen["reap"] = local.rlops("reap", "local").stdout
+    seen["registered after the reap"] = "ray-worker-0" in local.registry()
+    seen["alive after the reap"] = worker.alive()
+    seen["reap again"] = local.rlops("reap", "local").stdout
+    again = local.rlops("up", "local")  # as `apply` on GKE, `up` leaves a reaped pool down
+    seen["up"] = again.stdout + again.stderr
+    seen["registered after up"] = "ray-worker-0" in local.registry()
+    seen["events"] = local.events()
+    local.rlops("train", "local", "--recipe", "tiny-arith", "--run", "after-reap", "--set", "max_steps=2")
+    seen["woken run"] = local.tick_until("after-reap", lambda r: r["state"] == "SUCCEEDED")
+    woken = local.registry()["ray-worker-0"]
+    seen["alive after the wake"] = woken.alive()
+    # The train function woke it, with no secret source in its environment: the token comes from what `up` kept.
+    seen["woken worker has the token"] = TOKEN.encode() in Path(f"/proc/{woken.pid}/environ").read_bytes()
+    seen["kept token's mode"] = (local.root / ".rlops/local/secrets/HF_TOKEN").stat().st_mode & 0o777
+    return seen
+
+
+def test_an_idle_pool_is_reaped_and_a_train_message_brings_it_back(local, reaped_and_woken):
+    seen = reaped_and_woken
+    dry = seen["dry run"]
     assert dry.startswith("would scale down: idle for") and "stop Ray worker node ray-worker-0 (gpu_pool)" in dry
     assert f"(timeout: idle.timeout {IDLE_TIMEOUT_SECONDS}s)" in dry
-    worker = local.registry()["ray-worker-0"]
-    assert worker.alive(), "a dry run changed something"
-    done = local.rlops("reap", "local").stdout
-    assert done.startswith("scaled down:")
-    assert "ray-worker-0" not in local.registry() and not worker.alive()
-    assert local.rlops("reap", "local").stdout.startswith("keeping the GPU pool: already scaled down")
-    again = local.rlops("up", "local")  # as `apply` on GKE, `up` leaves a reaped pool down
-    assert "ray-worker-0: not started: the reaper scaled the GPU pool down" in again.stdout + again.stderr
-    assert "ray-worker-0" not in local.registry()
-    assert any(e["type"] == "scaled-down" for e in local.events())
-    local.rlops("train", "local", "--recipe", "tiny-arith", "--run", "after-reap", "--set", "max_steps=2")
-    record = local.tick_until("after-reap", lambda r: r["state"] == "SUCCEEDED")
-    assert record["step"] == 2 and local.registry()["ray-worker-0"].alive()
+    assert seen["alive after the dry run"], "a dry run changed something"
+    assert seen["reap"].startswith("scaled down:")
+    assert not seen["registered after the reap"] and not seen["alive after the reap"]
+    assert seen["reap again"].startswith("keeping the GPU pool: already scaled down")
+    assert "ray-worker-0: not started: the reaper scaled the GPU pool down" in seen["up"]
+    assert not seen["registered after up"]
+    assert any(e["type"] == "scaled-down" for e in seen["events"])
+    assert seen["woken run"]["step"] == 2 and seen["alive after the wake"]
+    assert seen["woken worker has the token"] and seen["kept token's mode"] == 0o600
     # While a run is live the pool stays, however long ago the timeout started. The run holds after its
     # first step until the test removes the gate, so it is live for as long as the test looks.
     gate = local.root / ".rlops/local/lustre/checkpoints/tiny-arith/busy/hold"
@@ -511,8 +563,9 @@ def test_an_idle_pool_is_reaped_and_a_train_message_brings_it_back(local):
     assert record["step"] == 4
 
 
-def test_rlops_cost_shows_each_runs_gpu_hours_the_idle_and_the_reaped_time_and_a_timeline(local):
-    """After the runs above and the reap: the local worker counted as one a3-ultragpu-8g (8 GPUs) at its list
+def test_rlops_cost_shows_each_runs_gpu_hours_the_idle_and_the_reaped_time_and_a_timeline(local, first,
+                                                                                          reaped_and_woken):
+    """After a run and a reap: the local worker counted as one a3-ultragpu-8g (8 GPUs) at its list
     price; every run's used GPU-hours from its attempts' running time; the pool's idle and reaped time from its
     transitions; a PNG timeline."""
     out = local.rlops("cost", "local").stdout

@@ -220,14 +220,27 @@ class Stack:
         return self._plain_env() | {"RAY_USAGE_STATS_ENABLED": "0"}
 
     def _secret_env(self) -> dict[str, str]:
-        """The spec's secrets, read from their local sources, for the Ray nodes' environment (as secretKeyRef would)."""
+        """The spec's secrets for the Ray nodes' environment (as secretKeyRef would). Read from their local sources
+        where this process has them (`rlops up`), and kept as a Kubernetes Secret keeps them, readable by this user
+        alone, for the nodes a wake starts from the train function, whose environment holds no source."""
+        kept = self._secrets_directory()
         values = {}
         for variable, ref in self.env.secrets.items():
             if ref.env and ref.env in os.environ:
                 values[variable] = os.environ[ref.env]
             elif ref.file and Path(ref.file).is_file():
                 values[variable] = Path(ref.file).read_text().strip()
+            elif (kept / variable).is_file():
+                values[variable] = (kept / variable).read_text()
+        kept.mkdir(mode=0o700, parents=True, exist_ok=True)
+        for variable, value in values.items():
+            descriptor = os.open(kept / variable, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(descriptor, "w") as file:
+                file.write(value)
         return values
+
+    def _secrets_directory(self) -> Path:
+        return self.directory / "secrets"
 
     # -- down ------------------------------------------------------------------------------
     def down(self) -> None:
@@ -246,6 +259,7 @@ class Stack:
             self.report(f"{name}: {'stopped' if was_running else 'was not running'} (pid {process.pid}) "
                         f"in {time.monotonic() - began:.1f}s")
         shutil.rmtree(self._ray_temp(), ignore_errors=True)
+        shutil.rmtree(self._secrets_directory(), ignore_errors=True)
 
     def _pool_scaled_down(self) -> bool:
         """What the state bucket says of the GPU pool, as on GKE, where `apply` leaves a reaped pool at zero too."""
