@@ -83,7 +83,9 @@ def test_b200_is_the_second_seed():
     assert (fixed["grpo.num_generations_per_prompt"], fixed["grpo.num_prompts_per_step"]) == (8, 32)
     assert (fixed["policy.train_global_batch_size"], fixed["checkpointing.save_period"], fixed["checkpointing.keep_top_k"]) == (256, 2, 2)
     assert recipe.allowed_overrides["grpo.max_num_steps"].default == 20
-    assert env.ray.ray_version == "2.46.0", "the v0.4.0 image ships Ray 2.46.0, not the codelab's 2.54.0"
+    # The codelab's v0.4.0 recipe, moved to NeMo RL v0.7.0 (whose uv.lock pins Ray 2.55.1) as `validate --tag` said.
+    assert env.ray.image == "nvcr.io/nvidia/nemo-rl:v0.7.0" and env.ray.ray_version == "2.55.1"
+    assert recipe.entrypoint == "examples/run_grpo.py" and fixed["data.train.dataset_name"] == "DeepScaler"
 
 
 def test_local_is_the_embedded_default_with_a_short_idle_timeout():

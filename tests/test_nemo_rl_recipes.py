@@ -3,7 +3,7 @@ through Hydra's real parser, and what validate and `train --dry-run` say about t
 
 The job's override words are applied here with Hydra's `OverridesParser` and
 `ConfigLoaderImpl._apply_overrides_to_config` on a struct-mode config, which is what
-`nemo_rl/utils/config.py::parse_hydra_overrides` does at v0.4.0 and v0.5.0.
+`nemo_rl/utils/config.py::parse_hydra_overrides` does at every supported tag (the function is the same at all four).
 """
 
 import hashlib
@@ -15,10 +15,10 @@ from hydra._internal.config_loader_impl import ConfigLoaderImpl
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import OmegaConf
 
-from conftest import ENVIRONMENTS, workload_words
+from conftest import ENVIRONMENTS, REPO, workload_words
 from rlops import cli
 from rlops.runs import jobs, message
-from rlops.spec import nemo_rl
+from rlops.spec import nemo_rl, nemo_rl_data
 from rlops.spec.load import load, load_or_raise
 
 H200 = load_or_raise(ENVIRONMENTS / "h200.yaml")
@@ -35,25 +35,48 @@ def as_the_job_runs_it(env, recipe, settings: dict, run: str = "r1") -> dict:
     cfg = nemo_rl.load_config(nemo_rl.tag_for(env.ray.image), recipe.config)
     OmegaConf.set_struct(cfg, True)
     ConfigLoaderImpl._apply_overrides_to_config(overrides=OverridesParser.create().parse_overrides(overrides), cfg=cfg)
-    nemo_rl._register_resolvers()
+    nemo_rl.register_resolvers(nemo_rl.tag_for(env.ray.image))
     return OmegaConf.to_container(cfg, resolve=True)
 
 
 def test_every_supported_tag_ships_its_configs_verbatim_with_their_source():
     tags = nemo_rl.tags()
-    assert {"v0.4.0", "v0.5.0"} <= set(tags)
+    assert list(tags) == ["v0.4.0", "v0.5.0", "v0.6.0", "v0.7.0"]
     for tag in tags.values():
         source = json.loads((tag.root / "SOURCE.json").read_text())
         assert source["repository"] == "https://github.com/NVIDIA-NeMo/RL" and len(source["commit"]) == 40
         for path in tag.configs:
             assert (tag.root / path).is_file() and path in tag.examples
     assert tags["v0.5.0"].commit.startswith("6c7089300fde") and tags["v0.4.0"].commit.startswith("c751f811217d")
+    assert tags["v0.6.0"].commit.startswith("5fb588932bf8") and tags["v0.7.0"].commit.startswith("81aa43dda476")
     # Byte for byte upstream's: each file hashes to the git blob id the tag's tree lists for it.
     for tag in tags.values():
         copied = json.loads((tag.root / "SOURCE.json").read_text())["copied"]
         for path, blob in copied.items():
             content = (tag.root / path).read_bytes()
             assert hashlib.sha1(b"blob %d\0" % len(content) + content).hexdigest() == blob, path
+
+
+def test_every_config_of_every_tag_composes_as_that_tags_own_loader_composes_it():
+    """tests/golden/nemo_rl_composed.json: for every vendored file, the sha256 of what upstream's own
+    `nemo_rl/utils/config.py` at the tag gives (`OmegaConf.to_container(load_config(path), resolve=False)`, JSON with
+    sorted keys), or that it fails. Measured with upstream's file (v0.5.0's for v0.4.0: the same blob), which is not
+    shipped here; v0.6.0 changed how parents resolve and added `_override_`, and 10 configs at v0.6.0 and 26 at
+    v0.7.0 composed differently before rlops followed it."""
+    golden = json.loads((REPO / "tests/golden/nemo_rl_composed.json").read_text())
+    assert set(golden) == set(nemo_rl.tags())
+    compared = 0
+    for name, tag in nemo_rl.tags().items():
+        assert set(golden[name]) == set(tag.configs)
+        for path, expected in golden[name].items():
+            try:
+                digest = hashlib.sha256(json.dumps(nemo_rl._loaded(tag.root / path, tag.loader),
+                                                   sort_keys=True).encode()).hexdigest()
+            except Exception:  # noqa: BLE001 - upstream fails on these too (not NeMo RL configs)
+                digest = "fails"
+            assert digest == ("fails" if expected.startswith("error") else expected), f"{name} {path}"
+            compared += 1
+    assert compared > 600
 
 
 def test_b200_trains_the_model_its_recipe_names_and_can_checkpoint():
@@ -64,15 +87,17 @@ def test_b200_trains_the_model_its_recipe_names_and_can_checkpoint():
     assert config["checkpointing"]["checkpoint_dir"] == "/lustre/nemo_rl_qwen_72b_ds_cp/r1"
     assert config["logger"]["log_dir"] == "/lustre/nemo_rl_qwen_72b_ds_cp/r1/logs"
     assert config["grpo"]["num_prompts_per_step"] * config["grpo"]["num_generations_per_prompt"] == 32 * 8
-    assert config["cluster"] == {"gpus_per_node": 8, "num_nodes": 8}
-    assert config["data"]["dataset_name"] == "DeepScaler"
+    assert {key: config["cluster"][key] for key in ("gpus_per_node", "num_nodes")} == {"gpus_per_node": 8,
+                                                                                      "num_nodes": 8}
+    assert config["data"]["train"]["dataset_name"] == "DeepScaler"
+    assert config["data"]["validation"] == {"dataset_name": "AIME2024", "repeat": 16}
 
 
 def test_h200_reads_gsm8k_main_without_a_key_its_loader_ignores():
     config = as_the_job_runs_it(H200, GEMMA, GEMMA.default_settings())
     data = config["data"]
     assert data["dataset_name"] == "ResponseDataset" and "subset" not in data
-    read = nemo_rl.LOADER_KEYS["v0.5.0"]["ResponseDataset"]
+    read = nemo_rl_data.LAYOUTS["v0.5.0"].datasets["ResponseDataset"]
     assert {k for k in data if k not in yaml.safe_load(
         (nemo_rl.tags()["v0.5.0"].root / "examples/configs/grpo_math_1B.yaml").read_text())["data"]} <= read
     assert data["train_data_path"].endswith("grade_school_math/data/train.jsonl")  # load_dataset("json"): one split
@@ -112,14 +137,14 @@ def test_an_interpolation_in_a_message_is_refused_because_nemo_rl_would_resolve_
 
 
 def test_run_grpo_py_is_a_valid_entrypoint_on_v050_and_not_on_v040(tmp_path):
-    for source, recipe, image_has_it in (("h200.yaml", "gemma3-27b-gsm8k", True),
-                                         ("b200-spot.yaml", "qwen25-72b-deepscaler", False)):
-        spec = tmp_path / source
-        spec.write_text((ENVIRONMENTS / source).read_text().replace("examples/run_grpo_math.py", "examples/run_grpo.py"))
+    h200 = (ENVIRONMENTS / "h200.yaml").read_text().replace("examples/run_grpo_math.py", "examples/run_grpo.py")
+    for image, ray, image_has_it in (("v0.5.0", "2.49.2", True), ("v0.4.0", "2.46.0", False)):
+        spec = tmp_path / "h200.yaml"
+        spec.write_text(h200.replace("nemo-rl:v0.5.0", f"nemo-rl:{image}").replace('"2.49.2"', f'"{ray}"'))
         problems = [str(p) for p in load(spec).problems]
         assert bool(problems) != image_has_it, problems
         if problems:
-            assert f"recipes.{recipe}.entrypoint: v0.4.0 has no examples/run_grpo.py" in problems[0]
+            assert "recipes.gemma3-27b-gsm8k.entrypoint: v0.4.0 has no examples/run_grpo.py" in problems[0]
 
 
 def test_an_image_rlops_has_no_configs_for_is_named_and_does_not_block_validate(tmp_path, capsys):
@@ -128,7 +153,7 @@ def test_an_image_rlops_has_no_configs_for_is_named_and_does_not_block_validate(
     assert cli.main(["validate", str(spec)]) == 0
     out = capsys.readouterr().out
     assert "recipes.gemma3-27b-gsm8k.config: not checked: rlops has no NeMo RL configs for " \
-           "nvcr.io/nvidia/nemo-rl:v0.9.9 (it has v0.4.0, v0.5.0)" in out and f"{spec}: ok" in out
+           "nvcr.io/nvidia/nemo-rl:v0.9.9 (it has v0.4.0, v0.5.0, v0.6.0, v0.7.0)" in out and f"{spec}: ok" in out
 
 
 @pytest.mark.parametrize("env_name,recipe", [("h200", "gemma3-27b-gsm8k"), ("b200-spot", "qwen25-72b-deepscaler")])
@@ -160,3 +185,75 @@ def test_the_local_recipes_dry_run_is_its_command(capsys):
     assert " ".join(workload_words(job["entrypoint"])).startswith("python -m rlops.workloads.trl_grpo --output-dir ")
     assert job["entrypoint_resources"] == {"gpu_pool": 1}
     assert "---" not in job
+
+
+def test_validate_tag_names_what_v060_no_longer_reads_and_the_rewrite_that_composes_there(capsys):
+    """h200's v0.5.0 recipe at v0.6.0: run_grpo_math.py is gone, data.dataset_name is no key, the four flat data keys
+    compose (they are new keys) but no code reads them; the rewrite is checked at v0.6.0 like any recipe."""
+    spec = ENVIRONMENTS / "h200.yaml"
+    assert cli.main(["validate", str(spec), "--tag", "v0.6.0"]) == 2
+    out = capsys.readouterr().out
+    lines = {line.split(": ", 2)[1]: line for line in out.splitlines() if line.startswith(f"{spec}:") and ": " in line}
+    assert "use examples/run_grpo.py" in lines["recipes.gemma3-27b-gsm8k.entrypoint"]
+    assert "did you mean data.train.dataset_name?" in lines['recipes.gemma3-27b-gsm8k.overrides["data.dataset_name"]']
+    for key in ("train_data_path", "val_data_path", "input_key", "output_key"):
+        line = lines[f'recipes.gemma3-27b-gsm8k.overrides["+data.{key}"]']
+        assert f"no code of v0.6.0 reads data.{key}" in line
+        assert line.startswith(f"{spec}:{_line_of(spec, f'+data.{key}:')}:"), line
+    assert "rewritten for v0.6.0 (composes and checks cleanly):" in out
+    rewrite = yaml.safe_load(out.split("(composes and checks cleanly):\n")[1].split("\nrecipes.")[0])
+    assert rewrite["entrypoint"] == "examples/run_grpo.py"
+    data = {key: value for key, value in rewrite["overrides"].items() if "data." in key}
+    assert data == {"data.train.dataset_name": "ResponseDataset",
+                    "+data.train.data_path": GEMMA.overrides["+data.train_data_path"],
+                    "+data.validation.dataset_name": "ResponseDataset",
+                    "+data.validation.data_path": GEMMA.overrides["+data.val_data_path"],
+                    "data.train.split_validation_size": 0,
+                    "+data.default.input_key": "question", "+data.default.output_key": "answer"}
+    # The diff of the final configs names upstream's own default changes too.
+    assert "~ policy.logprob_batch_size: 2 -> 4" in out and '- data.train_data_path: "https://' in out
+
+    # The rewrite, applied, is a v0.6.0 recipe that validates and previews as unchanged.
+    moved = GEMMA.model_copy(update=rewrite)
+    tag = nemo_rl.tags()["v0.6.0"]
+    assert nemo_rl.check_recipe(moved, H200.gpu_pools[0], tag) == []
+    config = nemo_rl.composed(tag, moved).config["data"]
+    assert config["train"]["data_path"].endswith("/train.jsonl") and config["validation"]["data_path"].endswith(
+        "/test.jsonl")
+    assert (config["default"]["input_key"], config["default"]["output_key"]) == ("question", "answer")
+
+
+def _line_of(spec, text: str) -> int:
+    return next(number for number, line in enumerate(spec.read_text().splitlines(), 1) if text in line)
+
+
+def test_validate_tag_exits_0_when_the_final_config_is_the_same_and_1_for_a_tag_rlops_lacks(capsys):
+    assert cli.main(["validate", str(ENVIRONMENTS / "b200-spot.yaml"), "--tag", "v0.7.0"]) == 0
+    assert "recipes.qwen25-72b-deepscaler: v0.7.0 -> v0.7.0: the same final config" in capsys.readouterr().out
+    assert cli.main(["validate", str(ENVIRONMENTS / "h200.yaml"), "--tag", "v0.8.0"]) == 1
+    assert "--tag v0.8.0: rlops has the configs of NeMo RL v0.4.0, v0.5.0, v0.6.0, v0.7.0" in capsys.readouterr().err
+
+
+def test_a_dataset_key_of_the_per_dataset_layout_that_no_dataset_reads_is_named(tmp_path, capsys):
+    """At v0.6.0 every dataset class takes **kwargs: a key it does not name is dropped without a word."""
+    spec = tmp_path / "b200-spot.yaml"
+    spec.write_text((ENVIRONMENTS / "b200-spot.yaml").read_text().replace(
+        "      +data.validation.repeat: 16\n", "      +data.validation.repeat: 16\n      +data.train.input_key: q\n"))
+    assert cli.main(["validate", str(spec)]) == 2
+    out = capsys.readouterr().out
+    assert 'overrides["+data.train.input_key"]: no dataset of data.train at v0.7.0 reads input_key (DeepScaler' in out
+
+
+def test_the_v040_deepscaler_recipe_is_rewritten_with_the_validation_set_it_brought_along():
+    """Up to v0.5.0 DeepScaler validated on AIME 2024 ×16 by itself; from v0.6.0 that is an entry of its own."""
+    from rlops.spec import nemo_rl_upgrade
+
+    v04 = QWEN.model_copy(update={"entrypoint": "examples/run_grpo_math.py", "overrides": {
+        **{k: v for k, v in QWEN.overrides.items() if "data." not in k}, "data.dataset_name": "DeepScaler"}})
+    tags = nemo_rl.tags()
+    upgrade = nemo_rl_upgrade.preview("q", v04, B200.gpu_pools[0], tags["v0.4.0"], tags["v0.7.0"])
+    assert upgrade.changes_meaning and upgrade.still_wrong == []
+    assert upgrade.rewrite["entrypoint"] == "examples/run_grpo.py"
+    assert {k: v for k, v in upgrade.rewrite["overrides"].items() if "data." in k} == {
+        "data.train.dataset_name": "DeepScaler", "+data.validation.dataset_name": "AIME2024",
+        "+data.validation.repeat": 16}

@@ -12,16 +12,24 @@ from rlops.errors import Failure
 
 
 def _validate(args: argparse.Namespace) -> int:
+    from rlops.spec import nemo_rl
     from rlops.spec.describe import describe
-    from rlops.spec.load import load
+    from rlops.spec.load import load, preview_upgrade
 
     files = [Path(f) for f in args.files] or environments.spec_files()
     if not files:
         print(f"rlops validate: no *.yaml files in {environments.directory()}", file=sys.stderr)
         return Exit.ERROR
-    problems = 0
+    if args.tag is not None and args.tag not in nemo_rl.tags():
+        raise Failure(f"--tag {args.tag}: rlops has the configs of NeMo RL {', '.join(nemo_rl.tags())}")
+    problems, changed = 0, []
     for path in files:
-        loaded = load(path)
+        if args.tag is None:
+            loaded = load(path)
+        else:
+            loaded, preview, changes = preview_upgrade(path, args.tag)
+            if changes:
+                changed.append(loaded.file)
         for problem in loaded.problems + loaded.notices:
             print(problem)
         problems += len(loaded.problems)
@@ -29,8 +37,13 @@ def _validate(args: argparse.Namespace) -> int:
             print(f"{loaded.file}: ok")
             if args.describe:
                 print("\n".join(describe(loaded.name, loaded.environment)))
+            if args.tag is not None:
+                print("\n".join(preview))
     if problems:
         print(f"{problems} problem(s) in {len(files)} file(s)", file=sys.stderr)
+        return Exit.INVALID
+    if changed:
+        print(f"at NeMo RL {args.tag} the recipes of {', '.join(changed)} change meaning (above)", file=sys.stderr)
         return Exit.INVALID
     return Exit.OK
 
@@ -183,6 +196,9 @@ def add_commands(commands) -> None:
     validate = commands.add_parser("validate", help="check environment specs; exit 2 when any has a problem")
     validate.add_argument("files", nargs="*", help="spec files (default: every environments/*.yaml)")
     validate.add_argument("--describe", action="store_true", help="also say what each valid spec describes")
+    validate.add_argument("--tag", metavar="TAG", help="preview moving each nemo-rl recipe to NeMo RL TAG (e.g. v0.6.0): "
+                          "what it refuses or no longer reads, the rewrite where one is known, the final config's "
+                          "diff; exit 2 when anything changes meaning")
     validate.set_defaults(run=_validate)
 
     schema = commands.add_parser("schema", help="print the JSON Schema of an environment spec")

@@ -113,7 +113,7 @@ def _would_submit(env_name: str, env, parsed, settings: dict) -> str:
             if composed.problems:
                 raise Failure("\n".join(f"{key or recipe.config}: {problem}" for key, problem in composed.problems))
             lines += [f"# the final config NeMo RL {tag.name} (commit {tag.commit[:12]}) runs with: {recipe.config}",
-                      "# composed as examples/run_grpo_math.py composes it, before logger.log_dir gets its exp_N",
+                      f"# composed as {recipe.entrypoint} composes it, before logger.log_dir gets its exp_N",
                       "---", yaml.safe_dump(composed.config, sort_keys=False, width=10**6).rstrip()]
     return "\n".join(lines)
 

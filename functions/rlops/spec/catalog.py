@@ -79,6 +79,8 @@ LUSTRE_TIERS: dict[int, LustreTier] = {
 NEMO_RL_IMAGE_RAY: dict[str, str] = {
     "nvcr.io/nvidia/nemo-rl:v0.4.0": "2.46.0",
     "nvcr.io/nvidia/nemo-rl:v0.5.0": "2.49.2",
+    "nvcr.io/nvidia/nemo-rl:v0.6.0": "2.54.0",  # from v0.6.0 the pin is uv.lock's
+    "nvcr.io/nvidia/nemo-rl:v0.7.0": "2.55.1",
 }
 
 # The RDMA network profile the tutorials use, per zone.

@@ -16,7 +16,7 @@ import pydantic
 from pydantic import BaseModel, TypeAdapter
 
 from rlops.errors import Failure
-from rlops.spec import inline_secrets, rules
+from rlops.spec import inline_secrets, nemo_rl, nemo_rl_upgrade, rules
 from rlops.spec.model import PATTERN_HINTS, ROOT_MODELS, EnvironmentSpec, GcpEnvironment, LocalEnvironment
 from rlops.spec.source import Document, Problem, parse_text, read_document
 
@@ -78,6 +78,28 @@ def _check(doc: Document, name: str) -> Loaded:
         notices = [doc.problem(path, "not checked: " + message) for path, message in rules.notices(environment)]
     doc.problems.sort(key=lambda p: (p.line, p.column))
     return Loaded(name, doc.file, None if doc.problems else environment, doc.problems, notices)
+
+
+def preview_upgrade(path: Path, target: str) -> tuple[Loaded, list[str], bool]:
+    """What moving each nemo-rl recipe of a valid spec to NeMo RL `target` changes (`rlops validate --tag`): the lines
+    to print, and whether anything changes meaning."""
+    doc = read_document(path)
+    loaded = _check(doc, path.stem)
+    env = loaded.environment
+    if not isinstance(env, GcpEnvironment):
+        return loaded, [], False
+    source, lines, changes = nemo_rl.tag_for(env.ray.image), [], False
+    for name, recipe in env.recipes.items():
+        if recipe.runner != "nemo-rl":
+            continue
+        if source is None:
+            lines.append(str(doc.problem(("ray", "image"), f"not previewed: {nemo_rl.unsupported(env.ray.image)}")))
+            continue
+        upgrade = nemo_rl_upgrade.preview(name, recipe, rules.pool_of(env, recipe), source, nemo_rl.tags()[target])
+        changes = changes or upgrade.changes_meaning
+        lines += nemo_rl_upgrade.report(
+            upgrade, lambda where, message, name=name: str(doc.problem(("recipes", name) + where, message)))
+    return loaded, lines, changes
 
 
 def load_or_raise(path: Path) -> GcpEnvironment | LocalEnvironment:

@@ -1,51 +1,53 @@
 """A nemo-rl recipe's final config, composed as NeMo RL's GRPO example scripts compose it, and checked.
 
-The configs are copies of NVIDIA-NeMo/RL's `examples/configs` at each supported tag, shipped in
-`nemo_rl_configs/TAG/` with a SOURCE.json naming the commit and every file's blob. What the
-composition follows, at both tags (`nemo_rl/utils/config.py` is the same at v0.4.0 and v0.5.0):
+The configs are copies of NVIDIA-NeMo/RL's `examples/**/*.yaml` at each supported tag, shipped in
+`nemo_rl_configs/TAG/` with a SOURCE.json naming the commit, every file's blob and the blob of the tag's
+`nemo_rl/utils/config.py`, whose version decides how a config composes (`LOADERS`):
 
-- `load_config_with_inheritance`: `OmegaConf.load`, then a `defaults:` key (one path or a list)
-  names parents resolved against the directory of the config named on the command line (the
-  same base directory is handed down to every level), merged left to right, the child last.
-- `parse_hydra_overrides`: struct mode on, Hydra's `OverridesParser`, then
+- `load_config_with_inheritance`: `OmegaConf.load`, then a `defaults:` key (one path or a list) names
+  parents, merged left to right, the child last. Up to v0.5.0 every level resolves its parents against the
+  directory of the config named on the command line; from v0.6.0 each parent's own `defaults:` resolve against
+  that parent's directory, and a top-level section marked `_override_: true` replaces the parent's section
+  instead of merging into it (`merge_with_override`).
+- `parse_hydra_overrides` (the same at every tag): struct mode on, Hydra's `OverridesParser`, then
   `ConfigLoaderImpl._apply_overrides_to_config` (a plain key must exist, `+key` must not).
-- `examples/run_grpo_math.py` and `run_grpo.py` register the `mul` resolver and call
-  `OmegaConf.to_container(resolve=True)`.
+- The GRPO entry point registers its resolvers (`mul`; from v0.6.0 `register_omegaconf_resolvers`: `mul`,
+  `div`, `max`) and calls `OmegaConf.to_container(resolve=True)`.
 
-omegaconf 2.3.0 and hydra-core 1.3.2 are the versions both tags' uv.lock pin.
+omegaconf 2.3.0 and hydra-core 1.3.2 are the versions every tag's uv.lock pins. What the data section means at
+each tag is `nemo_rl_data`'s.
 """
 
 import difflib
 import json
 import re
 from dataclasses import dataclass, field
-from functools import cache
+from functools import cache, partial
 from pathlib import Path, PurePosixPath
 from typing import Any
+
+from rlops.spec import nemo_rl_data
 
 WORKDIR = "/opt/nemo-rl"  # where the nemo-rl images hold the repository; its configs name paths relative to it
 CONFIGS = Path(__file__).with_name("nemo_rl_configs")
 _IMAGE_TAG = re.compile(r"/nemo-rl:(v\d+\.\d+\.\d+)$")
 
-# The keys each tag's `load_response_dataset(data_config)` reads for a dataset_name
-# (nemo_rl/data/datasets/response_datasets/__init__.py at the tag; ResponseDataset's optional
-# keys go through get_extra_kwargs). Keys the base config already has are read elsewhere.
-_RESPONSE_DATASET = {"train_data_path", "val_data_path", "input_key", "output_key", "train_split", "val_split"}
-_LOADER_KEYS_V04 = {
-    "open_assistant": set(), "squad": set(), "openmathinstruct2": {"split", "output_key", "prompt_file"},
-    "clevr_cogent": {"split", "prompt_file"},
-    "openai_format": {"train_data_path", "val_data_path", "chat_key", "system_key", "system_prompt", "tool_key",
-                      "use_preserving_dataset"},
-    "OpenMathInstruct-2": set(), "DeepScaler": set(), "DAPOMath17K": set(), "clevr-cogent": {"split"},
-    "refcoco": {"split", "download_dir"}, "geometry3k": {"split"}, "ResponseDataset": _RESPONSE_DATASET,
-}
-LOADER_KEYS: dict[str, dict[str, set[str]]] = {
-    "v0.4.0": _LOADER_KEYS_V04,
-    # v0.5.0 adds two datasets; `set_task_spec` and `set_processor` (raw_dataset.py) read
-    # prompt_file, system_prompt_file and processor, which the base config has.
-    "v0.5.0": {**_LOADER_KEYS_V04, "tulu3_sft_mixture": {"test_size", "prompt_file", "max_samples"},
-               "HelpSteer3": set()},
-}
+
+@dataclass(frozen=True)
+class Loader:
+    """How one version of `nemo_rl/utils/config.py` composes a config."""
+
+    parents_from_own_directory: bool
+    override_marker: bool
+    resolvers: tuple[str, ...]
+
+
+# By the git blob of nemo_rl/utils/config.py: v0.4.0 and v0.5.0 share one, v0.6.0 and v0.7.0 the other
+# (upstream #1691 `merge_with_override`, #1809 the parent's directory, #1882 and #2188 the resolvers).
+LOADERS = {"690c8f164c2a6bede497c82ee034745bd0b67ad5": Loader(False, False, ("mul",)),
+           "a911e9289addd14a7a04ec1067a47cc765c3bd2d": Loader(True, True, ("mul", "div", "max"))}
+_RESOLVERS = {"mul": lambda a, b: a * b, "div": lambda a, b: a / b, "max": lambda a, b: max(a, b)}
+
 # rlops sets these on every run; a recipe may neither fix nor allow them.
 RESERVED = ("checkpointing.checkpoint_dir", "logger.log_dir", "policy.model_name")
 
@@ -57,16 +59,21 @@ class Tag:
     root: Path
     examples: frozenset[str]  # every path under examples/ at the tag
     configs: frozenset[str]  # the ones copied here
+    loader: Loader
 
 
 @cache
 def tags() -> dict[str, Tag]:
     found = {}
-    for source in sorted(CONFIGS.glob("v*/SOURCE.json")):
+    for source in sorted(CONFIGS.glob("v*/SOURCE.json"), key=lambda path: _version(path.parent.name)):
         content = json.loads(source.read_text())
         found[content["tag"]] = Tag(content["tag"], content["commit"], source.parent, frozenset(content["examples"]),
-                                    frozenset(content["copied"]))
+                                    frozenset(content["copied"]), LOADERS[content["config_py"]])
     return found
+
+
+def _version(tag: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in tag.lstrip("v").split("."))
 
 
 def tag_of(image: str) -> str | None:
@@ -142,7 +149,7 @@ def compose(tag: Tag, config_path: str, overrides: list[tuple[str, Any]]) -> Com
             result.problems.append((key, _hydra_problem(cfg, key, error, tag, config_path)))
     if result.problems:
         return result
-    _register_resolvers()
+    register_resolvers(tag)
     try:
         result.config = OmegaConf.to_container(cfg, resolve=True)
     except Exception as error:  # noqa: BLE001
@@ -154,18 +161,18 @@ def load_config(tag: Tag, config_path: str):
     """The config with its `defaults:` chain, before overrides: a fresh copy of one load per process."""
     from omegaconf import OmegaConf
 
-    return OmegaConf.create(_loaded(tag.root / config_path))
+    return OmegaConf.create(_loaded(tag.root / config_path, tag.loader))
 
 
 @cache
-def _loaded(path: Path) -> dict:
+def _loaded(path: Path, loader: Loader) -> dict:
     """Every spec load (validate, each tick, each train message) composes its recipes: read the files once."""
     from omegaconf import OmegaConf
 
-    return OmegaConf.to_container(_load(path, path.parent), resolve=False)
+    return OmegaConf.to_container(_load(path, path.parent, loader), resolve=False)
 
 
-def _load(path: Path, base_dir: Path):
+def _load(path: Path, base_dir: Path, loader: Loader):
     from omegaconf import DictConfig, ListConfig, OmegaConf
 
     config = OmegaConf.load(path)
@@ -176,17 +183,33 @@ def _load(path: Path, base_dir: Path):
         parents = [str(p) for p in parents] if isinstance(parents, ListConfig) else [str(parents)]
         merged = OmegaConf.create({})
         for parent in parents:
-            merged = OmegaConf.merge(merged, _load(Path(parent) if parent.startswith("/") else base_dir / parent,
-                                                   base_dir))
-        config = OmegaConf.merge(merged, config)
+            parent_path = Path(parent) if parent.startswith("/") else base_dir / parent
+            loaded = _load(parent_path, parent_path.parent if loader.parents_from_own_directory else base_dir, loader)
+            merged = _merge(merged, loaded, loader)
+        config = _merge(merged, config, loader)
     return config
 
 
-def _register_resolvers() -> None:
+def _merge(base, child, loader: Loader):
+    from omegaconf import DictConfig, OmegaConf
+
+    if loader.override_marker:
+        for key in list(child.keys()):
+            section = child[key]
+            if isinstance(section, DictConfig) and section.get("_override_", False):
+                section.pop("_override_")
+                if key in base:
+                    base.pop(key)
+    return OmegaConf.merge(base, child)
+
+
+def register_resolvers(tag: Tag) -> None:
+    """The resolvers the tag's GRPO entry point registers (OmegaConf's registry is global: once each)."""
     from omegaconf import OmegaConf
 
-    if not OmegaConf.has_resolver("mul"):
-        OmegaConf.register_new_resolver("mul", lambda a, b: a * b)
+    for name in tag.loader.resolvers:
+        if not OmegaConf.has_resolver(name):
+            OmegaConf.register_new_resolver(name, _RESOLVERS[name])
 
 
 def _type_problem(cfg, key: str, value: Any) -> str | None:
@@ -249,8 +272,9 @@ def unsupported(image: str) -> str | None:
             "overrides are not checked")
 
 
-def check_recipe(recipe, pool, image: str) -> list[tuple[tuple, str]]:
-    """What is wrong with one nemo-rl recipe on this image, each with its path under the recipe."""
+def check_recipe(recipe, pool, tag: Tag | None) -> list[tuple[tuple, str]]:
+    """What is wrong with one nemo-rl recipe at this tag (None: rlops has no configs for the image), each with its
+    path under the recipe."""
     problems: list[tuple[tuple, str]] = []
     for section, values in (("overrides", recipe.overrides), ("allowed_overrides", recipe.allowed_overrides)):
         for key, value in values.items():
@@ -261,7 +285,6 @@ def check_recipe(recipe, pool, image: str) -> list[tuple[tuple, str]]:
             elif key.lstrip("+") in RESERVED:
                 problems.append(((section, key), f"rlops sets {key.lstrip('+')} itself (from checkpoint_root and "
                                                  "the run, or from model); remove it"))
-    tag = tag_for(image)
     if tag is None:
         return problems
     for field_name, path in (("entrypoint", recipe.entrypoint), ("config", recipe.config)):
@@ -272,34 +295,43 @@ def check_recipe(recipe, pool, image: str) -> list[tuple[tuple, str]]:
                                             + (f"; did you mean {near[0]}?" if near else "")))
     if problems:
         return problems
-    # First with a sample value for every allowed override a message may leave out, so that each is
-    # checked against the config (its key, its type); then with what a message that sets nothing runs.
-    samples = {"int": 1, "float": 1.0, "bool": True, "str": "x"}
-    every = {**recipe.overrides, **{key: samples[rule.type] if rule.default is None else rule.default
-                                    for key, rule in recipe.allowed_overrides.items()}}
-    checked = compose(tag, recipe.config, assignments(recipe, every, PLACEHOLDER_DIR))
-    for key, message in checked.problems:
-        section = next((s for s in ("overrides", "allowed_overrides") if key in getattr(recipe, s)), None)
-        problems.append(((section, key) if section else ("config",), message))
+    problems = composition_problems(tag, recipe)
     if problems:
         return problems
-    composed = compose(tag, recipe.config, assignments(recipe, recipe.default_settings(), PLACEHOLDER_DIR))
-    return _semantics(tag, recipe, composed.config, pool)
+    return semantics(tag, recipe, composed(tag, recipe).config, pool)
 
 
 PLACEHOLDER_DIR = "/lustre/RUN"
 
 
-def _semantics(tag: Tag, recipe, config: dict, pool) -> list[tuple[tuple, str]]:
+def composition_problems(tag: Tag, recipe) -> list[tuple[tuple, str]]:
+    """Each override Hydra or the config's types refuse at the tag, with its path under the recipe. Composed with a
+    sample value for every allowed override a message may leave out, so that each is checked (its key, its type)."""
+    samples = {"int": 1, "float": 1.0, "bool": True, "str": "x"}
+    every = {**recipe.overrides, **{key: samples[rule.type] if rule.default is None else rule.default
+                                    for key, rule in recipe.allowed_overrides.items()}}
+    checked = compose(tag, recipe.config, assignments(recipe, every, PLACEHOLDER_DIR))
+    return [(section_of(recipe, key), message) for key, message in checked.problems]
+
+
+def composed(tag: Tag, recipe) -> Composition:
+    """What a run whose message sets nothing composes."""
+    return compose(tag, recipe.config, assignments(recipe, recipe.default_settings(), PLACEHOLDER_DIR))
+
+
+def section_of(recipe, key: str | None) -> tuple:
+    """Where a recipe sets an override key: its path under the recipe (the config itself when it does not)."""
+    for section in ("overrides", "allowed_overrides"):
+        for candidate in (key, "+" + str(key)):
+            if candidate in getattr(recipe, section):
+                return (section, candidate)
+    return ("config",)
+
+
+def semantics(tag: Tag, recipe, config: dict, pool) -> list[tuple[tuple, str]]:
     """What NeMo RL at the tag would refuse or quietly ignore, read from the composed config."""
     problems: list[tuple[tuple, str]] = []
-
-    def at(key: str) -> tuple:
-        for section in ("overrides", "allowed_overrides"):
-            for candidate in (key, "+" + key):
-                if candidate in getattr(recipe, section):
-                    return (section, candidate)
-        return ("config",)
+    at = partial(section_of, recipe)
 
     tokenizer = (config["policy"].get("tokenizer") or {}).get("name")
     if tokenizer not in (None, recipe.model):
@@ -323,33 +355,5 @@ def _semantics(tag: Tag, recipe, config: dict, pool) -> list[tuple[tuple, str]]:
             problems.append((at("cluster.num_nodes"), f"{nodes} nodes × {per_node} GPUs, but pool {pool.name} has at "
                                                        f"most {pool.ray_worker_replicas} Ray workers; use at most "
                                                        f"{pool.ray_worker_replicas}"))
-    problems += _data_keys(tag, recipe, config.get("data") or {}, at)
-    return problems
-
-
-def _data_keys(tag: Tag, recipe, data: dict, at) -> list[tuple[tuple, str]]:
-    loaders = LOADER_KEYS[tag.name]
-    dataset = data.get("dataset_name")
-    if dataset not in loaders:
-        near = difflib.get_close_matches(str(dataset), list(loaders), n=1, cutoff=0.5)
-        return [(at("data.dataset_name"), f"{tag.name}'s loader has no dataset {dataset!r}; "
-                                          + (f"did you mean {near[0]}?" if near else f"use one of {', '.join(loaders)}"))]
-    problems = []
-    read = loaders[dataset]
-    for section in ("overrides", "allowed_overrides"):
-        for key in getattr(recipe, section):
-            name = key.removeprefix("+data.")
-            if key.startswith("+data.") and "." not in name and name not in read:
-                problems.append(((section, key), f"{tag.name}'s loader does not read data.{name} for dataset_name "
-                                                 f"{dataset} (it reads {', '.join(sorted(read)) or 'no extra keys'}); "
-                                                 "remove it, or pin an image whose loader does"))
-    if dataset == "ResponseDataset" and "train_data_path" not in data:
-        problems.append((at("data.dataset_name"), "ResponseDataset reads its rows from data.train_data_path, which "
-                                                  "is not set; add +data.train_data_path (a .jsonl path or URL, or "
-                                                  "a Hugging Face dataset with one config)"))
-    prompt = data.get("prompt_file")
-    if isinstance(prompt, str) and not prompt.startswith("/") and prompt not in tag.examples:
-        near = difflib.get_close_matches(prompt, sorted(tag.examples), n=1, cutoff=0.6)
-        problems.append((at("data.prompt_file"), f"{tag.name} has no {prompt} (relative to {WORKDIR}); "
-                                                 + (f"did you mean {near[0]}?" if near else "name a file the image has")))
+    problems += nemo_rl_data.problems(tag.name, recipe, config.get("data") or {}, at, tag.examples, WORKDIR)
     return problems

@@ -208,7 +208,7 @@ def recipes(env: GcpEnvironment | LocalEnvironment) -> Iterator[Finding]:
             if recipe.config is None:
                 yield at + ("config",), "nemo-rl needs --config; set config to a YAML path inside the image"
             if gcp and recipe.config is not None:
-                for path, message in nemo_rl.check_recipe(recipe, _pool_of(env, recipe), env.ray.image):
+                for path, message in nemo_rl.check_recipe(recipe, pool_of(env, recipe), nemo_rl.tag_for(env.ray.image)):
                     yield at + path, message
         if gcp:
             mount = env.ray.lustre_mount.rstrip("/") + "/"
@@ -251,7 +251,7 @@ def _allowed_override(rule, path: tuple) -> Iterator[Finding]:
             yield path + ("default",), f"the default breaks its own rule: {problem}; change the default or the rule"
 
 
-def _pool_of(env: GcpEnvironment, recipe):
+def pool_of(env: GcpEnvironment, recipe):
     named = [pool for pool in env.gpu_pools if pool.name == recipe.gpu_pool or recipe.gpu_pool is None]
     return named[0] if len(named) == 1 else None
 
