@@ -1,15 +1,19 @@
 """Checkpoint manifests of real checkpoints (written by the local recipe) and `verify` catching every change."""
 
+import base64
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import google_crc32c
 import pytest
 
+from conftest import REPO
 from rlops import cli
 from rlops.checkpoints import manifest
 
@@ -305,3 +309,89 @@ def test_an_export_verifies_object_by_object_and_each_tampering_is_reported(trai
         export.checked({**content, "total_bytes": 1})
     for blob in bucket.list_blobs():
         blob.delete()
+
+
+@pytest.mark.parametrize("name,why", [("/etc/x", "is absolute"), ("../x", "'..' part"), ("a/../../x", "'..' part"),
+                                      ("a//x", "empty part"), ("a/", "empty part"), ("./x", "'.' part"),
+                                      ("a\0b", "NUL"), ("", "non-empty"), (None, "non-empty")])
+def test_a_name_from_data_that_would_leave_its_directory_is_refused(tmp_path, name, why):
+    from rlops import paths
+
+    with pytest.raises(paths.OutsideDirectory, match=why):
+        paths.within(tmp_path, name, "entry")
+    assert paths.within(tmp_path, "step-4/model.safetensors", "entry") == tmp_path / "step-4/model.safetensors"
+
+
+def test_a_symlink_inside_the_directory_that_leads_out_is_refused(tmp_path):
+    from rlops import paths
+
+    (tmp_path / "inside").mkdir()
+    (tmp_path / "inside" / "out").symlink_to(tmp_path.parent)
+    with pytest.raises(paths.OutsideDirectory, match="through a symlink"):
+        paths.within(tmp_path / "inside", "out/x", "entry")
+
+
+@pytest.mark.parametrize("hostile", ["../../escaped-dotdot", "/tmp/rlops-escaped-absolute", "a//tmp/escaped-slashes",
+                                     "./escaped-dot"])
+def test_an_import_of_a_hostile_export_writes_nothing_and_names_the_entry(trained, tmp_path, hostile):
+    """A bucket anyone could write: the export of step 4 plus one object whose name leaves the checkpoint, and a
+    manifest that lists it with a digest recomputed to match (a checksum proves nothing about its author). Against
+    fake-gcs-server's memory backend, which keeps such names as Cloud Storage does."""
+    from google.auth.credentials import AnonymousCredentials
+    from google.cloud import storage
+
+    from fakes.gcs import fake_gcs_in_memory
+    from rlops.checkpoints import export
+
+    with fake_gcs_in_memory() as url:
+        bucket = storage.Client(project="test", credentials=AnonymousCredentials(),
+                                client_options={"api_endpoint": url}).create_bucket("hostile-exports")
+        content = manifest.build(trained / "checkpoint-4")
+        export.upload(bucket, "shared/run-a", trained / "checkpoint-4", content)
+        planted = b"import os; os.system('id')\n"
+        prefix = export.objects_prefix("shared/run-a", 4)
+        bucket.blob(prefix + hostile).upload_from_string(planted)
+        assert prefix + hostile in {blob.name for blob in bucket.list_blobs()}, "the name was kept as written"
+        crc32c = base64.b64encode(google_crc32c.value(planted).to_bytes(4, "big")).decode()
+        forged = {**content, "files": [*content["files"], {"path": hostile, "size": len(planted), "crc32c": crc32c}]}
+        forged["digest"] = manifest.digest(forged)
+        assert manifest.intact(forged)
+        target = tmp_path / "lustre" / "run-b" / "checkpoint-4"
+        before = {path for path in tmp_path.parent.rglob("*")}
+        with pytest.raises(manifest.ManifestError, match=f"{re.escape(repr(hostile))} .*would leave the checkpoint"):
+            export.checked(forged)
+        with pytest.raises(manifest.ManifestError, match=f"{re.escape(repr(hostile))} .*would leave the checkpoint"):
+            export.download(bucket, "shared/run-a", forged, target)
+        assert {path for path in tmp_path.parent.rglob("*")} == before, "the import wrote something"
+        assert not Path("/tmp/rlops-escaped-absolute").exists()
+
+
+def test_a_symlinked_checkpoint_directory_is_neither_manifested_nor_complete(trained, tmp_path, capsys):
+    from rlops.checkpoints.layout import complete
+
+    run = tmp_path / "run-c"
+    run.mkdir()
+    (run / "checkpoint-9").symlink_to(trained / "checkpoint-4")  # its files live elsewhere
+    assert complete(run) == []
+    with pytest.raises(manifest.ManifestError, match="a symlink to .*: rlops reads no checkpoint through a link"):
+        manifest.build(run / "checkpoint-9")
+    assert cli.main(["checkpoints", "manifest", str(run / "checkpoint-9")]) == 1
+
+
+@pytest.mark.parametrize("argv", [["checkpoints", "list", "local", "../x"], ["report", "local", "../../etc"],
+                                  ["logs", "local", "/abs"], ["status", "local", "--run", "a/b"],
+                                  ["checkpoints", "export", "local", "x\0y"]])
+def test_a_run_name_that_could_name_a_path_is_refused_before_anything_is_read(argv, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(argv)
+    assert exit_.value.code == 1 and "a run name is 1-40 lowercase letters" in capsys.readouterr().err
+
+
+def test_a_tick_for_an_environment_name_that_leaves_the_directory_is_an_unknown_environment(tmp_path, monkeypatch):
+    from rlops import sites
+
+    monkeypatch.setenv("RLOPS_ENVIRONMENTS", str(tmp_path / "environments"))
+    (tmp_path / "environments").mkdir()
+    (tmp_path / "outside.yaml").write_text((REPO / "environments" / "local.yaml").read_text())
+    with pytest.raises(sites.UnknownEnvironment, match=r"'\.\./outside\.yaml' has a '\.\.' part"):
+        sites.load_environment("../outside")

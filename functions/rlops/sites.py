@@ -8,7 +8,7 @@ and GPU pool scaler. The functions (`runs/train.py`, `runs/watch.py`, `runs/snap
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from rlops import environments
+from rlops import environments, paths
 from rlops import waiting as workers_waiting
 from rlops.cloud.ray_jobs import RayJobs
 from rlops.endpoints import Endpoints
@@ -56,7 +56,10 @@ def load_environment(name: str) -> LocalEnvironment | GcpEnvironment:
     """The spec of environment NAME from the environments directory."""
     from rlops.spec.load import load
 
-    path = environments.directory() / f"{name}.yaml"
+    try:  # a tick's message names it: data, confined to the environments directory
+        path = paths.within(environments.directory(), f"{name}.yaml", "environment")
+    except paths.OutsideDirectory as refused:
+        raise UnknownEnvironment(f"environment: {refused}") from None
     if not path.is_file():
         raise UnknownEnvironment(f"environment: no environment {name!r} (no {path.name} among the deployed specs)")
     loaded = load(path)

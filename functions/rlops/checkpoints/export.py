@@ -9,8 +9,9 @@ crc32c, nothing more.
 
 import json
 import shutil
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
+from rlops import paths
 from rlops.checkpoints import manifest
 
 
@@ -34,8 +35,9 @@ def differences(listed: dict[str, tuple[int, str]], content: dict) -> dict[str, 
 def upload(bucket, destination: str, checkpoint: Path, content: dict) -> None:
     """Every file of the manifest; the client checks each upload's crc32c."""
     prefix = objects_prefix(destination, content["step"])
-    for entry in content["files"]:
-        bucket.blob(prefix + entry["path"]).upload_from_filename(str(checkpoint / entry["path"]), checksum="crc32c")
+    sources = [(entry["path"], _inside(checkpoint, entry["path"])) for entry in content["files"]]
+    for name, source in sources:
+        bucket.blob(prefix + name).upload_from_filename(str(source), checksum="crc32c")
 
 
 def upload_manifest(bucket, destination: str, content: dict) -> None:
@@ -49,11 +51,13 @@ def download(bucket, destination: str, content: dict, target: Path) -> None:
     the end, so that no reader takes a half-copied checkpoint for a complete one."""
     if target.exists():
         raise manifest.ManifestError(f"{target} exists already; import into a run that does not have that step")
+    manifest.confined(content, f"the manifest of step {content.get('step')}")  # all of it, before a byte is written
     staging = target.with_name(f".importing-{target.name}")
     shutil.rmtree(staging, ignore_errors=True)  # what an interrupted import left
+    staging.mkdir(parents=True)
     prefix = objects_prefix(destination, content["step"])
     for entry in content["files"]:
-        path = staging / PurePosixPath(entry["path"])
+        path = _inside(staging, entry["path"])
         path.parent.mkdir(parents=True, exist_ok=True)
         bucket.blob(prefix + entry["path"]).download_to_filename(str(path), checksum="crc32c")
     found = manifest.verify(staging, content)
@@ -74,8 +78,16 @@ def said(found: dict[str, list[str]]) -> str:
 
 
 def checked(content: dict) -> dict:
-    """A manifest read back from the bucket, refused when its digest does not match (it was altered)."""
+    """A manifest read back from the bucket, refused when its digest does not match (it was altered) or when a
+    file entry would leave the checkpoint (a digest proves nothing about that: anyone can recompute it)."""
     if not manifest.intact(content):
         raise manifest.ManifestError(f"the manifest of step {content.get('step')} was altered: its digest does not "
                                      "match")
-    return content
+    return manifest.confined(content, f"the manifest of step {content.get('step')}")
+
+
+def _inside(root: Path, name: str) -> Path:
+    try:
+        return paths.within(root, name, "manifest entry")
+    except paths.OutsideDirectory as error:
+        raise manifest.ManifestError(str(error)) from None

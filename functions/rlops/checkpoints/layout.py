@@ -31,16 +31,19 @@ def directory(layout: str, step: int) -> str:
 
 
 def identify(path: Path) -> Checkpoint | None:
-    """The checkpoint at `path` if it is a complete one of either layout; None otherwise."""
+    """The checkpoint at `path` if it is a complete one of either layout; None otherwise (a symlink never is: its
+    files are somewhere else, which a manifest, an export or a resume would then read or move)."""
     for layout, pattern in _NAMES.items():
         match = pattern.fullmatch(path.name)
-        if match and path.is_dir() and all((path / name).exists() for name in _REQUIRED[layout]):
+        if match and path.is_dir() and not path.is_symlink() and all((path / name).exists() for name in _REQUIRED[layout]):
             return Checkpoint(layout, int(match.group(1)), path)
     return None
 
 
 def incomplete_reason(path: Path) -> str:
     """Why `path` is not a complete checkpoint (for error messages)."""
+    if path.is_symlink():
+        return f"a symlink to {path.resolve()}: rlops reads no checkpoint through a link"
     for layout, pattern in _NAMES.items():
         if pattern.fullmatch(path.name):
             missing = [name for name in _REQUIRED[layout] if not (path / name).exists()]

@@ -25,13 +25,14 @@ import struct
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
 try:
     import google_crc32c
 except ImportError:  # a cluster image without it: the library shipped with the job (rlops_crc32c) does the work
     google_crc32c = None
 
+from rlops import paths
 from rlops.checkpoints.layout import METRICS_FILE, identify, incomplete_reason
 
 FORMAT = "rlops.checkpoint-manifest/1"
@@ -146,7 +147,7 @@ def intact(manifest: dict) -> bool:
 
 def build(path: Path, run: str | None = None) -> dict:
     """The manifest of the complete checkpoint at `path`."""
-    checkpoint = identify(path)
+    checkpoint = identify(path)  # never through a symlink
     if checkpoint is None:
         raise ManifestError(f"{path}: {incomplete_reason(path)}")
     files = hash_files(path, _files(path))
@@ -182,10 +183,20 @@ def load(path: Path) -> dict:
         raise ManifestError(f"{path}: format: expected {FORMAT!r}")
     if manifest.get("digest") != digest(manifest):
         raise ManifestError(f"{path}: digest: the manifest was changed after it was written")
-    for entry in manifest.get("files", []):
-        name = PurePosixPath(entry.get("path", ""))
-        if name.is_absolute() or ".." in name.parts or not name.parts:
-            raise ManifestError(f"{path}: files: {entry.get('path')!r} would leave the checkpoint")
+    return confined(manifest, str(path))
+
+
+def confined(manifest: dict, where: str) -> dict:
+    """The manifest, refused when a file entry names a path that could leave the checkpoint: its digest is a
+    checksum anyone can recompute, so it proves the paths are as written, not that they are safe."""
+    files = manifest.get("files")
+    if not isinstance(files, list) or not all(isinstance(entry, dict) for entry in files):
+        raise ManifestError(f"{where}: files: expected a list of entries")
+    for entry in files:
+        why = paths.refusal(entry.get("path"))
+        if why:
+            raise ManifestError(f"{where}: files: {entry.get('path')!r} {why}: it would leave the checkpoint; "
+                                "nothing was read or written")
     return manifest
 
 

@@ -26,6 +26,19 @@ class Parser(argparse.ArgumentParser):
         self.exit(Exit.ERROR, f"{self.prog}: error: {message}\n")
 
 
+def run_name(text: str) -> str:
+    """A RUN argument: a name a train message may carry (a DNS label of at most 40 characters); any other text
+    could name a path (`../x`) where rlops keeps a run's checkpoints, reports and records."""
+    import re
+
+    from rlops.spec.model import DNS_LABEL
+
+    if len(text) > 40 or not re.fullmatch(DNS_LABEL, text):
+        raise argparse.ArgumentTypeError(f"{text!r}: a run name is 1-40 lowercase letters, digits or hyphens, "
+                                         "starting and ending with a letter or digit")
+    return text
+
+
 def environment_command(commands, name: str, run, help: str, **options) -> argparse.ArgumentParser:
     """A command whose first argument is the environment (ENV), carried out by `run(args)`."""
     command = commands.add_parser(name, help=help, **options)

@@ -6,7 +6,7 @@ import os
 import sys
 import time
 
-from rlops.cli.common import Exit, environment_command, load_spec
+from rlops.cli.common import Exit, environment_command, load_spec, run_name
 from rlops.endpoints import Endpoints
 from rlops.errors import Failure
 
@@ -303,25 +303,25 @@ def add_commands(commands) -> None:
     cost = environment_command(commands, "cost", _cost, "GPU-hours and dollars: used, waking, idle and reaped, per "
                                                         "pool and per run, with a PNG timeline")
     cost.add_argument("--since", metavar="DATE", help="from this UTC date or time (default: all the pool's history)")
-    cost.add_argument("--run", dest="run_name", metavar="RUN", help="only this run's row (the pool's rows count all)")
+    cost.add_argument("--run", dest="run_name", type=run_name, metavar="RUN", help="only this run's row (the pool's rows count all)")
     cost.add_argument("--format", choices=("text", "markdown", "json"), default="text")
     cost.add_argument("--output", metavar="DIR", help="where the timeline PNG goes (default reports/ENV)")
 
     status = environment_command(
         commands, "status", _status, "the runs of an environment: state, attempt, step, checkpoint")
-    status.add_argument("--run", dest="run_name", metavar="NAME")
+    status.add_argument("--run", dest="run_name", type=run_name, metavar="NAME")
     status.add_argument("--follow", action="store_true",
                         help="keep showing changes; with --run, until that run ends (exit 0 only if it succeeded)")
     status.add_argument("--interval", type=float, default=2.0, metavar="SECONDS", help=argparse.SUPPRESS)
 
     logs = environment_command(commands, "logs", _logs, "a run's output (its latest attempt's Ray job logs)")
-    logs.add_argument("run_name", metavar="RUN")
+    logs.add_argument("run_name", type=run_name, metavar="RUN")
     logs.add_argument("--attempt", type=int)
 
     report = environment_command(
         commands, "report", _report, "a run's report: reward, step time and checkpoint plots (PNG) and a markdown "
                                      "page with its attempts, checkpoints and per-step series")
-    report.add_argument("run_name", metavar="RUN")
+    report.add_argument("run_name", type=run_name, metavar="RUN")
     report.add_argument("--output", metavar="DIR", help="where to write it (default reports/ENV/RUN)")
     add_checkpoint_commands(commands)
 
@@ -445,7 +445,7 @@ def add_checkpoint_commands(commands) -> None:
     def of_a_run(verb: str, run, help: str) -> argparse.ArgumentParser:
         parser = verbs.add_parser(verb, help=help)
         parser.add_argument("environment", metavar="ENV")
-        parser.add_argument("run_name", metavar="RUN")
+        parser.add_argument("run_name", type=run_name, metavar="RUN")
         parser.set_defaults(run=run)
         return parser
 
