@@ -58,6 +58,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/export.py
 	$(BIN)/python bench/resume.py
 	$(BIN)/python bench/reaper.py
+	PYTHONPATH=tests $(BIN)/python bench/interleavings.py
 
 schema: $(STAMP)
 	$(BIN)/rlops schema > environments/schema.json

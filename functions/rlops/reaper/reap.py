@@ -14,7 +14,8 @@ Waking restores the spec's sizes.
 
 Apply and the scaling share the environment's lock: the RayCluster's `workerGroupSpecs` is an atomic
 list, so an apply that read the replicas before a scale and applied after it would undo the scale.
-A reap tick that finds the lock held does nothing and looks again next tick; a wake waits for it.
+A reap tick that finds the lock held does nothing and looks again next tick; a wake waits for it a while,
+then leaves pool.json saying the pool must come back, which the next reap tick finishes.
 """
 
 import random
@@ -50,6 +51,8 @@ def reap(site: Site, dry_run: bool = False) -> tuple[Decision, list[str]]:
         if not dry_run:
             pool.write(replace(state, created_at=now, transitions=state.moved(now, "up")), 0)
         return Decision(False, "first look at this environment: idleness counts from now"), []
+    if not state.scaled_down and not state.scaled and not dry_run:
+        return _finish_wake(site, pool), _actions(site, down=False)
     actions = _actions(site, down=True)
     unfinished = state.scaled_down and not state.scaled
     if not isinstance(site.env, LocalEnvironment) and not site.env.reapable_pools:
@@ -72,10 +75,14 @@ def reap(site: Site, dry_run: bool = False) -> tuple[Decision, list[str]]:
     except LockHeld as held:
         return Decision(False, f"not this tick: {held}"), []
     with lock:
-        if not unfinished:
-            if not pool.write(replace(state, scaled_down=True, since=now, scaled=False,
-                                      transitions=state.moved(now, "down")), generation):
-                return Decision(False, "a train message arrived while deciding"), []
+        if unfinished:
+            # Read again under the lock: a wake may have come and gone since (it takes the lock to scale).
+            now_state, _ = pool.read()
+            if not (now_state.scaled_down and not now_state.scaled):
+                return Decision(False, "a train message woke the pool while deciding"), []
+        elif not pool.write(replace(state, scaled_down=True, since=now, scaled=False,
+                                    transitions=state.moved(now, "down")), generation):
+            return Decision(False, "a train message arrived while deciding"), []
         _scale_and_mark(site, pool, down=True)
     saved = savings(site.env)
     site.publish({"type": "scaled-down", "environment": site.name, "reason": decision.reason, "at": now,
@@ -132,12 +139,36 @@ def wake(site: Site) -> bool:
                             transitions=woken.transitions if not state.scaled_down else state.moved(now, "up"))
         if pool.write(woken, generation):
             if must_scale:
-                with _lock(site, "wake", timeout=WAKE_LOCK_TIMEOUT_SECONDS):
+                try:
+                    lock = _lock(site, "wake", timeout=WAKE_LOCK_TIMEOUT_SECONDS)
+                except LockHeld as held:
+                    # pool.json already says the pool must come back (scaled false): the next reap tick finishes
+                    # it once the lock is free, and the message is not redelivered into a dead-letter topic.
+                    emit("WARNING", "GPU pool wake left to the next tick: the environment is locked",
+                         environment=site.name, reason=str(held))
+                    return must_scale
+                with lock:
                     _scale_and_mark(site, pool, down=False)
                 site.publish({"type": "woken", "environment": site.name, "at": now})
                 emit("INFO", "GPU pool woken for a train message", environment=site.name)
             return must_scale
     raise Failure(f"{pool.blob.name} keeps changing; the message will be delivered again")
+
+
+def _finish_wake(site: Site, pool: PoolState) -> Decision:
+    """A wake that stopped part way (its scale failed, or it could not take the lock): bring the pool back."""
+    try:
+        lock = _lock(site, "wake", timeout=0)
+    except LockHeld as held:
+        return Decision(False, f"a wake is unfinished; not this tick: {held}")
+    with lock:
+        state, _ = pool.read()
+        if state.scaled_down or state.scaled:
+            return Decision(False, "the unfinished wake was finished or undone meanwhile")
+        _scale_and_mark(site, pool, down=False)
+    site.publish({"type": "woken", "environment": site.name, "at": time.time()})
+    emit("INFO", "GPU pool woken: a train message's wake finished by the reaper's tick", environment=site.name)
+    return Decision(False, "finished a wake that stopped part way")
 
 
 def _lock(site: Site, operation: str, timeout: float) -> Lock:

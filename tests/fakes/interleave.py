@@ -1,0 +1,258 @@
+"""Deterministic interleavings of rlops's real control-plane code, in the spirit of FoundationDB's simulation.
+
+Each actor (a reap tick, a train message's wake, ...) runs the real functions in a thread of its own, but only one
+runs at a time: every state-bucket call, pool scale and sleep is a yield point where the actor stops and the
+scheduler picks who goes next. The choices are the schedule: the same choices give the same run, a seeded chooser
+explores, and a named list replays a known race. An actor can be crashed at a yield point (the process died there:
+`Crash` is raised inside it) and a write's response can be lost (it lands, the caller sees an error, as a timeout).
+
+`MemoryBucket` keeps Cloud Storage's semantics for what rlops uses: every object has a generation; a write or a
+delete with `ifGenerationMatch` fails with 412 when the live generation differs (0: the object must not exist),
+which fake-gcs-server does not enforce on DELETE (https://cloud.google.com/storage/docs/request-preconditions).
+"""
+
+import random
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+
+from google.api_core import exceptions as gexc
+
+
+class Crash(BaseException):
+    """The actor's process died at this yield point (BaseException: no `except Exception` in rlops catches it)."""
+
+
+@dataclass
+class Outcome:
+    result: object = None
+    error: BaseException | None = None
+    crashed: bool = False
+
+
+class Scheduler:
+    def __init__(self, choose: Callable[[dict[str, str]], str], crash: dict[str, int] | None = None,
+                 lose_response: dict[str, int] | None = None, max_steps: int = 5000):
+        self.choose = choose
+        self.crash = dict(crash or {})  # actor -> the index of the yield point where it dies
+        self.lose_response = dict(lose_response or {})  # actor -> the index of the write whose response is lost
+        self.max_steps = max_steps
+        self.trace: list[tuple[str, str]] = []
+        self.clock = 1_790_000_000.0
+        self._local = threading.local()
+        self._cond = threading.Condition()
+        self._parked: dict[str, str] = {}  # actor -> what it waits to do
+        self._go: dict[str, threading.Event] = {}
+        self._points: dict[str, int] = {}
+        self._writes: dict[str, int] = {}
+        self.current: str | None = None
+
+    # -- called by the actors' code (through the fakes) ------------------------------------------------------------
+    def point(self, what: str) -> None:
+        name = getattr(self._local, "name", None)
+        if name is None:
+            return  # not an actor (the test itself, before or after the run)
+        index = self._points[name] = self._points.get(name, 0) + 1
+        with self._cond:
+            self._parked[name] = what
+            self._go[name].clear()
+            self._cond.notify_all()
+        self._go[name].wait()
+        self.trace.append((name, what))
+        if self.crash.get(name) == index:
+            raise Crash(f"{name} crashed before {what}")
+
+    def response_lost(self) -> bool:
+        """Whether the write about to land is one whose response the caller never gets."""
+        name = getattr(self._local, "name", None)
+        if name is None:
+            return False
+        index = self._writes[name] = self._writes.get(name, 0) + 1
+        return self.lose_response.get(name) == index
+
+    @property
+    def actor(self) -> str | None:
+        return getattr(self._local, "name", None)
+
+    def time(self) -> float:
+        return self.clock
+
+    def sleep(self, seconds: float) -> None:
+        self.point(f"sleep {seconds:.2f}s")
+        self.clock += seconds
+
+    # -- the run ----------------------------------------------------------------------------------------------------
+    def run(self, actors: dict[str, Callable[[], object]]) -> dict[str, Outcome]:
+        outcomes = {name: Outcome() for name in actors}
+        finished: set[str] = set()
+
+        def body(name: str, act: Callable[[], object]) -> None:
+            self._local.name = name
+            try:
+                self.point("start")
+                outcomes[name].result = act()
+            except Crash:
+                outcomes[name].crashed = True
+            except Exception as error:  # noqa: BLE001 - what the function would have raised to its caller
+                outcomes[name].error = error
+            finally:
+                with self._cond:
+                    finished.add(name)
+                    self._parked.pop(name, None)
+                    self._cond.notify_all()
+
+        threads = []
+        for name, act in actors.items():
+            self._go[name] = threading.Event()
+            thread = threading.Thread(target=body, args=(name, act), daemon=True, name=f"actor-{name}")
+            threads.append(thread)
+            thread.start()
+        for step in range(self.max_steps):
+            with self._cond:
+                self._cond.wait_for(lambda: all(n in self._parked or n in finished for n in actors), timeout=30)
+                ready = dict(sorted(self._parked.items()))
+                if not ready:
+                    break
+                chosen = self.choose(ready)
+                del self._parked[chosen]
+                self.current = chosen
+            self._go[chosen].set()
+        else:
+            raise AssertionError(f"no end after {self.max_steps} steps: {self.trace[-20:]}")
+        for thread in threads:
+            thread.join(timeout=30)
+        return outcomes
+
+
+def seeded(seed: int) -> Callable[[dict[str, str]], str]:
+    rng = random.Random(seed)
+    return lambda ready: rng.choice(list(ready))
+
+
+def phases(*steps: tuple[str, str | None]) -> Callable[[dict[str, str]], str]:
+    """A named schedule: each (actor, until) runs that actor alone until the next thing it would do contains
+    `until` (None: until it ends), then the next phase; after the last, the first ready actor."""
+    queue = list(steps)
+
+    def choose(ready: dict[str, str]) -> str:
+        while queue:
+            actor, until = queue[0]
+            if actor not in ready or (until is not None and until in ready[actor]):
+                queue.pop(0)
+                continue
+            return actor
+        return next(iter(ready))
+    return choose
+
+
+@dataclass
+class _Object:
+    data: bytes
+    generation: int
+    writer: str | None  # the actor whose write this is
+
+
+@dataclass
+class MemoryBucket:
+    scheduler: Scheduler
+    name: str = "state"
+    objects: dict[str, _Object] = field(default_factory=dict)
+    _generations: int = 0
+
+    def blob(self, name: str) -> "MemoryBlob":
+        return MemoryBlob(self, name)
+
+    def list_blobs(self, prefix: str = ""):
+        self.scheduler.point(f"list {prefix}")
+        return [self._listed(name) for name in sorted(self.objects) if name.startswith(prefix)]
+
+    def _listed(self, name: str) -> "MemoryBlob":
+        blob = MemoryBlob(self, name)
+        blob.generation = self.objects[name].generation
+        blob.size = len(self.objects[name].data)
+        return blob
+
+    def _next_generation(self) -> int:
+        self._generations += 1
+        return self._generations
+
+    def holder(self, name: str) -> str | None:
+        live = self.objects.get(name)
+        return live.writer if live else None
+
+
+class MemoryBlob:
+    def __init__(self, bucket: MemoryBucket, name: str):
+        self.bucket, self.name = bucket, name
+        self.generation: int | None = None
+        self.size: int | None = None
+
+    def download_as_bytes(self) -> bytes:
+        self.bucket.scheduler.point(f"read {self.name}")
+        live = self.bucket.objects.get(self.name)
+        if live is None:
+            raise gexc.NotFound(f"No such object: {self.bucket.name}/{self.name}")
+        self.generation = live.generation
+        return live.data
+
+    def download_as_text(self) -> str:
+        return self.download_as_bytes().decode()
+
+    def exists(self) -> bool:
+        self.bucket.scheduler.point(f"exists {self.name}")
+        return self.name in self.bucket.objects
+
+    def upload_from_string(self, data, content_type: str | None = None, if_generation_match: int | None = None):
+        scheduler = self.bucket.scheduler
+        scheduler.point(f"write {self.name}")
+        live = self.bucket.objects.get(self.name)
+        if if_generation_match is not None and (live.generation if live else 0) != if_generation_match:
+            raise gexc.PreconditionFailed(f"412 {self.name}: generation {live and live.generation}, "
+                                          f"not {if_generation_match}")
+        generation = self.bucket._next_generation()
+        self.bucket.objects[self.name] = _Object(data.encode() if isinstance(data, str) else data, generation,
+                                                 scheduler.actor)
+        if scheduler.response_lost():
+            raise gexc.ServiceUnavailable(f"503 the response to the write of {self.name} was lost")
+        self.generation = generation
+
+    def delete(self, if_generation_match: int | None = None) -> None:
+        self.bucket.scheduler.point(f"delete {self.name}")
+        live = self.bucket.objects.get(self.name)
+        if live is None:
+            raise gexc.NotFound(f"No such object: {self.bucket.name}/{self.name}")
+        if if_generation_match is not None and live.generation != if_generation_match:
+            raise gexc.PreconditionFailed(f"412 {self.name}: generation {live.generation}, not {if_generation_match}")
+        del self.bucket.objects[self.name]
+
+
+class SimulatedPool:
+    """The GPU pool's real size, scaled only by whoever holds the environment's lock (what `Site.scale` does)."""
+
+    def __init__(self, scheduler: Scheduler, bucket: MemoryBucket, lock_object: str, up: bool = True):
+        self.scheduler, self.bucket, self.lock_object, self.up = scheduler, bucket, lock_object, up
+        self.unlocked_scales: list[str] = []
+
+    def scale(self, down: bool) -> None:
+        self.scheduler.point(f"scale {'down' if down else 'up'}")
+        if self.bucket.holder(self.lock_object) != self.scheduler.actor:
+            self.unlocked_scales.append(f"{self.scheduler.actor} scaled {'down' if down else 'up'} while "
+                                        f"{self.bucket.holder(self.lock_object)} held the lock")
+        self.up = not down
+
+
+def simulated_time(scheduler: Scheduler) -> SimpleNamespace:
+    """What the modules under test call `time`: the scheduler's clock, and sleeps that yield."""
+    return SimpleNamespace(time=scheduler.time, monotonic=scheduler.time, sleep=scheduler.sleep)
+
+
+def simulated_datetime(scheduler: Scheduler):
+    """What the lock module calls `datetime`: now() on the scheduler's clock (a lock expires in simulated time)."""
+    from datetime import datetime, timezone
+
+    class SimulatedDatetime(datetime):
+        @classmethod
+        def now(cls, tz=None):
+            return datetime.fromtimestamp(scheduler.clock, tz or timezone.utc)
+    return SimulatedDatetime
