@@ -124,3 +124,72 @@ def test_a_reap_and_a_wake_in_every_order_with_a_crash_anywhere_leave_the_pool_w
     """400 seeded schedules here; bench/interleavings.py explores 10,000."""
     traces = {tuple(explore(seed, monkeypatch).trace) for seed in range(400)}
     assert len(traces) > 200, "the seeds explore too few distinct interleavings"
+
+
+class LockWorld:
+    """The lock alone, on the interleaving bucket and the simulated clock."""
+
+    def __init__(self, scheduler: Scheduler, monkeypatch):
+        self.scheduler, self.bucket = scheduler, MemoryBucket(scheduler)
+        monkeypatch.setattr(lock_module, "time", simulated_time(scheduler))
+        monkeypatch.setattr(lock_module, "datetime", simulated_datetime(scheduler))
+
+    def lock(self, operation: str, ttl: float = 900) -> "lock_module.Lock":
+        return lock_module.Lock(self.bucket, "rlops", "env", ttl_seconds=ttl, operation=operation)
+
+
+def test_a_refresh_whose_response_was_lost_keeps_the_lock(monkeypatch):
+    """Issue 34, 7: the refresh's write landed, its response did not; the retried write meets 412 on its own
+    generation. The previous code gave up refreshing there, silently, and the lock expired under its holder."""
+    scheduler = Scheduler(lambda ready: next(iter(ready)), lose_response={"apply": 2})
+    world = LockWorld(scheduler, monkeypatch)
+    apply = world.lock("apply")
+
+    def holds() -> list:
+        apply.acquire(0)
+        kept = [apply.refresh(), apply.refresh()]  # the first refresh's response is lost
+        apply._stop.set()
+        return kept
+    assert scheduler.run({"apply": holds})["apply"].result == [True, True]
+    assert apply.lost is None and world.bucket.holder(apply.blob.name) == "apply"
+
+
+def test_a_holder_whose_lock_was_taken_stops_before_its_next_change_and_its_release_deletes_nothing(monkeypatch):
+    """The holder stalls past its TTL (a long wait, a paused VM); the reaper takes the expired lock. The holder's
+    next refresh finds another's lock: `ensure_held` stops it, and its release (DELETE if the generation is still
+    its own) leaves the reaper's lock alone."""
+    scheduler = Scheduler(phases(("apply", "sleep"), ("apply", "write"), ("reap", None), ("apply", None)))
+    world = LockWorld(scheduler, monkeypatch)
+    apply, reaper = world.lock("apply", ttl=60), world.lock("reap", ttl=60)
+
+    def applying() -> None:
+        apply.acquire(0)
+        apply._stop.set()
+        lock_module.time.sleep(120)  # stalled, unrefreshed, past the TTL
+        assert not apply.refresh()
+        apply.ensure_held()
+
+    def reaping() -> None:
+        reaper.acquire(0)
+        reaper._stop.set()
+    outcomes = scheduler.run({"apply": applying, "reap": reaping})
+    assert isinstance(outcomes["apply"].error, lock_module.LockLost) and "taken by" in str(outcomes["apply"].error)
+    assert outcomes["reap"].error is None
+    scheduler.run({"apply": apply.release})
+    assert world.bucket.holder(reaper.blob.name) == "reap"
+
+
+def test_force_unlock_does_not_remove_a_lock_its_holder_refreshed_meanwhile(monkeypatch):
+    scheduler = Scheduler(phases(("holder", "sleep"), ("unlock", "delete"), ("holder", None), ("unlock", None)))
+    world = LockWorld(scheduler, monkeypatch)
+    holder = world.lock("apply")
+
+    def holding() -> None:
+        holder.acquire(0)
+        holder._stop.set()
+        lock_module.time.sleep(1)
+        assert holder.refresh()
+    outcomes = scheduler.run({"holder": holding,
+                              "unlock": lambda: lock_module.force_unlock(world.bucket, "rlops", "env")})
+    assert "its holder is alive" in str(outcomes["unlock"].error)
+    assert world.bucket.holder(holder.blob.name) == "holder"

@@ -66,21 +66,28 @@ def test_the_second_caller_waits_and_gets_it_after_release(bucket):
 
 
 def test_an_expired_lock_is_taken_over_and_force_unlock_removes_a_live_one(bucket):
-    dead = Lock(bucket, "rlops", "env")
+    dead = Lock(bucket, "rlops", "env", ttl_seconds=1)
     dead.acquire(timeout=0)
     dead._stop.set()  # the holder died: nobody refreshes the lock any more
-    with pytest.raises(LockHeld):
-        Lock(bucket, "rlops", "env").acquire(timeout=0)
-    # Its TTL runs out (written as it would read then, not waited for: a loaded machine must not decide the test).
-    held, generation = state_bucket.read_json(dead.blob)
-    state_bucket.write_json(dead.blob, {**held, "expires": "2000-01-01T00:00:00+00:00"}, if_generation_match=generation)
     heir = Lock(bucket, "rlops", "env")
-    heir.acquire(timeout=0)
+    with pytest.raises(LockHeld):
+        heir.acquire(timeout=0)
+    heir.acquire(timeout=60, poll_seconds=0.1)  # once Cloud Storage's clock says a second went by unrefreshed
     held = force_unlock(bucket, "rlops", "env")
-    assert held is not None and held["operation"] == "apply"
-    assert force_unlock(bucket, "rlops", "env") is None
-    heir.release()  # its lock is gone already: releasing is quiet
+    assert held is not None and held["operation"] == "apply" and held["token"] == heir.token
 
+
+def test_a_holder_whose_clock_is_behind_keeps_its_lock(bucket):
+    """Expiry is by the server's clock: a holder 20 minutes behind writes an `expires` already past for everyone
+    else, which the previous code read as expired and took over while the holder still worked."""
+    holder = Lock(bucket, "rlops", "skewed")
+    holder.acquire(timeout=0)
+    held, generation = state_bucket.read_json(holder.blob)
+    holder.generation = state_bucket.write_json(holder.blob, {**held, "expires": "2026-01-01T00:00:00+00:00"},
+                                                if_generation_match=generation)
+    with pytest.raises(LockHeld):
+        Lock(bucket, "rlops", "skewed").acquire(timeout=0)
+    holder.release()
 
 def test_the_record_refuses_a_writer_that_read_an_older_version(bucket):
     mine = ResourceRecord(bucket, "rlops", "h200").load()

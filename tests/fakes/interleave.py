@@ -151,6 +151,7 @@ class _Object:
     data: bytes
     generation: int
     writer: str | None  # the actor whose write this is
+    updated: float  # the server's clock at the write
 
 
 @dataclass
@@ -167,10 +168,13 @@ class MemoryBucket:
         self.scheduler.point(f"list {prefix}")
         return [self._listed(name) for name in sorted(self.objects) if name.startswith(prefix)]
 
+    def get_blob(self, name: str) -> "MemoryBlob | None":
+        self.scheduler.point(f"metadata {name}")
+        return self._listed(name) if name in self.objects else None
+
     def _listed(self, name: str) -> "MemoryBlob":
         blob = MemoryBlob(self, name)
-        blob.generation = self.objects[name].generation
-        blob.size = len(self.objects[name].data)
+        blob._seen(self.objects[name])
         return blob
 
     def _next_generation(self) -> int:
@@ -187,13 +191,22 @@ class MemoryBlob:
         self.bucket, self.name = bucket, name
         self.generation: int | None = None
         self.size: int | None = None
+        self.updated = None
 
-    def download_as_bytes(self) -> bytes:
+    def _seen(self, live: _Object) -> None:
+        from datetime import datetime, timezone
+
+        self.generation, self.size = live.generation, len(live.data)
+        self.updated = datetime.fromtimestamp(live.updated, timezone.utc)
+
+    def download_as_bytes(self, if_generation_match: int | None = None) -> bytes:
         self.bucket.scheduler.point(f"read {self.name}")
         live = self.bucket.objects.get(self.name)
         if live is None:
             raise gexc.NotFound(f"No such object: {self.bucket.name}/{self.name}")
-        self.generation = live.generation
+        if if_generation_match is not None and live.generation != if_generation_match:
+            raise gexc.PreconditionFailed(f"412 {self.name}: generation {live.generation}, not {if_generation_match}")
+        self._seen(live)
         return live.data
 
     def download_as_text(self) -> str:
@@ -210,12 +223,12 @@ class MemoryBlob:
         if if_generation_match is not None and (live.generation if live else 0) != if_generation_match:
             raise gexc.PreconditionFailed(f"412 {self.name}: generation {live and live.generation}, "
                                           f"not {if_generation_match}")
-        generation = self.bucket._next_generation()
-        self.bucket.objects[self.name] = _Object(data.encode() if isinstance(data, str) else data, generation,
-                                                 scheduler.actor)
+        written = _Object(data.encode() if isinstance(data, str) else data, self.bucket._next_generation(),
+                          scheduler.actor, scheduler.clock)
+        self.bucket.objects[self.name] = written
         if scheduler.response_lost():
             raise gexc.ServiceUnavailable(f"503 the response to the write of {self.name} was lost")
-        self.generation = generation
+        self._seen(written)
 
     def delete(self, if_generation_match: int | None = None) -> None:
         self.bucket.scheduler.point(f"delete {self.name}")

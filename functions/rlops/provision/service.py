@@ -195,7 +195,7 @@ class Session:
              newer: Callable[[str], bool] = lambda other: False) -> Plan:
         from rlops.kube import sync
 
-        with self._lock(operation):
+        with self._lock(operation) as lock:
             applied = AppliedSpec(self.bucket, self.env.spec.state.prefix, self.env.name)
             if operation == "apply":
                 recorded = applied.read() or {}
@@ -208,7 +208,7 @@ class Session:
             # Planned again under the lock: what another apply did while we waited is part of it.
             space = workspace(self.env, self.connection, self.bucket)
             live = engine.read_live([space])[self.env.name]
-            runner = engine.Runner(space, self.report)
+            runner = engine.Runner(space, self.report, on_step=lambda step: lock.ensure_held())
             if operation == "destroy":
                 plan, notes = destroy_plan(self.env, live, delete_data)
                 for note in notes:
@@ -230,6 +230,7 @@ class Session:
                     sync.delete_all(api, self.env.name, self.report)
                 runner.settle(live)
                 runner.run(plan)
+            lock.ensure_held()
             if operation == "apply":
                 # What the cloud steps changed (a new cluster, Lustre's address) is read again; otherwise it stands.
                 self._sync_cluster(engine.read_live([space])[self.env.name] if plan.has_changes else live)

@@ -83,7 +83,7 @@ def reap(site: Site, dry_run: bool = False) -> tuple[Decision, list[str]]:
         elif not pool.write(replace(state, scaled_down=True, since=now, scaled=False,
                                     transitions=state.moved(now, "down")), generation):
             return Decision(False, "a train message arrived while deciding"), []
-        _scale_and_mark(site, pool, down=True)
+        _scale_and_mark(site, pool, down=True, lock=lock)
     saved = savings(site.env)
     site.publish({"type": "scaled-down", "environment": site.name, "reason": decision.reason, "at": now,
                   "actions": actions, "savings": saved})
@@ -148,7 +148,7 @@ def wake(site: Site) -> bool:
                          environment=site.name, reason=str(held))
                     return must_scale
                 with lock:
-                    _scale_and_mark(site, pool, down=False)
+                    _scale_and_mark(site, pool, down=False, lock=lock)
                 site.publish({"type": "woken", "environment": site.name, "at": now})
                 emit("INFO", "GPU pool woken for a train message", environment=site.name)
             return must_scale
@@ -165,7 +165,7 @@ def _finish_wake(site: Site, pool: PoolState) -> Decision:
         state, _ = pool.read()
         if state.scaled_down or state.scaled:
             return Decision(False, "the unfinished wake was finished or undone meanwhile")
-        _scale_and_mark(site, pool, down=False)
+        _scale_and_mark(site, pool, down=False, lock=lock)
     site.publish({"type": "woken", "environment": site.name, "at": time.time()})
     emit("INFO", "GPU pool woken: a train message's wake finished by the reaper's tick", environment=site.name)
     return Decision(False, "finished a wake that stopped part way")
@@ -178,8 +178,9 @@ def _lock(site: Site, operation: str, timeout: float) -> Lock:
     return lock
 
 
-def _scale_and_mark(site: Site, pool: PoolState, down: bool) -> None:
+def _scale_and_mark(site: Site, pool: PoolState, down: bool, lock: Lock) -> None:
     """Scale, then record that it finished, or why not, unless the other side has changed the wish meanwhile."""
+    lock.ensure_held()
     try:
         site.scale(down)
     except Exception as error:
