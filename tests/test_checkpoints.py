@@ -228,6 +228,13 @@ def test_a_resume_skips_a_corrupted_a_torn_and_an_unmanifested_checkpoint_and_mo
     from rlops.workloads.trl_grpo import last_complete_checkpoint
 
     assert last_complete_checkpoint(str(run)) == str(run / "checkpoint-2")
+    # The same step cut off again within the second (a save cut twice): both copies are kept (the previous names,
+    # the step and the second, collided: "Directory not empty", and the attempt failed in its gate).
+    for _ in range(2):
+        shutil.copytree(trained / "checkpoint-4", run / "checkpoint-8")
+        (run / "checkpoint-8" / "trainer_state.json").unlink()
+        assert [a.step for a in resume.prepare(run, manifests).set_aside] == [8]
+    assert len([p for p in (run / resume.SET_ASIDE).iterdir() if p.name.startswith("checkpoint-8-")]) == 3
 
 
 def test_the_gate_each_attempt_runs_first_verifies_against_the_manifests_shipped_with_it(trained, tmp_path, capsys,

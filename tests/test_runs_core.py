@@ -177,9 +177,12 @@ def test_resubmission_stays_within_the_resume_budget():
     assert not policy.resubmittable(record, "code", 5)
 
 
-def run_record(*attempt_states: str, state: str | None = None, submitted_at: float = 0.0) -> RunRecord:
+def run_record(*attempt_states: str, state: str | None = None, submitted_at: float = 0.0,
+               gate_said: bool = True) -> RunRecord:
     attempts = [Attempt(number, f"rlops.e.r.{number}", submitted_at, attempt_state)
                 for number, attempt_state in enumerate(attempt_states, 1)]
+    if gate_said:  # the attempt's checkpoint gate printed where it resumes: the workload started
+        attempts[-1].resume_point = {"step": None, "set_aside": [], "verified": True}
     return RunRecord("e", "r", "run", "tests", {}, "/lustre/r", submitted_at, submitted_at, attempts, [],
                      state or attempt_states[-1])
 
@@ -208,6 +211,16 @@ ALIVE = [node("h", head=True), node("n1")]
 ])
 def test_the_watcher_decides_each_transition_from_what_ray_says(before, seen, budget, expected):
     assert policy.advance(run_record(*before), seen, ALIVE, now=100.0, resume_budget=budget) == expected
+
+
+def test_a_failure_before_the_checkpoint_gate_said_is_retried_within_the_budget_never_final_as_code():
+    """Issue 34, 6: a gate error (a full disk, Lustre away, a runtime env that did not install) was classed
+    "code", which is final, though the recipe's code never ran."""
+    assert policy.failure_kind(job(), ALIVE, gate_said=False) == "gate"
+    transition = policy.advance(run_record("RUNNING", gate_said=False), job("FAILED"), ALIVE, 100.0, 2)
+    assert transition.resubmit and transition.failure.kind == "gate"
+    spent = policy.advance(run_record("FAILED", "FAILED", "RUNNING", gate_said=False), job("FAILED"), ALIVE, 100.0, 2)
+    assert not spent.resubmit and spent.reason == "the checkpoint gate failed, resume budget of 2 spent"
 
 
 def test_a_job_missing_from_rays_list_is_waited_for_then_taken_as_lost_with_its_node():

@@ -10,6 +10,7 @@ the run resumes, and older ones are left as they are.
 
 import re
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -87,7 +88,8 @@ def prepare(run_dir: Path, manifests: dict[int, dict], verify: bool = True) -> R
     moved = []
     for aside in point.set_aside:
         source = by_step[aside.step].path
-        target = run_dir / SET_ASIDE / f"{source.name}-{int(time.time())}"
+        # The time, and a suffix: one step set aside twice within a second (a save cut twice) keeps both.
+        target = run_dir / SET_ASIDE / f"{source.name}-{int(time.time())}-{uuid.uuid4().hex[:6]}"
         target.parent.mkdir(exist_ok=True)
         source.rename(target)
         moved.append(Aside(aside.step, aside.reason, str(target.relative_to(run_dir))))

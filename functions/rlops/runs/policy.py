@@ -2,8 +2,10 @@
 
 A failed attempt is resubmitted only when its nodes went away under it (a Spot preemption, a lost
 node): Ray says the job's supervisor died with its node, or a non-head node died while the job ran
-(NeMo RL's driver on the head then exits non-zero because its GPU actors are gone). A failure of
-the training code itself is final.
+(NeMo RL's driver on the head then exits non-zero because its GPU actors are gone); or when it failed
+before its checkpoint gate said where it resumes (a full disk, Lustre away, a runtime environment that
+did not install): the workload never started, so nothing of the recipe's failed. A failure of the
+training code itself is final.
 """
 
 from dataclasses import dataclass
@@ -30,8 +32,9 @@ class Transition:
     reason: str | None = None     # said in the state-changed event
 
 
-def failure_kind(job: JobView, nodes: list[dict]) -> str:
-    """'node-lost', 'code' or 'stopped' for a terminal, unsuccessful job."""
+def failure_kind(job: JobView, nodes: list[dict], gate_said: bool = True) -> str:
+    """'node-lost', 'gate', 'code' or 'stopped' for a terminal, unsuccessful job; `gate_said`: its output has the
+    checkpoint gate's line (the workload started)."""
     if job.status == "STOPPED":
         return "stopped"
     if job.error_type == "JOB_SUPERVISOR_ACTOR_DIED":
@@ -44,11 +47,14 @@ def failure_kind(job: JobView, nodes: list[dict]) -> str:
         died = node.get("end_time_ms") or 0
         if node["node_id"] == job.driver_node_id or started <= died <= ended:
             return "node-lost"
-    return "code"
+    return "code" if gate_said else "gate"
+
+
+RETRIED = {"node-lost": "node lost", "gate": "the checkpoint gate failed"}  # the kinds a new attempt follows
 
 
 def resubmittable(record: RunRecord, kind: str, resume_budget: int) -> bool:
-    return kind == "node-lost" and len(record.attempts) <= resume_budget
+    return kind in RETRIED and len(record.attempts) <= resume_budget
 
 
 def seen(record: RunRecord, job: JobView | None, now: float) -> JobView | None:
@@ -78,11 +84,11 @@ def advance(record: RunRecord, job: JobView | None, nodes: list[dict], now: floa
         return Transition("SUCCEEDED", ended_at)
     if job.status not in ("FAILED", "STOPPED"):
         return Transition(job.status)
-    kind = failure_kind(job, nodes)
+    kind = failure_kind(job, nodes, gate_said=record.current.resume_point is not None)
     failure = AttemptFailure(kind, job.error_type, (job.message or "")[-500:])
     if resume_budget is not None and resubmittable(record, kind, resume_budget):
         return Transition(job.status, ended_at, failure, resubmit=True)
-    reason = f"node lost, resume budget of {resume_budget or 0} spent" if kind == "node-lost" else None
+    reason = f"{RETRIED[kind]}, resume budget of {resume_budget or 0} spent" if kind in RETRIED else None
     return Transition(job.status, ended_at, failure, reason=reason)
 
 

@@ -120,7 +120,7 @@ def _advance(site: Site, record: RunRecord, attempts: dict[int, JobView], nodes:
         record.state = "PENDING"
         record.history.append(HistoryEntry(now, number, "RESUBMITTED"))
         changes.append({"attempt": number, "state": "RESUBMITTED", "reason": transition.failure.kind})
-        emit("INFO", "run resubmitted after its nodes went away", run=record.run, attempt=number,
+        emit("INFO", f"run resubmitted: {policy.RETRIED[transition.failure.kind]}", run=record.run, attempt=number,
              submission_id=request.submission_id)
     return changes
 

@@ -28,7 +28,7 @@ class UnknownVersion(ValueError):
 
 @dataclass
 class AttemptFailure:
-    kind: str                 # node-lost, code or stopped (runs.policy.failure_kind)
+    kind: str                 # node-lost, gate, code or stopped (runs.policy.failure_kind)
     error_type: str | None
     message: str
 
