@@ -105,7 +105,7 @@ def rlops(runs, timeout_at) -> tuple[float, int, int]:
             started = ordered[:i]
             live = sum(1 for a, e in started if a <= t < e)
             ended = [e for _, e in started if e <= t]
-            picture = Picture(now=t, active_jobs=live, last_job_end=max(ended, default=None),
+            picture = Picture(now=t, active_jobs=live, open_runs=0, last_job_end=max(ended, default=None),
                               last_accepted=started[-1][0] if started else None, woken_at=woken_at,
                               scaled_down=False)
             if decide(picture, timeout_at(t, started)).scale_down:

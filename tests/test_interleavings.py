@@ -25,6 +25,9 @@ from rlops.state import lock as lock_module
 from rlops.state.layout import Layout
 from rlops.state.lock import LockHeld
 from rlops.state.pool import PoolStatus
+from rlops.state import run_records
+from rlops.runs import watch
+from fakes.ray import SimulatedRay
 
 ENV = load_text((ENVIRONMENTS / "local.yaml").read_text(), "local", "local.yaml").environment
 
@@ -35,6 +38,16 @@ class NoJobs:
 
     def nodes(self) -> list:
         return []
+
+
+def forgotten_run(world: "World", state: str = "RUNNING") -> None:
+    """Run r1's record: attempt 1, which a restarted Ray head no longer lists (submitted long ago)."""
+    record = run_records.new({"environment": "local", "recipe": "tiny-arith", "run": "r1", "requested-by": "tests",
+                              "settings": "{}", "checkpoint-dir": "/lustre/checkpoints/tiny-arith/r1",
+                              "attempt": "1"}, "rlops.local.r1.1", world.scheduler.clock - 3600)
+    record.state = record.current.state = state
+    record.current.resume_point = {"step": 2, "set_aside": [], "verified": True}
+    assert world.site.records.create(record)
 
 
 class World:
@@ -193,3 +206,30 @@ def test_force_unlock_does_not_remove_a_lock_its_holder_refreshed_meanwhile(monk
                               "unlock": lambda: lock_module.force_unlock(world.bucket, "rlops", "env")})
     assert "its holder is alive" in str(outcomes["unlock"].error)
     assert world.bucket.holder(holder.blob.name) == "holder"
+
+
+def test_a_run_a_restarted_ray_head_forgot_keeps_its_pool_and_its_resubmission_wakes_a_reaped_one(monkeypatch):
+    """Issue 34, 2: the reaper measured idleness from Ray's job table and `accepted_at` alone, so once a restarted
+    head forgot a running run's job, the pool was reaped; the watcher then resubmitted the attempt without waking
+    the pool, and every later tick said "already scaled down" while the run stayed PENDING."""
+    scheduler = Scheduler(lambda ready: next(iter(ready)))
+    world = World(scheduler, monkeypatch, replace(INTERRUPTED, scaled_down=False, scaled=True, since=None), up=True)
+    scheduler.clock += 3600  # an hour idle by the job table and the last train message
+    forgotten_run(world)
+    decision, _ = scheduler.run({"reap": lambda: reap.reap(world.site)})["reap"].result
+    assert not decision.scale_down and decision.reason == "1 run(s) not ended (their run records)"
+    assert world.pool.up
+
+    # Reaped anyway (by a version without that rule, or a race): the watcher's resubmission brings the pool back.
+    assert world.site.pool.write(replace(world.site.pool.read()[0], scaled_down=True, since=scheduler.clock),
+                                 world.site.pool.read()[1])
+    world.pool.up = False
+    ray = SimulatedRay(scheduler.time)
+    world.site.ray = ray
+    monkeypatch.setattr(watch, "time", simulated_time(scheduler))
+    outcome = scheduler.run({"watch": lambda: watch.tick(world.site)})["watch"]
+    assert outcome.error is None, outcome.error
+    assert "rlops.local.r1.2" in ray.jobs and world.pool.up
+    state, _ = world.site.pool.read()
+    assert not state.scaled_down and state.scaled
+    world.check()

@@ -31,7 +31,7 @@ def simulate(jobs: list[tuple[float, float]], offset: float):
         for accepted, _ in jobs:
             if scaled_down and now - TICK < accepted <= now:
                 scaled_down, woken_at = False, accepted
-        picture = Picture(now=now, active_jobs=sum(1 for a, e in jobs if a <= now < e),
+        picture = Picture(now=now, active_jobs=sum(1 for a, e in jobs if a <= now < e), open_runs=0,
                           last_job_end=max((e for _, e in jobs if e <= now), default=None),
                           last_accepted=max((a for a, _ in jobs if a <= now), default=None),
                           woken_at=woken_at, scaled_down=scaled_down)
@@ -74,8 +74,11 @@ def quiet_stretches(jobs):
 
 
 def test_the_decision_says_why():
-    base = dict(now=1000.0, last_job_end=900.0, last_accepted=100.0, woken_at=0.0, scaled_down=False)
+    base = dict(now=1000.0, last_job_end=900.0, last_accepted=100.0, woken_at=0.0, scaled_down=False, open_runs=0)
     assert decide(Picture(active_jobs=1, **base), 60).reason == "1 job(s) pending or running"
+    # A run whose record has not ended keeps the pool though Ray lists no job (a restarted head, a resubmission due).
+    assert decide(Picture(active_jobs=0, **{**base, "open_runs": 2}), 60).reason == "2 run(s) not ended (their run " \
+                                                                                  "records)"
     assert decide(Picture(active_jobs=0, **base), 60).scale_down
     assert not decide(Picture(active_jobs=0, **base), 200).scale_down
     assert decide(Picture(active_jobs=0, **{**base, "scaled_down": True}), 60).reason == "already scaled down"

@@ -2,7 +2,9 @@
 
 Idle means: no Ray job pending or running and no train message accepted, for longer than the
 spec's idle timeout since the last of these ended (or since the pool was woken). A pending or
-running job always keeps the pool, whatever the clock says.
+running job always keeps the pool, whatever the clock says, and so does a run whose record has not
+ended: a restarted Ray head forgets its jobs, and a preempted attempt is resubmitted a tick after it
+ended, while the run waits for the pool in both cases.
 
 What a scale-down saves depends on how the pool's VMs are bought: on-demand and Spot VMs stop
 billing once GKE removes them; a pool consuming a specific reservation saves nothing, since GCP bills
@@ -17,6 +19,7 @@ from dataclasses import dataclass
 class Picture:
     now: float
     active_jobs: int                 # pending or running
+    open_runs: int                   # runs whose record has not ended (whatever Ray's job table says)
     last_job_end: float | None       # when the last job ended
     last_accepted: float | None      # when the last train message was accepted
     woken_at: float | None           # when the pool was last brought up (by apply, up or a wake)
@@ -35,6 +38,8 @@ def decide(picture: Picture, timeout_seconds: float) -> Decision:
         return Decision(False, "already scaled down")
     if picture.active_jobs:
         return Decision(False, f"{picture.active_jobs} job(s) pending or running")
+    if picture.open_runs:
+        return Decision(False, f"{picture.open_runs} run(s) not ended (their run records)")
     marks = [t for t in (picture.last_job_end, picture.last_accepted, picture.woken_at) if t is not None]
     if not marks:
         return Decision(False, "nothing has happened yet to measure idleness from")

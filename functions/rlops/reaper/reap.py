@@ -30,6 +30,7 @@ from rlops.sites import Site
 from rlops.spec.model import LocalEnvironment
 from rlops.state.lock import Lock, LockHeld
 from rlops.state.pool import PoolState, PoolStatus
+from rlops.state.run_records import TERMINAL
 
 WAKE_LOCK_TIMEOUT_SECONDS = 120.0
 WAKES_KEPT = 50
@@ -37,9 +38,10 @@ WAKES_KEPT = 50
 
 def picture(site: Site, state: PoolStatus, now: float, mine: list[JobView]) -> Picture:
     ends = [job.end_time / 1000 for job in mine if job.end_time]
-    return Picture(now=now, active_jobs=sum(job.status in ACTIVE for job in mine), last_job_end=max(ends, default=None),
-                   last_accepted=state.accepted_at, woken_at=state.woken_at or state.created_at,
-                   scaled_down=state.scaled_down)
+    open_runs = sum(record.state not in TERMINAL for record, _ in site.records.all().values())
+    return Picture(now=now, active_jobs=sum(job.status in ACTIVE for job in mine), open_runs=open_runs,
+                   last_job_end=max(ends, default=None), last_accepted=state.accepted_at,
+                   woken_at=state.woken_at or state.created_at, scaled_down=state.scaled_down)
 
 
 def reap(site: Site, dry_run: bool = False) -> tuple[Decision, list[str]]:

@@ -11,9 +11,8 @@ training code itself is final.
 from dataclasses import dataclass
 
 from rlops.cloud.ray_jobs import JobView
-from rlops.state.run_records import AttemptFailure, RunRecord
+from rlops.state.run_records import TERMINAL, AttemptFailure, RunRecord
 
-TERMINAL = ("SUCCEEDED", "FAILED", "STOPPED")
 NODE_DEATH_SLACK_MS = 60_000  # the driver notices a lost actor a little after the node is gone
 # Ray's job list may not show a job submitted a moment ago; after this, a job the head does not know is lost.
 LISTING_GRACE_SECONDS = 60.0

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from rlops.cloud.ray_jobs import JobView, RayError
 from rlops.logs import emit
+from rlops.reaper.reap import wake
 from rlops.runs import jobs, policy, progress
 from rlops.sites import Site
 from rlops.state.run_records import Attempt, HistoryEntry, RunRecord, new
@@ -115,6 +116,7 @@ def _advance(site: Site, record: RunRecord, attempts: dict[int, JobView], nodes:
     if transition.resubmit:
         number = current.attempt + 1
         request = jobs.for_site(site, record.recipe, record.run, record.settings, record.requested_by, number)
+        wake(site)  # as a train message does: a pool reaped since the attempt ended comes back for it
         jobs.submit(site, request, record.run)
         record.attempts.append(Attempt(number, request.submission_id, now))
         record.state = "PENDING"

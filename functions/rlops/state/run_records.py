@@ -26,6 +26,9 @@ class UnknownVersion(ValueError):
     pass
 
 
+
+TERMINAL = ("SUCCEEDED", "FAILED", "STOPPED")  # a run or attempt in one of these has ended
+
 @dataclass
 class AttemptFailure:
     kind: str                 # node-lost, gate, code or stopped (runs.policy.failure_kind)

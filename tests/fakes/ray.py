@@ -1,0 +1,69 @@
+"""Ray's job table in simulated time, for the control plane's tests: jobs submitted through rlops's own submission,
+each started, printing and ending on a script, reported as Ray's job API reports them (status, error type, start and
+end times in ms, the job's output, the gate's `[rlops-resume]` line first), and the nodes that joined.
+"""
+
+import json
+from types import SimpleNamespace
+
+
+class Clock:
+    def __init__(self, now: float):
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class SimulatedRay:
+    def __init__(self, clock: Clock):
+        self.clock, self.jobs, self.scripts, self.node_starts = clock, {}, {}, []
+
+    def script(self, submission_id: str, start: float, steps: list[tuple[float, int]], end: float,
+               status: str = "SUCCEEDED", error_type: str | None = None, resumed: int | None = None) -> None:
+        """Times relative to the job's submission."""
+        self.scripts[submission_id] = dict(start=start, steps=steps, end=end, status=status, error_type=error_type,
+                                           resumed=resumed)
+
+    def submit_once(self, request) -> bool:
+        if request.submission_id in self.jobs:
+            return False
+        assert "rlops.checkpoints.gate" in request.entrypoint and request.runtime_env["py_modules"]
+        self.jobs[request.submission_id] = (request, self.clock())
+        return True
+
+    def _at(self, submission_id: str) -> tuple[dict, float, float]:
+        request, submitted = self.jobs[submission_id]
+        return self.scripts[submission_id], submitted, self.clock()
+
+    def all(self) -> list:
+        listed = []
+        for submission_id, (request, submitted) in self.jobs.items():
+            script, _, now = self._at(submission_id)
+            started, ended = submitted + script["start"], submitted + script["end"]
+            status = "PENDING" if now < started else "RUNNING" if now < ended else script["status"]
+            listed.append(SimpleNamespace(
+                submission_id=submission_id, status=status, message="", metadata=request.metadata,
+                error_type=script["error_type"] if now >= ended else None, start_time=int(submitted * 1000),
+                end_time=int(ended * 1000) if now >= ended else None,
+                driver_node_id="node-1" if now >= started else None))
+        return listed
+
+    def logs(self, submission_id: str) -> str:
+        script, submitted, now = self._at(submission_id)
+        if now < submitted + script["start"]:
+            return ""
+        point = {"step": script["resumed"], "set_aside": [], "verified": True, "at": submitted + script["start"]}
+        lines = ["[rlops-resume] " + json.dumps(point)]
+        if script["resumed"] is not None:
+            lines.append(f"[rlops] resuming from checkpoint-{script['resumed']}")
+        lines += [f"[rlops] step={step} reward=0.5 loss=0.1 seconds=60.0" for at, step in script["steps"]
+                  if submitted + at <= now]
+        return "\n".join(lines) + "\n"
+
+    def tail(self, submission_id: str, node: str, lines: int) -> str:
+        return self.logs(submission_id)
+
+    def nodes(self) -> list[dict]:
+        return [{"node_id": f"node-{i}", "state": "ALIVE", "is_head_node": False, "start_time_ms": int(at * 1000)}
+                for i, at in enumerate(self.node_starts) if at <= self.clock()]
