@@ -233,3 +233,37 @@ def test_a_run_a_restarted_ray_head_forgot_keeps_its_pool_and_its_resubmission_w
     state, _ = world.site.pool.read()
     assert not state.scaled_down and state.scaled
     world.check()
+
+
+def test_a_watch_tick_whose_record_write_lost_to_another_writer_keeps_the_ended_attempt(monkeypatch):
+    """Issue 34, 4: the tick resubmits attempt 2, then its record write loses to a snapshot's write of the same
+    record; the next tick found attempt 2 in Ray and appended it, and attempt 1 stayed RUNNING with no end for
+    ever (`rlops cost` charged it until now). Now the superseded attempt is ended as Ray says it ended."""
+    from rlops.cloud.ray_jobs import described
+    from rlops.runs import jobs
+
+    scheduler = Scheduler(phases(("watch", "write rlops/environments/local/runs/r1.json"), ("snapshot", None),
+                                 ("watch", None)))
+    world = World(scheduler, monkeypatch, replace(INTERRUPTED, scaled_down=False, scaled=True, since=None), up=True)
+    ray = world.site.ray = SimulatedRay(scheduler.time)
+    monkeypatch.setattr(watch, "time", simulated_time(scheduler))
+    submitted = scheduler.clock - 600
+    ray.script("rlops.local.r1.1", start=5, steps=[(60, 1)], end=300, status="FAILED",
+               error_type="JOB_SUPERVISOR_ACTOR_DIED", resumed=None)
+    ray.script("rlops.local.r1.2", start=5, steps=[], end=10**6)
+    now, scheduler.clock = scheduler.clock, submitted
+    request = jobs.for_site(world.site, "tiny-arith", "r1", {}, "tests", 1)
+    assert jobs.submit(world.site, request, "r1")
+    assert world.site.records.create(run_records.new(described(request), request.submission_id, submitted))
+    scheduler.clock = now
+
+    snapshot = lambda: world.site.records.update("r1", lambda r: r.manifests.update({"2": {"digest": "d"}}))  # noqa: E731
+    outcomes = scheduler.run({"watch": lambda: watch.tick(world.site), "snapshot": snapshot})
+    assert outcomes["snapshot"].result is True and "rlops.local.r1.2" in ray.jobs
+    assert world.site.records.get("r1")[0].current.attempt == 1, "the tick's write did lose"
+    scheduler.choose = lambda ready: next(iter(ready))
+    scheduler.run({"next tick": lambda: watch.tick(world.site)})
+    record = world.site.records.get("r1")[0]
+    first, second = record.attempts
+    assert (first.state, first.ended_at, first.failure.kind) == ("FAILED", submitted + 300, "node-lost")
+    assert second.attempt == 2 and record.manifests == {"2": {"digest": "d"}}

@@ -13,7 +13,7 @@ from rlops.logs import emit
 from rlops.reaper.reap import wake
 from rlops.runs import jobs, policy, progress
 from rlops.sites import Site
-from rlops.state.run_records import Attempt, HistoryEntry, RunRecord, new
+from rlops.state.run_records import Attempt, AttemptFailure, HistoryEntry, RunRecord, new
 
 TAIL_LINES = 2000  # NeMo RL prints a few dozen lines a step: a tick sees the last dozens of steps
 
@@ -89,7 +89,9 @@ def _advance(site: Site, record: RunRecord, attempts: dict[int, JobView], nodes:
     """Bring `record` up to date with Ray; the state changes it went through."""
     now = time.time()
     known = {a.attempt for a in record.attempts}
+    closed = []
     for number in sorted(set(attempts) - known):  # an attempt submitted by a tick whose record write lost
+        closed += _close_superseded(record, attempts, nodes, now)
         record.attempts.append(Attempt(number, attempts[number].submission_id, now))
     current = record.current
     job = policy.seen(record, attempts.get(current.attempt), now)
@@ -100,7 +102,7 @@ def _advance(site: Site, record: RunRecord, attempts: dict[int, JobView], nodes:
         text = _update_progress(site, record, current, job, recipe.runner if recipe else "trl")
     transition = policy.advance(record, job, nodes.get() if policy.needs_nodes(record, job) else [], now,
                                 recipe.resume_budget if recipe else None)
-    waited = _waiting(site, record, job, transition, nodes)
+    waited = closed + _waiting(site, record, job, transition, nodes)
     if transition is None:
         return waited
     if transition.state in policy.TERMINAL and text:
@@ -125,6 +127,25 @@ def _advance(site: Site, record: RunRecord, attempts: dict[int, JobView], nodes:
         emit("INFO", f"run resubmitted: {policy.RETRIED[transition.failure.kind]}", run=record.run, attempt=number,
              submission_id=request.submission_id)
     return changes
+
+
+def _close_superseded(record: RunRecord, attempts: dict[int, JobView], nodes: _Nodes, now: float) -> list[dict]:
+    """The record's current attempt, which a later attempt in Ray supersedes (a tick submitted it, then its
+    record write lost to another writer, or its function died): ended as Ray says it ended (or, forgotten by a
+    restarted head, as lost with its node), so its state, end and failure are kept, never re-derived."""
+    current = record.current
+    if current.state in policy.TERMINAL and current.ended_at is not None:
+        return []
+    job = attempts.get(current.attempt) or policy.seen(record, None, now + policy.LISTING_GRACE_SECONDS)
+    state = job.status if job.status in policy.TERMINAL else "FAILED"
+    current.state = state
+    current.ended_at = (job.end_time or now * 1000) / 1000
+    if state != "SUCCEEDED" and current.failure is None:
+        kind = policy.failure_kind(job, nodes.get() if job.status == "FAILED" else [],
+                                   gate_said=current.resume_point is not None)
+        current.failure = AttemptFailure(kind, job.error_type, (job.message or "")[-500:])
+    record.history.append(HistoryEntry(now, current.attempt, state))
+    return [{"attempt": current.attempt, "state": state, "reason": "recorded late: a later attempt was submitted"}]
 
 
 def _waiting(site: Site, record: RunRecord, job: JobView | None, transition, nodes: _Nodes) -> list[dict]:
