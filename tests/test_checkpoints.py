@@ -402,3 +402,61 @@ def test_a_tick_for_an_environment_name_that_leaves_the_directory_is_an_unknown_
     (tmp_path / "outside.yaml").write_text((REPO / "environments" / "local.yaml").read_text())
     with pytest.raises(sites.UnknownEnvironment, match=r"'\.\./outside\.yaml' has a '\.\.' part"):
         sites.load_environment("../outside")
+
+
+def test_a_step_saved_again_after_a_resume_gets_the_manifest_of_its_new_save(trained, gcs, tmp_path):
+    """Issue 34, 5: NeMo RL and the Trainer save step N again after resuming from an older checkpoint. Manifests
+    were keyed by step and create-only: the new save never got one, `checkpoints list` said NO, an export refused
+    it and every later resume set it aside. Now a save is told from another by `manifest.save_id` and its manifest
+    replaces the earlier one, which is kept under replaced-manifests/."""
+    import uuid
+
+    from conftest import ENVIRONMENTS
+    from rlops import waiting
+    from rlops.endpoints import Endpoints
+    from rlops.runs import snapshot
+    from rlops.sites import Site
+    from rlops.spec.load import load_or_raise
+    from rlops.state.bucket import client
+    from rlops.state.run_records import new
+
+    run_dir = tmp_path / "lustre" / "checkpoints" / "tiny-arith" / "rs"
+    for step in (2, 4):
+        shutil.copytree(trained / f"checkpoint-{step}", run_dir / f"checkpoint-{step}")
+    bucket = client("rlops-local", Endpoints.from_environment()).create_bucket(f"resave-{uuid.uuid4().hex[:12]}")
+    events = []
+    site = Site("local", load_or_raise(ENVIRONMENTS / "local.yaml"), Endpoints.from_environment(), None, bucket,
+                events.append, lambda down: None, lambda down: waiting.on_local([], down), str(tmp_path / "lustre"),
+                {"gpu_pool": 1}, checkpoints_here=True)
+    site.records.create(new({"environment": "local", "recipe": "tiny-arith", "run": "rs", "requested-by": "tests",
+                             "settings": "{}", "checkpoint-dir": str(run_dir), "attempt": "1"}, "rlops.local.rs.1",
+                            time.time()))
+    assert sorted(e["step"] for e in snapshot.tick(site)) == [2, 4]
+    first = json.loads(site.records.manifest_objects("rs")[4].download_as_bytes())
+    assert snapshot.tick(site) == []  # the same saves: nothing to do
+
+    # Resumed from step 2, the run saves step 4 again: a new directory, other weights.
+    shutil.rmtree(run_dir / "checkpoint-4")
+    shutil.copytree(trained / "checkpoint-4", run_dir / "checkpoint-4", copy_function=shutil.copy)  # written now
+    _flip_a_byte(run_dir / "checkpoint-4" / "model.safetensors")
+    (event,) = snapshot.tick(site)
+    assert event["step"] == 4 and event["replaced"] == first["save"]
+    stored = json.loads(site.records.manifest_objects("rs")[4].download_as_bytes())
+    assert stored["save"] == manifest.save_id(run_dir / "checkpoint-4") != first["save"]
+    assert not any(manifest.verify(run_dir / "checkpoint-4", stored).values())  # it describes the new save
+    kept = bucket.blob(site.records.layout.replaced_manifest("rs", 4, first["save"]))
+    assert json.loads(kept.download_as_bytes()) == first
+    assert site.records.get("rs")[0].manifests["4"]["save"] == stored["save"]
+    assert [row["verified"] for row in snapshot.listing(site, "rs")] == ["yes", "yes"]
+    assert snapshot.tick(site) == []
+
+
+def test_the_cluster_scan_manifests_a_known_step_again_only_when_it_was_saved_again(trained, capsys):
+    from rlops.checkpoints import scan
+
+    save = manifest.save_id(trained / "checkpoint-4")
+    assert scan.main(["--run", f"a={trained}:2@{manifest.save_id(trained / 'checkpoint-2')},4@{save}"]) == 0
+    assert capsys.readouterr().out == ""
+    assert scan.main(["--run", f"a={trained}:2@,4@another-save"]) == 0  # 2: a link from before saves were told
+    printed = [json.loads(line[len(scan.PREFIX):]) for line in capsys.readouterr().out.splitlines()]
+    assert [(m["step"], m["save"]) for m in printed] == [(4, save)]

@@ -153,12 +153,22 @@ def build(path: Path, run: str | None = None) -> dict:
     files = hash_files(path, _files(path))
     manifest = {
         "format": FORMAT, "layout": checkpoint.layout, "run": run or path.resolve().parent.name,
-        "step": checkpoint.step, "files": [files[name] for name in sorted(files)],
+        "step": checkpoint.step, "save": save_id(path), "files": [files[name] for name in sorted(files)],
         "total_bytes": sum(entry["size"] for entry in files.values()),
         "metrics": _metrics(path / METRICS_FILE[checkpoint.layout], checkpoint.layout),
     }
     manifest["digest"] = digest(manifest)
     return manifest
+
+
+def save_id(path: Path) -> str:
+    """Which save of its step the complete checkpoint at `path` is, from two stats and no hashing: NeMo RL and
+    the Trainer save a step again after resuming from an older checkpoint, into a new directory (a new inode)
+    with a new metrics file (a new mtime). The manifest of the earlier save does not describe the later one."""
+    checkpoint = identify(path)
+    if checkpoint is None:
+        raise ManifestError(f"{path}: {incomplete_reason(path)}")
+    return f"{path.stat().st_ino:x}-{(path / METRICS_FILE[checkpoint.layout]).stat().st_mtime_ns:x}"
 
 
 def _metrics(path: Path, layout: str) -> dict:

@@ -17,7 +17,7 @@ from rlops.checkpoints import layout, manifest
 from rlops.cloud.ray_jobs import ACTIVE, status_of
 from rlops.logs import emit
 from rlops.runs import exports, policy
-from rlops.state.bucket import write_json_if
+from rlops.state.bucket import read_json, write_json_if
 
 
 def tick(site) -> list[dict]:
@@ -34,25 +34,43 @@ def _manifests_here(site) -> list[dict]:
             continue
         known = site.records.manifest_objects(run)
         for checkpoint in layout.complete(Path(record.checkpoint_dir)):
-            if checkpoint.step in known:
-                continue
             try:
+                if checkpoint.step in known and not _saved_again(record, checkpoint.step,
+                                                                 manifest.save_id(checkpoint.path)):
+                    continue
                 content = manifest.build(checkpoint.path, run)
             except (manifest.ManifestError, OSError) as error:  # pruned or torn between listing and hashing
                 emit("WARNING", "checkpoint not snapshotted", run=run, step=checkpoint.step, reason=str(error))
                 continue
-            events += _store(site, run, content)
+            events += _store(site, run, content, known.get(checkpoint.step))
     return events
 
 
-def _store(site, run: str, content: dict) -> list[dict]:
-    """Write a manifest once (create-only), link it from the run record, publish the event; [] if it was there."""
-    blob = site.bucket.blob(site.records.layout.manifest(run, content["step"]))
-    if not write_json_if(blob, content, 0):
+def _saved_again(record, step: int, save: str) -> bool:
+    """Whether the step's checkpoint is another save than the one its manifest describes (a manifest linked before
+    saves were told apart says nothing: taken as the same)."""
+    linked = record.manifests.get(str(step)) or {}
+    return linked.get("save") not in (None, save)
+
+
+def _store(site, run: str, content: dict, replacing=None) -> list[dict]:
+    """Write a manifest once (create-only), or in place of the manifest of an earlier save of its step (kept
+    under replaced-manifests/), link it from the run record, publish the event; [] if another tick did."""
+    layout_ = site.records.layout
+    blob = site.bucket.blob(layout_.manifest(run, content["step"]))
+    generation = 0
+    if replacing is not None:
+        earlier, generation = read_json(replacing)
+        if earlier is None or earlier.get("save") == content.get("save"):
+            return []  # removed meanwhile, or another tick replaced it already
+        write_json_if(site.bucket.blob(layout_.replaced_manifest(run, content["step"], earlier.get("save", "unknown"))),
+                      earlier, 0)
+    if not write_json_if(blob, content, generation):
         return []  # another tick wrote it first
-    _link(site, run, content["step"], blob.name, content["digest"])
+    _link(site, run, content["step"], blob.name, content["digest"], content.get("save"))
     event = {"type": "checkpoint", "environment": site.name, "run": run, "step": content["step"],
-             "manifest": blob.name, "digest": content["digest"], "total_bytes": content["total_bytes"]}
+             "manifest": blob.name, "digest": content["digest"], "total_bytes": content["total_bytes"],
+             **({"replaced": earlier.get("save")} if replacing is not None else {})}
     site.publish(event)
     return [event]
 
@@ -75,7 +93,8 @@ def _tick_on_cluster(site) -> list[dict]:
                 if line.startswith(scan.PREFIX):
                     content = json.loads(line[len(scan.PREFIX):])
                     if manifest.intact(content):
-                        events += _store(site, content["run"], content)
+                        stored = site.records.manifest_objects(content["run"]).get(content["step"])
+                        events += _store(site, content["run"], content, stored)
         else:
             emit("WARNING", "snapshot job did not succeed", submission_id=job.submission_id, status=status,
                  message=(job.message or "")[-300:])
@@ -92,7 +111,8 @@ def _start_cluster_scan(site) -> None:
     runs = []
     for run, (record, _) in sorted(site.records.all().items()):
         if policy.recent(record, now):
-            known = ",".join(str(step) for step in sorted(site.records.manifest_objects(run)))
+            known = ",".join(f"{step}@{(record.manifests.get(str(step)) or {}).get('save', '')}"
+                             for step in sorted(site.records.manifest_objects(run)))
             runs += ["--run", f"{run}={record.checkpoint_dir}:{known}"]
     if not runs:
         return
@@ -113,9 +133,9 @@ def _start_cluster_scan(site) -> None:
             entrypoint_num_cpus=1))
 
 
-def _link(site, run: str, step: int, name: str, digest: str) -> None:
-    if not site.records.update(run, lambda record: record.manifests.update({str(step): {"object": name,
-                                                                                         "digest": digest}})):
+def _link(site, run: str, step: int, name: str, digest: str, save: str | None) -> None:
+    link = {"object": name, "digest": digest, **({"save": save} if save else {})}
+    if not site.records.update(run, lambda record: record.manifests.update({str(step): link})):
         emit("WARNING", "manifest written but not linked from the run record", run=run, step=step)
 
 

@@ -60,6 +60,10 @@ class Layout:
     def manifest(self, run: str, step: int) -> str:
         return f"{self.manifests(run)}{step}.json"
 
+    def replaced_manifest(self, run: str, step: int, save: str) -> str:
+        """Where the manifest of an earlier save of a step goes when the step is saved again."""
+        return f"{self.runs}{run}/replaced-manifests/step-{step}-{save}.json"
+
     def exports(self, run: str) -> str:
         """Where `rlops checkpoints export` puts a run's checkpoints by default: EXPORTS/step-N/..."""
         return f"{self.runs}{run}/exports"
