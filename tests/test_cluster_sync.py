@@ -6,6 +6,7 @@ import json
 import pytest
 
 from conftest import PLANTED_TOKENS
+from fakes import kube_rules
 from rlops import cli
 from rlops.cloud import base
 from rlops.endpoints import Endpoints
@@ -84,7 +85,7 @@ def test_destroy_deletes_the_cluster_objects_first(fakes):
     assert cli.main(["destroy", "h200", "--yes"]) == 0
     deletes = [r.path for r in kube.writes() if r.method == "DELETE"]
     assert deletes and "rayclusters" in deletes[0]
-    assert not kube.objects
+    assert set(kube.objects) == {("namespaces", "", name) for name in kube_rules.BUILT_IN_NAMESPACES}
 
 
 def test_a_cluster_that_is_not_ready_in_time_fails_apply_naming_it_and_a_rerun_finishes(fakes, capsys):
@@ -351,3 +352,121 @@ def test_readiness_names_the_pods_still_on_an_older_template(fakes, capsys):
     edited = kube.get("rayclusters", "ray-cluster", "default")
     readiness = sync.pods_current(edited, kube.pods("ray-cluster"))
     assert not readiness.ready and readiness.what.startswith("3 of 3 pods still run an older template")
+
+
+def test_a_namespace_of_its_own_is_applied_first_never_pruned_and_deleted_by_destroy(fakes, specs, capsys):
+    from test_render import in_namespace_ray
+
+    gcp, kube = fakes
+    in_namespace_ray(specs)
+    assert cli.main(["apply", "h200"]) == 0, capsys.readouterr().err
+    patches = [r.path for r in kube.writes() if r.method == "PATCH"]
+    assert patches[0] == "/api/v1/namespaces/ray", patches[:3]
+    assert kube.get("namespaces", "ray")["metadata"]["labels"]["rlops-env"] == "h200"
+    for plural, name in [("serviceaccounts", "generic-ksa"), ("secrets", "ray-cluster-tokens"),
+                         ("persistentvolumeclaims", "rl-lustre-pvc"), ("rayclusters", "ray-cluster")]:
+        assert kube.get(plural, name, "ray") is not None and kube.get(plural, name, "default") is None, plural
+    assert len(kube.pods("ray-cluster", "ray")) == 3, "KubeRay's pods did not pass admission"
+    capsys.readouterr()
+    assert cli.main(["plan", "h200", "--detailed-exitcode"]) == 0, capsys.readouterr().out
+
+    # Back to default: rlops's objects in ray are pruned, the namespace is not (deleting it deletes all in it).
+    spec = specs / "h200.yaml"
+    spec.write_text(spec.read_text().replace("    namespace: ray\n", "    namespace: default\n")
+                    .replace("  cluster_name: ray-cluster\n  namespace: ray\n", "  cluster_name: ray-cluster\n"))
+    capsys.readouterr()
+    assert cli.main(["plan", "h200", "--detailed-exitcode"]) == 2
+    planned = capsys.readouterr().out
+    assert "- RayCluster/ray/ray-cluster" in planned and "Namespace" not in planned, planned
+    assert cli.main(["apply", "h200"]) == 0, capsys.readouterr().err
+    assert kube.get("rayclusters", "ray-cluster", "ray") is None and kube.get("rayclusters", "ray-cluster", "default")
+    assert kube.get("namespaces", "ray") is not None
+    assert cli.main(["destroy", "h200", "--yes"]) == 0
+    deletes = [r.path for r in kube.writes() if r.method == "DELETE"]
+    assert deletes[-1] == "/api/v1/namespaces/ray", deletes
+    assert kube.get("namespaces", "ray") is None
+
+
+def test_the_fake_api_server_refuses_a_missing_namespace_404_and_a_terminating_one_403(fakes):
+    """NamespaceLifecycle admission, through the official client: what a real API server answers."""
+    from kubernetes import client
+    from kubernetes.client.rest import ApiException
+
+    gcp, kube = fakes
+    core = client.CoreV1Api(client.ApiClient(client.Configuration(host=kube.url)))
+    secret = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "tokens"}, "data": {}}
+    with pytest.raises(ApiException) as missing:
+        core.create_namespaced_secret("ray", secret)
+    status = json.loads(missing.value.body)
+    assert (missing.value.status, status["reason"]) == (404, "NotFound")
+    assert status["message"] == 'namespaces "ray" not found'
+    assert status["details"] == {"name": "ray", "kind": "namespaces"}
+    with pytest.raises(ApiException) as dry:
+        core.create_namespaced_secret("ray", secret, dry_run="All")
+    assert dry.value.status == 404
+
+    # A namespace's objects go with it; then the namespace goes.
+    core.create_namespace({"metadata": {"name": "ray"}})
+    assert core.read_namespace("ray").status.phase == "Active"
+    core.create_namespaced_secret("ray", secret)
+    core.delete_namespace("ray")
+    assert kube.get("secrets", "tokens", "ray") is None and kube.get("namespaces", "ray") is None
+
+    # Held Terminating by someone's finalizer: nothing new may be created in it.
+    core.create_namespace({"metadata": {"name": "held", "finalizers": ["example.com/hold"]}})
+    core.create_namespaced_secret("held", secret)
+    core.delete_namespace("held")
+    assert core.read_namespace("held").status.phase == "Terminating"
+    with pytest.raises(ApiException) as terminating:
+        core.create_namespaced_secret("held", {**secret, "metadata": {"name": "more"}})
+    status = json.loads(terminating.value.body)
+    assert (terminating.value.status, status["reason"]) == (403, "Forbidden")
+    assert status["message"] == ('secrets "more" is forbidden: unable to create new content in namespace held because '
+                                 "it is being terminated")
+    assert status["details"]["causes"][0]["reason"] == "NamespaceTerminating"
+    assert kube.get("secrets", "tokens", "held") is None  # its content is gone all the same
+
+    for name in kube_rules.BUILT_IN_NAMESPACES:
+        assert core.read_namespace(name).status.phase == "Active"
+    with pytest.raises(ApiException) as immortal:
+        core.delete_namespace("default")
+    assert immortal.value.status == 403 and "this namespace may not be deleted" in immortal.value.body
+
+
+def test_kuberay_makes_no_pod_whose_service_account_is_missing_and_says_why_in_an_event(fakes, capsys):
+    """ServiceAccount admission refuses the pod's create; KubeRay records FailedToCreateHeadPod on the RayCluster
+    and tries again later, and the pods come once the account is back."""
+    from kubernetes import client
+
+    from rlops.kube.cluster import KubeApi
+    from rlops.kube.objects import Ref
+
+    gcp, kube = fakes
+    assert cli.main(["apply", "h200"]) == 0
+    api = KubeApi(client.ApiClient(client.Configuration(host=kube.url)))
+    api.delete(Ref("ServiceAccount", "generic-ksa", "default"))
+    for pod in kube.pods("ray-cluster"):
+        api.delete(Ref("Pod", pod["metadata"]["name"], "default"))
+    assert kube.pods("ray-cluster") == []
+    events = client.CoreV1Api(api.api).list_namespaced_event("default", field_selector="involvedObject.kind=RayCluster")
+    (event,) = [e for e in events.items if e.involved_object.name == "ray-cluster"]
+    assert (event.type, event.reason) == ("Warning", "FailedToCreateHeadPod")
+    assert event.message.startswith("Failed to create head Pod default/ray-cluster-head-")
+    assert event.message.endswith('is forbidden: error looking up service account default/generic-ksa: '
+                                  'serviceaccount "generic-ksa" not found'), event.message
+    assert cli.main(["apply", "h200"]) == 0, capsys.readouterr().err
+    assert len(kube.pods("ray-cluster")) == 3
+
+
+def test_a_namespace_made_by_hand_is_used_as_it_is_neither_taken_over_nor_deleted(fakes, specs):
+    from test_render import in_namespace_ray
+
+    gcp, kube = fakes
+    kube.put({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ray", "labels": {"team": "ml"}}},
+             "namespaces")
+    in_namespace_ray(specs)
+    assert cli.main(["apply", "h200"]) == 0
+    assert kube.get("rayclusters", "ray-cluster", "ray") is not None
+    assert not [r for r in kube.writes() if r.path.endswith("/namespaces/ray")]
+    assert cli.main(["destroy", "h200", "--yes"]) == 0
+    assert kube.get("namespaces", "ray")["metadata"]["labels"] == {"team": "ml", "kubernetes.io/metadata.name": "ray"}

@@ -12,6 +12,7 @@ import yaml
 from conftest import ENVIRONMENTS, REPO
 from rlops import cli
 from rlops.kube import render
+from rlops.ownership import labels_for
 from rlops.spec.load import load
 
 # KubeRay's RayCluster CRD, verbatim (see tests/schemas/SOURCES.txt).
@@ -227,3 +228,44 @@ def test_an_installed_rlops_renders_from_its_package_data(tmp_path):
                          capture_output=True, text=True, check=True).stdout.splitlines()
     assert out[0].startswith(str(tmp_path / "site")), out
     assert out[1] == "['RayCluster']"
+
+
+def in_namespace_ray(specs, account_too: bool = True):
+    """The h200 seed with `ray.namespace: ray` (and its service account there too, unless not `account_too`)."""
+    spec = specs / "h200.yaml"
+    text = spec.read_text().replace("  cluster_name: ray-cluster\n", "  cluster_name: ray-cluster\n  namespace: ray\n")
+    if account_too:
+        text = text.replace("    name: generic-ksa\n    namespace: default\n",
+                            "    name: generic-ksa\n    namespace: ray\n")
+    spec.write_text(text)
+    return spec
+
+
+def test_a_namespace_of_its_own_is_rendered_first_and_holds_every_namespaced_object(specs, capsys):
+    assert cli.main(["render", "h200", "--offline"]) == 0
+    assert "Namespace" not in [d["kind"] for d in yaml.safe_load_all(capsys.readouterr().out)], "default is built in"
+    in_namespace_ray(specs)
+    assert cli.main(["render", "h200", "--offline"]) == 0
+    docs = list(yaml.safe_load_all(capsys.readouterr().out))
+    namespace = docs[0]
+    assert (namespace["kind"], namespace["metadata"]["name"]) == ("Namespace", "ray")
+    assert namespace["metadata"]["labels"] == labels_for("h200"), namespace["metadata"]
+    kubernetes_validate.validate(namespace, "1.33", strict=True)
+    placed = {(d["kind"], d["metadata"].get("namespace")) for d in docs[1:]}
+    assert {("ServiceAccount", "ray"), ("Secret", "ray"), ("PersistentVolumeClaim", "ray"),
+            ("RayCluster", "ray")} <= placed
+    # Only the gIB installer stays in kube-system, where it runs on every GPU node; the rest is cluster-scoped.
+    assert {ns for _, ns in placed} == {"ray", "kube-system", None}
+    assert [kind for kind, ns in placed if ns == "kube-system"] == ["DaemonSet"]
+    (pv,) = [d for d in docs if d["kind"] == "PersistentVolume"]
+    assert pv["spec"]["claimRef"]["namespace"] == "ray"
+
+
+def test_validate_refuses_a_service_account_outside_the_pods_namespace_at_its_line(specs, capsys):
+    spec = in_namespace_ray(specs, account_too=False)
+    line = spec.read_text().splitlines().index("    namespace: default") + 1
+    assert cli.main(["validate", str(spec)]) == 2
+    out = capsys.readouterr().out
+    assert f"h200.yaml:{line}:16: cluster.service_account.namespace: the service account is in namespace default but " \
+           "the Ray pods run in ray (ray.namespace)" in out, out
+    assert "set namespace: ray here" in out

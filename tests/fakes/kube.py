@@ -6,8 +6,12 @@ it is installed: `uninstall("ray.io/v1")`), get, list by label selector, create,
 with managed fields per manager, conflicts and `force`, `dryRun=All`, updates by JSON patch or PUT
 that move field ownership to their manager, defaulting and quantity canonicalization, the
 immutability and resize rules of PV/PVC/DaemonSet/Secret, deletion held by finalizers, and
-resourceVersion/generation (generation moves only with the spec). Controllers are played on each
-request: the PV binder, the PV/PVC protection controllers, and (with `controller_delay`) the
+resourceVersion/generation (generation moves only with the spec). Namespaces with their lifecycle: the
+built-in ones always there, a write into a namespace that does not exist refused (404) and a create into
+one being terminated too (403), by the NamespaceLifecycle admission (kube_rules); a deleted namespace is
+Terminating until the namespace controller has deleted what is in it. Controllers are played on each
+request: the namespace controller, the PV binder, the PV/PVC protection controllers, KubeRay's pod
+controller (its pods pass the ServiceAccount admission: fakes.kuberay), and (with `controller_delay`) the
 DaemonSet and KubeRay status writers. Also the service proxy
 (`/api/v1/namespaces/NS/services/NAME:PORT/proxy/...`, forwarded to what `services` maps to) and a
 request log.
@@ -27,6 +31,7 @@ from fakes.jsonhttp import JsonServer, reply
 
 # plural -> (kind, api group/version, namespaced)
 RESOURCES = {
+    "namespaces": ("Namespace", "v1", False),
     "secrets": ("Secret", "v1", True),
     "serviceaccounts": ("ServiceAccount", "v1", True),
     "persistentvolumeclaims": ("PersistentVolumeClaim", "v1", True),
@@ -80,6 +85,8 @@ class FakeKube:
         self._versions = itertools.count(1)
         self._lock = threading.Lock()
         self._server = None
+        for name in kube_rules.BUILT_IN_NAMESPACES:
+            self._write(("namespaces", "", name), {"metadata": {"name": name}}, "kube-apiserver")
 
     # -- lifecycle and test hooks -----------------------------------------------------------
     def start(self) -> "FakeKube":
@@ -355,6 +362,10 @@ class FakeKube:
     def _store(self, key, content: dict, owners: dict[str, Owner], dry_run: bool) -> tuple[int, dict]:
         plural, namespace, name = key
         current = self.objects.get(key)
+        group = RESOURCES[plural][1].rpartition("/")[0]
+        refused = kube_rules.namespace_lifecycle(self.objects, plural, group, namespace, name, creating=current is None)
+        if refused:
+            return _status(*refused)
         if current and current["metadata"].get("deletionTimestamp"):
             return _status(409, "Conflict", f'{plural} "{name}" is being deleted')  # no change to a terminating object
         content = {"apiVersion": RESOURCES[plural][1], "kind": RESOURCES[plural][0], **content}
@@ -399,6 +410,8 @@ class FakeKube:
     def _delete(self, key) -> tuple[int, dict]:
         """Deletion waits for the object's finalizers (the protection controllers clear theirs in `_reconcile`)."""
         current = self.objects[key]
+        if key[0] == "namespaces":
+            return self._delete_namespace(key, current)
         if current["metadata"].get("finalizers"):
             current["metadata"].setdefault("deletionTimestamp", time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
             self._bump(current)
@@ -408,21 +421,60 @@ class FakeKube:
         self._ready_at.pop(key, None)
         return _status(200, "Success", "deleted")
 
+    def _delete_namespace(self, key, namespace: dict) -> tuple[int, dict]:
+        """The namespace registry's Delete (pkg/registry/core/namespace/storage/storage.go): a namespace with
+        finalizers (every one: `kubernetes` is set at creation) is only marked, deletionTimestamp and phase
+        Terminating; the namespace controller does the rest (`_finalize_namespaces`)."""
+        refused = kube_rules.namespace_deletion(key[2])
+        if refused:
+            return _status(*refused)
+        if not namespace["metadata"].get("deletionTimestamp"):
+            namespace["metadata"]["deletionTimestamp"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+            namespace["status"] = {"phase": "Terminating"}
+            self._bump(namespace)
+        return 200, namespace
+
     def _bump(self, obj: dict) -> None:
         obj["metadata"]["resourceVersion"] = str(next(self._versions))
 
     # -- controllers --------------------------------------------------------------------------
     def _reconcile(self) -> None:
         """What the controllers would have done by now, run before each request."""
+        self._empty_terminating_namespaces()
         self._bind_volumes()
         self._release_protected()
         kuberay.reconcile(self.objects, self.kuberay)
         self.scheduling.place(self.objects)
+        self._finalize_namespaces()
         now = time.monotonic()
         for key, due in list(self._ready_at.items()):
             if now >= due and key in self.objects:
                 del self._ready_at[key]
                 self._publish_status(key)
+
+    def _empty_terminating_namespaces(self) -> None:
+        """The namespace controller (pkg/controller/namespace/deletion/namespaced_resources_deleter.go): every
+        object in a Terminating namespace is deleted, each as its own delete would go (finalizers hold it)."""
+        terminating = {key[2] for key, obj in self.objects.items()
+                       if key[0] == "namespaces" and (obj.get("status") or {}).get("phase") == "Terminating"}
+        for key in [k for k in self.objects if k[1] in terminating]:
+            if key in self.objects and not self.objects[key]["metadata"].get("deletionTimestamp"):
+                self._delete(key)
+
+    def _finalize_namespaces(self) -> None:
+        """Then, once nothing is left in it, the controller removes its `kubernetes` finalizer (the namespace's
+        finalize subresource), and the namespace goes when no finalizer at all is left (metadata.finalizers:
+        anyone's, which hold it Terminating)."""
+        for key, namespace in list(self.objects.items()):
+            if key[0] != "namespaces" or (namespace.get("status") or {}).get("phase") != "Terminating":
+                continue
+            if any(k[1] == key[2] for k in self.objects):
+                continue
+            spec = namespace.setdefault("spec", {})
+            spec["finalizers"] = [f for f in spec.get("finalizers", []) if f != kube_rules.NAMESPACE_FINALIZER]
+            if not spec["finalizers"] and not namespace["metadata"].get("finalizers"):
+                self.objects.pop(key)
+                self.owners.pop(key, None)
 
     def _bind_volumes(self) -> None:
         """The PV controller (pkg/controller/volume/persistentvolume/pv_controller.go): a claim naming a
@@ -453,7 +505,7 @@ class FakeKube:
         it; KubeRay's pods go with their RayCluster), kubernetes.io/pv-protection once no claim is bound to the
         volume (pkg/controller/volume/pvcprotection, pvprotection)."""
         for key, obj in list(self.objects.items()):
-            if not obj["metadata"].get("deletionTimestamp"):
+            if not obj["metadata"].get("deletionTimestamp") or key[0] == "namespaces":
                 continue
             if key[0] == "persistentvolumeclaims" and not any(
                     k[0] == "rayclusters" and k[1] == key[1] and f'"claimName": "{key[2]}"' in json.dumps(c)
@@ -566,6 +618,7 @@ def _not_found(plural: str, name: str) -> tuple[int, dict]:
     return _status(404, "NotFound", f'{plural} "{name}" not found')
 
 
-def _status(code: int, reason: str, message: str) -> tuple[int, dict]:
+def _status(code: int, reason: str, message: str, details: dict | None = None) -> tuple[int, dict]:
+    """A metav1.Status as the API server answers it (apimachinery pkg/api/errors/errors.go)."""
     return code, {"kind": "Status", "apiVersion": "v1", "status": "Success" if code < 300 else "Failure",
-                  "message": message, "reason": reason, "code": code}
+                  "message": message, "reason": reason, **({"details": details} if details else {}), "code": code}

@@ -2,8 +2,10 @@
 by, the defaults it fills in, the quantities it canonicalizes, and the updates it refuses.
 
 Every rule names its upstream source (kubernetes/kubernetes at release-1.33 unless said otherwise).
-What is not modelled: admission webhooks, pods (a RayCluster that names a claim stands for the pods
-KubeRay makes from it), validation beyond the rules below, and defaults of fields rlops never sends.
+Admission: the NamespaceLifecycle and ServiceAccount plugins (below, "admission"); the storage plugins'
+rules are with the updates they refuse. What is not modelled: admission webhooks and other plugins, pods
+beyond their admission (a RayCluster that names a claim stands for the pods KubeRay makes from it),
+validation beyond the rules below, and defaults of fields rlops never sends.
 """
 
 import gzip
@@ -64,6 +66,8 @@ def schema(plural: str, kuberay: str = "v1.7.0") -> Schema:
         "persistentvolumeclaims": {"properties": {"spec": {"properties": {"accessModes": ATOMIC,
                                                                           "selector": selector}}}},
         "secrets": {}, "serviceaccounts": {"properties": {"secrets": ATOMIC, "imagePullSecrets": ATOMIC}},
+        # NamespaceSpec.finalizers is `+listType=atomic` (k8s.io/api core/v1 types.go).
+        "namespaces": {"properties": {"spec": {"properties": {"finalizers": ATOMIC}}}},
     }
     if plural == "rayclusters":
         node = dict(_crd_schema(KUBERAY_CRDS[kuberay]))
@@ -118,7 +122,7 @@ def apply_defaults(plural: str, obj: dict, kuberay: str = "v1.7.0") -> None:
         _schema_defaults(obj, schema(plural, kuberay))
         return
     {"daemonsets": _daemonset, "persistentvolumes": _persistent_volume, "persistentvolumeclaims": _claim,
-     "secrets": _secret, "serviceaccounts": lambda obj: None}[plural](obj)
+     "secrets": _secret, "serviceaccounts": lambda obj: None, "namespaces": _namespace}[plural](obj)
 
 
 def _schema_defaults(value, node: Schema) -> None:
@@ -203,6 +207,15 @@ def _secret(obj: dict) -> None:
     obj.setdefault("type", "Opaque")  # SetDefaults_Secret
 
 
+def _namespace(obj: dict) -> None:
+    """SetDefaults_Namespace (pkg/apis/core/v1/defaults.go): the label kubernetes.io/metadata.name; the
+    registry's PrepareForCreate (pkg/registry/core/namespace/strategy.go): phase Active and the finalizer
+    `kubernetes` in spec.finalizers, which the namespace controller removes once the namespace is empty."""
+    obj.setdefault("metadata", {}).setdefault("labels", {})[NAME_LABEL] = obj["metadata"]["name"]
+    obj.setdefault("spec", {}).setdefault("finalizers", [NAMESPACE_FINALIZER])
+    obj.setdefault("status", {}).setdefault("phase", "Active")
+
+
 _QUANTITY = re.compile(r"^([+-]?[0-9.]+)(Ki|Mi|Gi|Ti|Pi|Ei|m|k|M|G|T|P|E|)$")
 _BINARY = ["", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei"]
 _DECIMAL = {-3: "m", 0: "", 3: "k", 6: "M", 9: "G", 12: "T", 15: "P", 18: "E"}
@@ -285,3 +298,63 @@ def _bytes(quantity: str) -> Decimal:
     if suffix in _BINARY:
         return number * 1024 ** _BINARY.index(suffix)
     return number * Decimal(10) ** {v: k for k, v in _DECIMAL.items()}[suffix]
+
+
+# -- admission -----------------------------------------------------------------------------------------
+
+NAME_LABEL, NAMESPACE_FINALIZER = "kubernetes.io/metadata.name", "kubernetes"
+# The namespaces every cluster has: the API server makes them at start and keeps them (the kube-* ones:
+# pkg/controlplane/controller/systemnamespaces; default comes with the `kubernetes` service), and
+# NamespaceLifecycle refuses to delete the "immortal" default, kube-system and kube-public.
+BUILT_IN_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
+IMMORTAL_NAMESPACES = ("default", "kube-system", "kube-public")
+Refusal = tuple[int, str, str, dict]  # code, reason, message, the Status's details
+
+
+def namespace_lifecycle(objects: dict, plural: str, group: str, namespace: str, name: str,
+                        creating: bool) -> Refusal | None:
+    """The NamespaceLifecycle admission plugin (staging/src/k8s.io/apiserver/pkg/admission/plugin/namespace/
+    lifecycle/admission.go; plugin/pkg/admission/namespace/lifecycle/admission.go before it moved), on a
+    create or an update of a namespaced object (deletes and cluster-scoped objects pass): a namespace that
+    does not exist is the lookup's own NotFound, `namespaces "NS" not found` (404); a create in a namespace
+    being terminated is Forbidden (403) with the cause NamespaceTerminating. Dry runs are admitted the same way.
+    `objects`: (plural, namespace, name) -> object, as the fake stores them."""
+    if not namespace:
+        return None
+    found = objects.get(("namespaces", "", namespace))
+    if found is None:
+        return 404, "NotFound", f'namespaces "{namespace}" not found', {"name": namespace, "kind": "namespaces"}
+    if creating and (found.get("status") or {}).get("phase") == "Terminating":
+        return _forbidden(plural, group, name, f"unable to create new content in namespace {namespace} because it "
+                          "is being terminated",
+                          [{"reason": "NamespaceTerminating", "message": f"namespace {namespace} is being terminated",
+                            "field": "metadata.namespace"}])
+    return None
+
+
+def namespace_deletion(name: str) -> Refusal | None:
+    """NamespaceLifecycle again: the immortal namespaces may not be deleted."""
+    if name in IMMORTAL_NAMESPACES:
+        return _forbidden("namespaces", "", name, "this namespace may not be deleted")
+    return None
+
+
+def service_account_admission(objects: dict, pod: dict) -> Refusal | None:
+    """The ServiceAccount admission plugin (plugin/pkg/admission/serviceaccount/admission.go), on a pod's
+    create: an empty serviceAccountName becomes `default`, and the account must exist in the pod's own
+    namespace, else Forbidden: `error looking up service account NS/NAME: serviceaccount "NAME" not found`.
+    The account `default` is in every namespace (the service account controller makes it:
+    pkg/controller/serviceaccount/serviceaccounts_controller.go)."""
+    namespace, account = pod["metadata"]["namespace"], pod["spec"].get("serviceAccountName") or "default"
+    if account == "default" or ("serviceaccounts", namespace, account) in objects:
+        return None
+    return _forbidden("pods", "", pod["metadata"]["name"], f"error looking up service account {namespace}/{account}: "
+                      f'serviceaccount "{account}" not found')
+
+
+def _forbidden(plural: str, group: str, name: str, why: str, causes: list | None = None) -> Refusal:
+    """apimachinery's errors.NewForbidden, which admission.NewForbidden calls: `RESOURCE "NAME" is forbidden: WHY`."""
+    resource = f"{plural}.{group}" if group else plural
+    details = {"name": name, **({"group": group} if group else {}), "kind": plural,
+               **({"causes": causes} if causes else {})}
+    return 403, "Forbidden", f'{resource} "{name}" is forbidden: {why}', details

@@ -15,6 +15,14 @@ Each rule is read from ray-project/kuberay, ray-operator/controllers/ray/ at v1.
 - Before v1.6.0 the CRD has no `upgradeStrategy`: the API server prunes it from what is sent
   (kube_rules.prune_unknown), so the spec never asks for a recreate.
 - Pods are owned by their RayCluster and go with it (the garbage collector).
+- Each pod is created through the API server's admission (kube_rules: NamespaceLifecycle, ServiceAccount).
+  A refused create is not retried in that reconcile: `createHeadPod` / `createWorkerPod` record a Warning
+  event on the RayCluster, `FailedToCreateHeadPod` "Failed to create head Pod NS/NAME, ERR" or
+  `FailedToCreateWorkerPod` "Failed to create worker Pod for the cluster NS/CLUSTER, ERR", and
+  `reconcilePods` returns the error, so the reconcile is retried later and nothing after it is created
+  (a refused head: no worker either). The recorder is `raycluster-controller`; repeats of an event with
+  the same object and reason are aggregated into one whose count grows (client-go tools/record
+  events_cache.go; the pod's name in the message is the fake's, a real head or worker has a generated one).
 The hash is the fake's own (a digest of that reduced spec), compared only with itself.
 """
 
@@ -22,6 +30,9 @@ import copy
 import hashlib
 import itertools
 import json
+import time
+
+from fakes import kube_rules
 
 RECREATE_HASH = "ray.io/upgrade-strategy-recreate-hash"
 VERSION_ANNOTATION = "ray.io/kuberay-version"
@@ -78,7 +89,9 @@ def _reconcile_cluster(objects: dict, namespace: str, name: str, cluster: dict, 
         head = _pod(namespace, f"{name}-head", name, "head", HEAD_GROUP, spec["headGroupSpec"]["template"])
         if supports_upgrade_strategy(kuberay):
             head["metadata"]["annotations"].update({RECREATE_HASH: current_hash, VERSION_ANNOTATION: kuberay})
-        objects[("pods", namespace, head["metadata"]["name"])] = head
+        if not _created(objects, cluster, head, "FailedToCreateHeadPod",
+                        f"Failed to create head Pod {namespace}/{head['metadata']['name']}"):
+            return
     for group in spec.get("workerGroupSpecs", []):
         wanted = group.get("replicas", 0) * group.get("numOfHosts", 1)
         mine = sorted((key for key, pod in pods.items() if pod["metadata"]["labels"][GROUP_LABEL] == group["groupName"]
@@ -88,7 +101,38 @@ def _reconcile_cluster(objects: dict, namespace: str, name: str, cluster: dict, 
         for _ in range(wanted - len(mine)):
             worker = _pod(namespace, f"{name}-{group['groupName']}-worker", name, "worker", group["groupName"],
                           group["template"])
-            objects[("pods", namespace, worker["metadata"]["name"])] = worker
+            if not _created(objects, cluster, worker, "FailedToCreateWorkerPod",
+                            f"Failed to create worker Pod for the cluster {namespace}/{name}"):
+                return
+
+
+def _created(objects: dict, cluster: dict, pod: dict, reason: str, failed: str) -> bool:
+    """The pod's create, through admission; a refusal is an event on the RayCluster (the module's docstring)."""
+    namespace = pod["metadata"]["namespace"]
+    refused = kube_rules.namespace_lifecycle(objects, "pods", "", namespace, pod["metadata"]["name"], creating=True) \
+        or kube_rules.service_account_admission(objects, pod)
+    if refused is None:
+        objects[("pods", namespace, pod["metadata"]["name"])] = pod
+        return True
+    _warn(objects, cluster, reason, f"{failed}, {refused[2]}")
+    return False
+
+
+def _warn(objects: dict, cluster: dict, reason: str, message: str) -> None:
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    metadata = cluster["metadata"]
+    for key, event in objects.items():
+        if key[0] == "events" and event["involvedObject"]["uid"] == metadata["uid"] and event["reason"] == reason:
+            event.update(message=message, count=event["count"] + 1, lastTimestamp=now)
+            return
+    name = f"{metadata['name']}.{next(_names):016x}"
+    objects[("events", metadata["namespace"], name)] = {
+        "apiVersion": "v1", "kind": "Event",
+        "metadata": {"name": name, "namespace": metadata["namespace"], "resourceVersion": "1", "uid": f"event-{name}"},
+        "involvedObject": {"kind": "RayCluster", "namespace": metadata["namespace"], "name": metadata["name"],
+                           "uid": metadata["uid"], "apiVersion": "ray.io/v1"},
+        "reason": reason, "message": message, "source": {"component": "raycluster-controller"}, "type": "Warning",
+        "count": 1, "firstTimestamp": now, "lastTimestamp": now}
 
 
 def _pod(namespace: str, prefix: str, cluster: str, node_type: str, group: str, template: dict) -> dict:

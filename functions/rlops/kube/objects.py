@@ -5,6 +5,7 @@ from dataclasses import dataclass, field
 
 # kind -> (API path prefix, plural, namespaced): the kinds rlops applies.
 KINDS = {
+    "Namespace": ("/api/v1", "namespaces", False),
     "Secret": ("/api/v1", "secrets", True),
     "ServiceAccount": ("/api/v1", "serviceaccounts", True),
     "PersistentVolumeClaim": ("/api/v1", "persistentvolumeclaims", True),

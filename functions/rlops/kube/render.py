@@ -27,6 +27,9 @@ REDACTED = "<redacted>"
 # Until the Lustre instance exists (a plan from nothing, render --offline) its address is not known.
 UNKNOWN_LUSTRE_IP = "LUSTRE-IP-KNOWN-AFTER-APPLY"
 TEMPLATE_DIGEST = "rlops-pod-template"  # annotation on every pod template and so on every pod
+# The namespaces every cluster has: the API server creates them and keeps them (its system namespaces
+# controller; NamespaceLifecycle refuses to delete default, kube-system and kube-public). rlops renders none.
+BUILT_IN_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
 
 
 @dataclass(frozen=True)
@@ -60,11 +63,19 @@ def pvc_name(env: GcpEnvironment) -> str:
 
 def objects(env_name: str, env: GcpEnvironment, facts: LiveFacts, secret_values: dict[str, str] | None = None) -> list[dict]:
     """Every object rlops applies to the cluster, in apply order. `secret_values` None: the Secret shows <redacted>."""
-    rendered = [*network_mapping(env), nccl_installer(env), *lustre_volume(env, facts), service_account(env),
-                secret(env, secret_values), ray_cluster(env)]
+    rendered = [*namespace(env), *network_mapping(env), nccl_installer(env), *lustre_volume(env, facts),
+                service_account(env), secret(env, secret_values), ray_cluster(env)]
     for obj in rendered:
         obj["metadata"].setdefault("labels", {}).update(labels_for(env_name))
     return rendered
+
+
+def namespace(env: GcpEnvironment) -> list[dict]:
+    """The Ray pods' namespace, unless the cluster has it anyway: an object in a namespace that does not exist
+    is refused (404, the NamespaceLifecycle admission). Its service account is in the same one (spec rules)."""
+    if env.ray.namespace in BUILT_IN_NAMESPACES:
+        return []
+    return [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": env.ray.namespace}}]
 
 
 def network_mapping(env: GcpEnvironment) -> list[dict]:

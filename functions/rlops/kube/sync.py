@@ -22,6 +22,12 @@ KubeRay never changes a running pod when the RayCluster's template changes. From
 makes them again from the new template. Either way every pod of the cluster restarts, so the
 change is held while a Ray job is pending or running, and applied by the first apply after it ends.
 Readiness counts only pods made from the current template (render.TEMPLATE_DIGEST).
+
+The Ray pods' namespace, when rlops renders it, is applied before everything else (an object in a namespace
+that does not exist is refused). A Namespace is never pruned: deleting one deletes everything in it, rlops's
+or not, so one no longer rendered (ray.namespace changed) stays, empty of rlops's objects, until destroy
+deletes the environment's objects (`delete_all`, the Namespace last) or someone deletes it. A namespace that
+exists without rlops's labels (made by hand) is used as it is: neither taken over nor refused.
 """
 
 import copy
@@ -36,7 +42,8 @@ from rlops.ownership import labels_for
 
 # Deleted in this order (and applied in the reverse): what uses a thing goes before it.
 DELETE_ORDER = ["RayCluster", "Secret", "ServiceAccount", "PersistentVolumeClaim", "PersistentVolume", "DaemonSet",
-                "Network", "GKENetworkParamSet"]
+                "Network", "GKENetworkParamSet", "Namespace"]
+NEVER_PRUNED = {"Namespace"}  # see the module's docstring
 RAY_CLUSTER_LABEL = "ray.io/cluster"  # on every pod KubeRay makes (ray-operator utils/constant.go)
 SERVER_METADATA = ("resourceVersion", "generation", "uid", "managedFields", "creationTimestamp", "selfLink")
 
@@ -107,6 +114,8 @@ def plan(api: KubeApi, env_name: str, rendered: list[dict], secret_values_known:
             changes.append(ObjectChange(ref, "create", desired=obj))
             continue
         if not owned_by(live, env_name):
+            if ref.kind == "Namespace":
+                continue  # someone's namespace: the objects go into it, it stays theirs
             raise KubeError(f"{ref} exists without rlops's labels for {env_name}; rlops does not take over objects "
                             "it did not create: delete it or rename it in the spec")
         desired = keep_live(obj, live)
@@ -129,7 +138,8 @@ def plan(api: KubeApi, env_name: str, rendered: list[dict], secret_values_known:
         if changed:
             changes.append(ObjectChange(ref, "update", changed, desired, restarts_pods=restarts))
     changes = _with_holders_replaced(changes, rendered, lives)
-    changes += [ObjectChange(ref, "delete") for ref in owned_refs(api, env_name) if ref not in wanted]
+    changes += [ObjectChange(ref, "delete") for ref in owned_refs(api, env_name)
+                if ref not in wanted and ref.kind not in NEVER_PRUNED]
     return changes
 
 

@@ -164,7 +164,8 @@ class ClusterAddons(Spec):
 
 class KubernetesServiceAccount(Spec):
     name: DnsLabel = "rlops-ray"
-    namespace: DnsLabel = "default"
+    namespace: DnsLabel = Field("default", description="The same as ray.namespace: a pod can use only a service "
+                                "account of its own namespace.")
     google_service_account: _text(GSA_EMAIL, 100) | None = Field(
         None, description="Annotated on the Kubernetes service account (workload identity); unset: grant IAM to the "
                           "Kubernetes principal directly.")
@@ -234,7 +235,8 @@ class RayNode(Spec):
 
 class Ray(Spec):
     cluster_name: DnsLabel = "ray-cluster"
-    namespace: DnsLabel = "default"
+    namespace: DnsLabel = Field("default", description="Where the RayCluster, its Secret, claim and service account "
+                                "live; rlops creates the namespace unless it exists (as default does).")
     image: _text(IMAGE, 512)
     ray_version: _text(RAY_VERSION)
     head: RayNode

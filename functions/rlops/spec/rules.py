@@ -136,6 +136,21 @@ def cluster_features(env: GcpEnvironment) -> Iterator[Finding]:
         yield ("cluster", "workload_identity"), "Ray pods reach Google APIs through workload identity; set workload_identity: true"
 
 
+def one_namespace(env: GcpEnvironment) -> Iterator[Finding]:
+    """The Ray pods and their service account in one namespace: Kubernetes' ServiceAccount admission refuses a
+    pod whose serviceAccountName is not an account of the pod's own namespace, so KubeRay could make no pod.
+    Refused here rather than the account silently following ray.namespace: the account's namespace is part of
+    the workload-identity principal IAM is granted to (PROJECT.svc.id.goog[NAMESPACE/NAME]), which the user
+    grants outside rlops, so moving it is the user's visible choice, and a spec that says `namespace: default`
+    keeps meaning what it says."""
+    account, ray = env.cluster.service_account.namespace, env.ray.namespace
+    if account != ray:
+        yield ("cluster", "service_account", "namespace"), (
+            f"the service account is in namespace {account} but the Ray pods run in {ray} (ray.namespace), and a "
+            f"pod can use only a service account of its own namespace; set namespace: {ray} here (and grant IAM "
+            f"to {ray}/{env.cluster.service_account.name}), or ray.namespace: {account}")
+
+
 def lustre_tier(env: GcpEnvironment) -> Iterator[Finding]:
     lustre = env.lustre
     tier, capacity, speed = catalog.LUSTRE_TIERS[lustre.throughput_mb_per_tib], lustre.capacity_gib, lustre.throughput_mb_per_tib
@@ -297,7 +312,8 @@ def secrets_and_idle(env: GcpEnvironment | LocalEnvironment) -> Iterator[Finding
 
 
 GCP_RULES: list[Callable] = [zone_in_region, cidrs_do_not_overlap, rdma_subnet_per_gpu, accelerator_fits_machine,
-                             pool_capacity, cluster_features, lustre_tier, ray_cluster, recipes, secrets_and_idle]
+                             pool_capacity, cluster_features, one_namespace, lustre_tier, ray_cluster, recipes,
+                             secrets_and_idle]
 LOCAL_RULES: list[Callable] = [recipes, secrets_and_idle]
 
 
