@@ -23,8 +23,25 @@ from rlops.state.bucket import read_json, write_json_if
 def tick(site) -> list[dict]:
     """The manifests of new complete checkpoints, then what the recipes' `export:` policies want (`exports.tick`);
     the events."""
-    events = _manifests_here(site) if site.checkpoints_here else _tick_on_cluster(site)
+    events = _relink(site)
+    events += _manifests_here(site) if site.checkpoints_here else _tick_on_cluster(site)
     return events + exports.tick(site)
+
+
+def _relink(site) -> list[dict]:
+    """Manifests stored without their link in the run record (a tick died, or lost its record write, between
+    the two writes): linked now, and their event published, since a stored manifest is never written again."""
+    events, now = [], time.time()
+    for run, (record, _) in sorted(site.records.all().items()):
+        if not policy.recent(record, now):
+            continue
+        for step, blob in sorted(site.records.manifest_objects(run).items()):
+            if str(step) not in record.manifests:
+                content, _ = read_json(blob)
+                if content is not None and manifest.intact(content):
+                    _link(site, run, step, blob.name, content["digest"], content.get("save"))
+                    events.append(_published(site, run, content, blob.name))
+    return events
 
 
 def _manifests_here(site) -> list[dict]:
@@ -68,11 +85,15 @@ def _store(site, run: str, content: dict, replacing=None) -> list[dict]:
     if not write_json_if(blob, content, generation):
         return []  # another tick wrote it first
     _link(site, run, content["step"], blob.name, content["digest"], content.get("save"))
-    event = {"type": "checkpoint", "environment": site.name, "run": run, "step": content["step"],
-             "manifest": blob.name, "digest": content["digest"], "total_bytes": content["total_bytes"],
-             **({"replaced": earlier.get("save")} if replacing is not None else {})}
+    return [_published(site, run, content, blob.name, earlier.get("save") if replacing is not None else None)]
+
+
+def _published(site, run: str, content: dict, name: str, replaced: str | None = None) -> dict:
+    event = {"type": "checkpoint", "environment": site.name, "run": run, "step": content["step"], "manifest": name,
+             "digest": content["digest"], "total_bytes": content["total_bytes"],
+             **({"replaced": replaced} if replaced else {})}
     site.publish(event)
-    return [event]
+    return event
 
 
 def _tick_on_cluster(site) -> list[dict]:
