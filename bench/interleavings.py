@@ -3,7 +3,7 @@ Ray head restarts, checked for invariant violations: the reaper against train me
 plane (train, watch, snapshot, reap and apply's lock, tick after tick). Prints how many schedules each explored,
 how many distinct interleavings that was, and how fast.
 
-Usage: python bench/interleavings.py [REAP_WAKE_SCHEDULES [CONTROL_PLANE_SCHEDULES]]   (default 10,000 and 1,000)
+Usage: python bench/interleavings.py [REAP_WAKE_SCHEDULES [CONTROL_PLANE_SCHEDULES]]   (default 10,000 and 2,000)
 """
 
 import sys
@@ -36,7 +36,7 @@ def run(name: str, count: int, one) -> tuple[int, int]:
 
 
 def main() -> None:
-    counts = [int(arg) for arg in sys.argv[1:3]] + [10_000, 1_000][len(sys.argv[1:3]):]
+    counts = [int(arg) for arg in sys.argv[1:3]] + [10_000, 2_000][len(sys.argv[1:3]):]
     explored, violated = zip(run("reap-wake", counts[0], lambda seed, mp, tmp: explore(seed, mp)),
                              run("control-plane", counts[1], explore_control_plane))
     print(f"interleavings-explored: {sum(explored)} (goal >= 10000)")

@@ -364,11 +364,15 @@ def explore_control_plane(seed: int, monkeypatch, tmp: Path) -> Scheduler:
                 assert world.run({"redelivered": actors["train"]})["redelivered"].error is None  # Pub/Sub again
             scheduler.clock += 30
         scheduler.choose, scheduler.crash, scheduler.lose_response = (lambda ready: next(iter(ready))), {}, {}
-        for _ in range(30):  # calm: a tick a minute, one function at a time
+        for _ in range(30):  # calm: a tick a minute, one function at a time, until nothing is left to finish
             scheduler.clock += 60
             for name in ticks:
                 outcome = world.run({name: actors[name]})[name]
                 assert outcome.error is None, f"{name}: {outcome.error!r}"
+            record, _ = world.site.records.get("r1")
+            if record and record.state == "SUCCEEDED" and "2" in record.manifests and \
+                    world.site.pool.read()[0].scaled and not world.site.lock("x").blob.exists():
+                break
         record, _ = world.site.records.get("r1")
         assert record is not None and record.state == "SUCCEEDED", f"the run did not end: {record}"
         assert [a.attempt for a in record.attempts] == list(range(1, len(record.attempts) + 1)), record.attempts

@@ -1,7 +1,7 @@
 """Deterministic interleavings of rlops's real control-plane code, in the spirit of FoundationDB's simulation.
 
-Each actor (a reap tick, a train message's wake, ...) runs the real functions in a thread of its own, but only one
-runs at a time: every state-bucket call, pool scale and sleep is a yield point where the actor stops and the
+Each actor (a reap tick, a train message's wake, ...) runs the real functions in a greenlet of its own, and only
+one runs at a time: every state-bucket call, pool scale and sleep is a yield point where the actor stops and the
 scheduler picks who goes next. The choices are the schedule: the same choices give the same run, a seeded chooser
 explores, and a named list replays a known race. An actor can be crashed at a yield point (the process died there:
 `Crash` is raised inside it) and a write's response can be lost (it lands, the caller sees an error, as a timeout).
@@ -12,12 +12,12 @@ which fake-gcs-server does not enforce on DELETE (https://cloud.google.com/stora
 """
 
 import random
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 
 from google.api_core import exceptions as gexc
+from greenlet import greenlet
 
 
 class Crash(BaseException):
@@ -40,32 +40,25 @@ class Scheduler:
         self.max_steps = max_steps
         self.trace: list[tuple[str, str]] = []
         self.clock = 1_790_000_000.0
-        self._local = threading.local()
-        self._cond = threading.Condition()
-        self._parked: dict[str, str] = {}  # actor -> what it waits to do
-        self._go: dict[str, threading.Event] = {}
+        self._names: dict[greenlet, str] = {}
+        self._main: greenlet | None = None
         self._points: dict[str, int] = {}
         self._writes: dict[str, int] = {}
-        self.current: str | None = None
 
     # -- called by the actors' code (through the fakes) ------------------------------------------------------------
     def point(self, what: str) -> None:
-        name = getattr(self._local, "name", None)
+        name = self.actor
         if name is None:
-            return  # not an actor (the test itself, before or after the run)
+            return  # not an actor (the test itself, before or after the run; a thread of the code under test)
         index = self._points[name] = self._points.get(name, 0) + 1
-        with self._cond:
-            self._parked[name] = what
-            self._go[name].clear()
-            self._cond.notify_all()
-        self._go[name].wait()
+        self._main.switch(what)  # parked: the scheduler resumes this actor when it chooses it
         self.trace.append((name, what))
         if self.crash.get(name) == index:
             raise Crash(f"{name} crashed before {what}")
 
     def response_lost(self) -> bool:
         """Whether the write about to land is one whose response the caller never gets."""
-        name = getattr(self._local, "name", None)
+        name = self.actor
         if name is None:
             return False
         index = self._writes[name] = self._writes.get(name, 0) + 1
@@ -73,7 +66,7 @@ class Scheduler:
 
     @property
     def actor(self) -> str | None:
-        return getattr(self._local, "name", None)
+        return self._names.get(greenlet.getcurrent())
 
     def time(self) -> float:
         return self.clock
@@ -84,11 +77,11 @@ class Scheduler:
 
     # -- the run ----------------------------------------------------------------------------------------------------
     def run(self, actors: dict[str, Callable[[], object]]) -> dict[str, Outcome]:
+        """Each actor is a greenlet: one runs at a time, on this thread, until its next yield point."""
         outcomes = {name: Outcome() for name in actors}
-        finished: set[str] = set()
+        self._main = greenlet.getcurrent()
 
-        def body(name: str, act: Callable[[], object]) -> None:
-            self._local.name = name
+        def body(name: str, act: Callable[[], object]) -> str:
             try:
                 self.point("start")
                 outcomes[name].result = act()
@@ -96,33 +89,30 @@ class Scheduler:
                 outcomes[name].crashed = True
             except Exception as error:  # noqa: BLE001 - what the function would have raised to its caller
                 outcomes[name].error = error
-            finally:
-                with self._cond:
-                    finished.add(name)
-                    self._parked.pop(name, None)
-                    self._cond.notify_all()
+            return _ENDED
 
-        threads = []
+        parked: dict[str, str] = {}
+        runners = {}
         for name, act in actors.items():
-            self._go[name] = threading.Event()
-            thread = threading.Thread(target=body, args=(name, act), daemon=True, name=f"actor-{name}")
-            threads.append(thread)
-            thread.start()
-        for step in range(self.max_steps):
-            with self._cond:
-                self._cond.wait_for(lambda: all(n in self._parked or n in finished for n in actors), timeout=30)
-                ready = dict(sorted(self._parked.items()))
-                if not ready:
-                    break
-                chosen = self.choose(ready)
-                del self._parked[chosen]
-                self.current = chosen
-            self._go[chosen].set()
+            runners[name] = greenlet(lambda name=name, act=act: body(name, act))
+            self._names[runners[name]] = name
+            parked[name] = runners[name].switch()  # up to its first yield point
+        for _ in range(self.max_steps):
+            if not parked:
+                break
+            chosen = self.choose(dict(sorted(parked.items())))
+            del parked[chosen]
+            said = runners[chosen].switch()
+            if said is not _ENDED:
+                parked[chosen] = said
         else:
             raise AssertionError(f"no end after {self.max_steps} steps: {self.trace[-20:]}")
-        for thread in threads:
-            thread.join(timeout=30)
+        for runner in runners.values():
+            self._names.pop(runner, None)
         return outcomes
+
+
+_ENDED = object()
 
 
 def seeded(seed: int) -> Callable[[dict[str, str]], str]:
@@ -166,7 +156,7 @@ class MemoryBucket:
 
     def list_blobs(self, prefix: str = ""):
         self.scheduler.point(f"list {prefix}")
-        return [self._listed(name) for name in sorted(self.objects) if name.startswith(prefix)]
+        return [self._listed(name) for name in sorted(name for name in self.objects if name.startswith(prefix))]
 
     def get_blob(self, name: str) -> "MemoryBlob | None":
         self.scheduler.point(f"metadata {name}")
@@ -191,13 +181,16 @@ class MemoryBlob:
         self.bucket, self.name = bucket, name
         self.generation: int | None = None
         self.size: int | None = None
-        self.updated = None
+        self._updated: float | None = None
 
     def _seen(self, live: _Object) -> None:
+        self.generation, self.size, self._updated = live.generation, len(live.data), live.updated
+
+    @property
+    def updated(self):
         from datetime import datetime, timezone
 
-        self.generation, self.size = live.generation, len(live.data)
-        self.updated = datetime.fromtimestamp(live.updated, timezone.utc)
+        return None if self._updated is None else datetime.fromtimestamp(self._updated, timezone.utc)
 
     def download_as_bytes(self, if_generation_match: int | None = None) -> bytes:
         self.bucket.scheduler.point(f"read {self.name}")
