@@ -460,3 +460,43 @@ def test_the_cluster_scan_manifests_a_known_step_again_only_when_it_was_saved_ag
     assert scan.main(["--run", f"a={trained}:2@,4@another-save"]) == 0  # 2: a link from before saves were told
     printed = [json.loads(line[len(scan.PREFIX):]) for line in capsys.readouterr().out.splitlines()]
     assert [(m["step"], m["save"]) for m in printed] == [(4, save)]
+
+
+def test_the_gate_keeps_set_aside_within_the_recipes_limit_and_says_what_it_deleted(trained, tmp_path, capsys):
+    """Issue 34, 6: set-aside/ grew without bound (a checkpoint can be hundreds of GB). The gate keeps the newest
+    `--keep` set-asides within `--keep-bytes`; its line says what it deleted and what stays, which the run's
+    report and `rlops status` show."""
+    from rlops.checkpoints import gate, resume
+    from rlops.runs import progress
+    from rlops.runs.report import set_aside_said
+
+    run = tmp_path / "run-k"
+    size = sum(f.stat().st_size for f in (trained / "checkpoint-4").rglob("*") if f.is_file())
+    said = []
+    for attempt in range(1, 5):  # four attempts, each finding a torn checkpoint-8 to set aside
+        shutil.copytree(trained / "checkpoint-4", run / "checkpoint-8")
+        (run / "checkpoint-8" / "trainer_state.json").unlink()
+        assert gate.main(["--run-dir", str(run), "--manifests", "no_such_module", "--keep", "3",
+                          "--keep-bytes", str(3 * size)]) == 0
+        point = progress.resume_point(capsys.readouterr().out)
+        said.append({"attempt": attempt, "resume_point": point})
+    assert [len(s["resume_point"].get("pruned", [])) for s in said] == [0, 0, 0, 1]
+    assert said[-1]["resume_point"]["kept"][0] == 3 and len(list((run / resume.SET_ASIDE).iterdir())) == 3
+    assert set_aside_said(said).startswith("set aside: 3 checkpoint(s), ")
+    assert "deleted to stay within the recipe's set_aside limit: checkpoint-8-" in set_aside_said(said)
+    # A byte bound tighter than two of them keeps one: the newest always stays.
+    pruned, kept = resume.prune(run, count=10, max_bytes=size + 1)
+    assert len(pruned) == 2 and kept[0] == 1
+
+
+def test_the_recipes_set_aside_limit_reaches_the_gate():
+    from conftest import ENVIRONMENTS, workload_words  # noqa: F401 - workload_words checks the gate's words
+    from rlops.runs import jobs
+    from rlops.spec.load import load_or_raise
+
+    recipe = load_or_raise(ENVIRONMENTS / "local.yaml").recipes["tiny-arith"]
+    words = jobs.request("local", "tiny-arith", recipe, "r", {}, "me", 1, "/lustre").entrypoint.split()
+    assert words[words.index("--keep") + 1] == "5" and "--keep-bytes" not in words
+    limited = recipe.model_copy(update={"set_aside": recipe.set_aside.model_copy(update={"count": 2, "gib": 100})})
+    words = jobs.request("local", "tiny-arith", limited, "r", {}, "me", 1, "/lustre").entrypoint.split()
+    assert words[words.index("--keep") + 1] == "2" and words[words.index("--keep-bytes") + 1] == str(100 * 2**30)

@@ -1,6 +1,7 @@
 """The first thing every attempt of a run does, on the node that mounts its checkpoints: choose the resume point.
 
-    python -m rlops.checkpoints.gate --run-dir DIR [--manifests MODULE] [--unverified] && <the workload>
+    python -m rlops.checkpoints.gate --run-dir DIR [--manifests MODULE] [--unverified] [--keep N]
+        [--keep-bytes B] && <the workload>
 
 Each attempt's Ray job runs this before the workload (`runs.jobs` puts it in the entrypoint), on the
 node where the run directory is: locally the Ray worker's disk, on GKE the head pod, which mounts
@@ -12,10 +13,13 @@ the choice is printed as one `[rlops-resume] {...}` line the watcher reads from 
 time the command began (when the attempt started running, for `rlops cost`).
 
 `--unverified` (the recipe's `resume_from: newest`) still sets aside torn checkpoints but takes the
-newest complete one without hashing it, for checkpoints too large to hash at every start.
+newest complete one without hashing it, for checkpoints too large to hash at every start. `--keep` and
+`--keep-bytes` (the recipe's `set_aside` limit) bound what set-aside/ holds: the oldest beyond are deleted,
+and the line says which and what is kept.
 """
 
 import argparse
+import dataclasses
 import importlib.util
 import json
 import sys
@@ -51,12 +55,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--run-dir", required=True, type=Path)
     parser.add_argument("--manifests", default=MODULE, metavar="MODULE")
     parser.add_argument("--unverified", action="store_true")
+    parser.add_argument("--keep", type=int, default=5, metavar="N", help="set-aside checkpoints kept, the newest")
+    parser.add_argument("--keep-bytes", type=int, metavar="B", help="and at most this many bytes of them")
     args = parser.parse_args(argv)
     started = time.time()  # the attempt's command began here: its running time (rlops cost) counts from now
     if args.unverified:
         point = resume.prepare(args.run_dir, {}, verify=False)
     else:
         point = resume.prepare(args.run_dir, _shipped(args.manifests))
+    pruned, kept = resume.prune(args.run_dir, args.keep, args.keep_bytes)
+    point = dataclasses.replace(point, pruned=pruned, kept=kept)
     print(PREFIX + json.dumps({**point.to_json(), "verified": not args.unverified, "at": started}, sort_keys=True),
           flush=True)
     return 0

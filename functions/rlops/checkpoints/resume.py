@@ -9,6 +9,7 @@ the run resumes, and older ones are left as they are.
 """
 
 import re
+import shutil
 import time
 import uuid
 from collections.abc import Callable
@@ -39,9 +40,12 @@ class Aside:
 class ResumePoint:
     step: int | None                 # None: no checkpoint verifies; the run starts again from its beginning
     set_aside: tuple[Aside, ...] = ()
+    pruned: tuple[str, ...] = ()     # older set-asides deleted to stay within the recipe's limit
+    kept: tuple[int, int] = (0, 0)   # what set-aside/ holds now: (checkpoints, bytes)
 
     def to_json(self) -> dict:
-        return {"step": self.step, "set_aside": [asdict(aside) for aside in self.set_aside]}
+        return {"step": self.step, "set_aside": [asdict(aside) for aside in self.set_aside],
+                **({"pruned": list(self.pruned), "kept": list(self.kept)} if self.pruned or self.kept[0] else {})}
 
 
 def choose(candidates: list[Candidate], manifests: dict[int, dict],
@@ -79,6 +83,26 @@ def candidates(run_dir: Path) -> list[Candidate]:
         if match and entry.is_dir():
             found.append(Candidate(int(match.group(1)), entry, layout.identify(entry) is not None))
     return found
+
+
+def prune(run_dir: Path, count: int, max_bytes: int | None) -> tuple[tuple[str, ...], tuple[int, int]]:
+    """Delete the oldest set-aside checkpoints beyond `count` or `max_bytes` in all (the newest always stays);
+    (the names deleted, (checkpoints, bytes) kept)."""
+    folder = run_dir / SET_ASIDE
+    if not folder.is_dir():
+        return (), (0, 0)
+    entries = [entry for entry in folder.iterdir() if entry.is_dir() and not entry.is_symlink()]
+    newest_first = sorted(entries, key=lambda entry: (entry.stat().st_mtime, entry.name), reverse=True)
+    kept, pruned, total = [], [], 0
+    for entry in newest_first:
+        size = sum(f.stat().st_size for f in entry.rglob("*") if f.is_file() and not f.is_symlink())
+        if kept and (len(kept) >= count or (max_bytes is not None and total + size > max_bytes)):
+            shutil.rmtree(entry)
+            pruned.append(entry.name)
+            continue
+        kept.append(entry.name)
+        total += size
+    return tuple(sorted(pruned)), (len(kept), total)
 
 
 def prepare(run_dir: Path, manifests: dict[int, dict], verify: bool = True) -> ResumePoint:

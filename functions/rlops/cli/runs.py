@@ -170,7 +170,10 @@ def _reap(args) -> int:
 
 
 def _status(args) -> int:
+    from dataclasses import asdict
+
     from rlops.runs.policy import TERMINAL
+    from rlops.runs.report import set_aside_said
 
     site = _site(args.environment, args.endpoints)
     shown = None
@@ -183,6 +186,9 @@ def _status(args) -> int:
                 for record in rows:
                     if record.waiting and record.state not in TERMINAL:
                         print(f"{record.run}: waiting: {record.waiting}", flush=True)
+                    aside = set_aside_said([asdict(attempt) for attempt in record.attempts])
+                    if aside:
+                        print(f"{record.run}: {aside}", flush=True)
             else:
                 print(f"waiting for run {args.run_name}" if args.run_name else f"no runs in {args.environment}",
                       flush=True)

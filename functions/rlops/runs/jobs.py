@@ -43,8 +43,10 @@ def command(recipe, settings: dict, directory: str) -> str:
     """The job's shell command: the checkpoint gate, then the workload. NeMo RL's example scripts, configs and
     prompts are paths relative to the repository in the image, so its command starts there, whatever the Ray
     worker's own directory."""
+    limit = recipe.set_aside
     checked = ["python", "-m", "rlops.checkpoints.gate", "--run-dir", directory,
-               *(["--unverified"] if recipe.resume_from == "newest" else [])]
+               *(["--unverified"] if recipe.resume_from == "newest" else []), "--keep", str(limit.count),
+               *(["--keep-bytes", str(limit.gib * 2**30)] if limit.gib else [])]
     if recipe.runner == "nemo-rl":
         words = nemo_rl.words(recipe, settings, directory)
         return f"{_shell(checked)} && cd {nemo_rl.WORKDIR} && {_shell(words)}"

@@ -42,6 +42,9 @@ def write(out_dir: Path, record: dict, series: dict[int, dict], checkpoints: lis
     if len(rewards) >= 10:  # is it learning: the mean reward of the first steps against the last ones
         lines.append(f"- mean reward, first 5 steps -> last 5 steps: {_number(sum(rewards[:5]) / 5, 4)} -> "
                      f"{_number(sum(rewards[-5:]) / 5, 4)}")
+    aside = set_aside_said(attempts)
+    if aside:
+        lines.append(f"- {aside}")
     idle = _idle_before_reaped(attempts, pool)
     if idle is not None:
         lines.append(f"- idle before reaped: {idle / 60:.1f} min")
@@ -75,6 +78,19 @@ def write(out_dir: Path, record: dict, series: dict[int, dict], checkpoints: lis
     markdown = out_dir / "report.md"
     markdown.write_text("\n".join(lines) + "\n")
     return Report(markdown=markdown, plots=plots)
+
+
+def set_aside_said(attempts: list[dict]) -> str | None:
+    """What the run directory's set-aside/ holds, as the latest attempt's gate found it after its pruning, and what
+    the gates deleted to stay within the recipe's limit; None when nothing was ever set aside."""
+    points = [a.get("resume_point") or {} for a in sorted(attempts, key=lambda a: a["attempt"])]
+    kept = next((point["kept"] for point in reversed(points) if "kept" in point), None)
+    pruned = [name for point in points for name in point.get("pruned", [])]
+    if not kept and not pruned:
+        return None
+    count, size = kept or (0, 0)
+    return (f"set aside: {count} checkpoint(s), {size / 2**30:.2f} GiB"
+            + (f"; deleted to stay within the recipe's set_aside limit: {', '.join(pruned)}" if pruned else ""))
 
 
 def _merged_steps(by_attempt: dict[int, dict]) -> list[tuple]:

@@ -295,6 +295,14 @@ class ExportPolicy(Spec):
         None, description="gs://BUCKET/PREFIX; RUN/step-N/ goes under it. Default: the state bucket, runs/RUN/exports.")
 
 
+class SetAsideLimit(Spec):
+    """What the checkpoint gate keeps of the checkpoints it set aside (torn, altered, or not manifested yet); the
+    oldest beyond either bound are deleted by the gate, which says so in the attempt's record."""
+
+    count: StrictInt = Field(5, ge=1, le=1000, description="Set-aside checkpoints kept, the newest.")
+    gib: StrictInt | None = Field(None, ge=1, le=10_000_000, description="Their total size kept, in GiB.")
+
+
 class Recipe(Spec):
     runner: Literal["nemo-rl", "trl"]
     entrypoint: StrictStr = Field(min_length=1, max_length=512)
@@ -311,6 +319,8 @@ class Recipe(Spec):
         "(others are set aside); newest: from the newest complete one, unhashed (for checkpoints too large to "
         "hash at every start).")
     export: ExportPolicy = ExportPolicy()
+    set_aside: SetAsideLimit = Field(SetAsideLimit(), description="A bound on what set-aside/ grows to: a checkpoint "
+                                     "can be hundreds of GB, and on GKE manifests lag the scan, so set-asides happen.")
 
     def default_settings(self) -> dict:
         """What a run is given when its train message sets nothing."""
