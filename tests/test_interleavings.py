@@ -389,3 +389,26 @@ def test_train_watch_snapshot_reap_and_apply_in_any_order_with_crashes_keep_ever
     """200 seeded schedules here; bench/interleavings.py explores more."""
     traces = {tuple(explore_control_plane(seed, monkeypatch, tmp_path).trace) for seed in range(200)}
     assert len(traces) > 150
+
+
+def test_a_wake_during_a_long_apply_is_accepted_and_the_next_tick_brings_the_pool_back(monkeypatch):
+    """Issue 34, 8: an apply holds the lock for its whole run (30 minutes or more); a train message's wake waited
+    120 s for it and raised, so Pub/Sub redelivered it at once, five times, into the dead-letter topic, with
+    pool.json already saying the pool was wanted up. Now the wake is accepted and the reaper's next tick finishes
+    it once the apply has released the lock."""
+    scheduler = Scheduler(phases(("apply", "sleep"), ("wake", None), ("apply", None)))
+    world = World(scheduler, monkeypatch, replace(INTERRUPTED, scaled=True), up=False)  # reaped: scaled down
+
+    def applying() -> None:
+        lock = world.site.lock("apply")
+        lock.acquire(0)
+        with lock:
+            lock_module.time.sleep(1800)  # creating a regional cluster, pools and Lustre
+    outcomes = world.run({"apply": applying, "wake": lambda: reap.wake(world.site)})
+    assert outcomes["wake"].error is None and outcomes["wake"].result is True, outcomes["wake"]
+    state, _ = world.site.pool.read()
+    assert not state.scaled_down and not state.scaled and not world.pool.up  # wanted up, not up yet
+    decision, actions = world.run({"next tick": lambda: reap.reap(world.site)})["next tick"].result
+    assert decision.reason == "finished a wake that stopped part way" and world.pool.up
+    assert actions == ["start Ray worker node ray-worker-0 (gpu_pool)"]
+    world.check()
