@@ -404,6 +404,16 @@ def test_the_readmes_triggers_are_2nd_gen_with_comment_control_and_gclouds_own_f
     assert plan[plan.index("--comment-control") + 1] == "COMMENTS_ENABLED_FOR_EXTERNAL_CONTRIBUTORS_ONLY"
 
 
+def test_apply_may_run_three_hours_and_deliveries_back_off_in_the_triggers_region():
+    """Issue 31: Cloud Build's default 60-minute timeout killed a first apply; without a retry policy Pub/Sub
+    redelivers at once, five deliveries in seconds; a fixed us-central1 deployed a second set elsewhere."""
+    assert int(load("apply.yaml")["timeout"].removesuffix("s")) >= 3 * 3600
+    deploy = load("deploy.yaml")
+    assert deploy["substitutions"]["_REGION"] == "$LOCATION"
+    settings = next(text for text in scripts(deploy).values() if "--push-endpoint" in text)
+    assert "--min-retry-delay=10s" in settings and "--max-retry-delay=600s" in settings
+
+
 def test_functions_are_built_by_an_account_that_has_the_builder_role():
     deploy = scripts(load("deploy.yaml"))
     [step] = [text for text in deploy.values() if "gcloud functions deploy" in text]
