@@ -304,7 +304,7 @@ def test_a_new_image_reaches_every_pod_whatever_the_kuberay_and_the_next_plan_is
                                                                                       kuberay, who):
     """KubeRay never changes a running pod; v1.6+ recreates them all under upgradeStrategy Recreate, an older
     one's CRD drops the field and rlops deletes the pods for KubeRay to make again (no Ray job runs here:
-    the head service has no endpoint)."""
+    the fake head's dashboard lists none)."""
     gcp, kube = fakes
     kube.kuberay = kuberay
     assert cli.main(["apply", "h200"]) == 0
@@ -470,3 +470,231 @@ def test_a_namespace_made_by_hand_is_used_as_it_is_neither_taken_over_nor_delete
     assert not [r for r in kube.writes() if r.path.endswith("/namespaces/ray")]
     assert cli.main(["destroy", "h200", "--yes"]) == 0
     assert kube.get("namespaces", "ray")["metadata"]["labels"] == {"team": "ml", "kubernetes.io/metadata.name": "ray"}
+
+
+def _new_image(specs) -> None:
+    spec = specs / "h200.yaml"
+    spec.write_text(spec.read_text().replace("image: nvcr.io/nvidia/nemo-rl:v0.5.0", "image: nvcr.io/nvidia/nemo-rl:v0.5.1"))
+
+
+def _head_image(kube) -> str:
+    return kube.get("rayclusters", "ray-cluster", "default")["spec"]["headGroupSpec"]["template"]["spec"][
+        "containers"][0]["image"]
+
+
+@pytest.mark.parametrize("cluster_ip_service, answered", [
+    (True, '503 no endpoints available for service "ray-cluster-head-svc"'),
+    (False, "503 error trying to reach service: dial tcp 10.8.0.10:8265: connect: connection refused")])
+def test_a_head_that_does_not_say_which_jobs_run_holds_a_template_change_until_it_says_none(
+        fakes, specs, capsys, cluster_ip_service, answered):
+    """The head pod runs (a job may be on it) but fails its readiness probe. Behind a ClusterIP head service the
+    API server's proxy has no endpoint for it (503 "no endpoints available"); behind KubeRay's headless one
+    (v1.2+, not-ready addresses published) it reaches the pod, whose dashboard does not answer. Either way not
+    knowing is not "no jobs": the change is held, and made once the head answers that none runs."""
+    gcp, kube = fakes
+    kube.head_service_cluster_ip = cluster_ip_service
+    assert cli.main(["apply", "h200"]) == 0
+    pods = {p["metadata"]["name"] for p in kube.pods("ray-cluster")}
+    kube.unready_heads.add(("default", "ray-cluster"))
+    _new_image(specs)
+    capsys.readouterr()
+    assert cli.main(["apply", "h200"]) == 1
+    err = capsys.readouterr().err
+    assert "held, not applied: RayCluster/default/ray-cluster (spec.headGroupSpec.template" in err, err
+    assert f"the Ray head did not answer which jobs run ({answered}) while its pod ray-cluster-head-" in err, err
+    assert "held as if a job ran" in err and "run apply again once the Ray head answers" in err, err
+    assert [r for r in kube.requests if r.path == "/api/v1/namespaces/default/services/ray-cluster-head-svc:dashboard"
+                                                    "/proxy/api/jobs/"]
+    assert _head_image(kube) == "nvcr.io/nvidia/nemo-rl:v0.5.0"
+    assert {p["metadata"]["name"] for p in kube.pods("ray-cluster")} == pods
+
+    kube.unready_heads.clear()  # the probe passes again; the head's dashboard lists no job
+    assert cli.main(["apply", "h200"]) == 0, capsys.readouterr().err
+    after = kube.pods("ray-cluster")
+    assert len(after) == 3 and not pods & {p["metadata"]["name"] for p in after}
+    assert all(_images(pod) == {"nvcr.io/nvidia/nemo-rl:v0.5.1"} for pod in after)
+
+
+def test_a_head_that_does_not_run_holds_nothing_as_no_job_can_run_without_it(fakes, specs, capsys):
+    """With its ServiceAccount gone KubeRay cannot make the head pod (admission refuses it): the proxy has no
+    endpoint (503) and no head pod runs, so no Ray job can. The change goes ahead; holding it would keep a
+    cluster whose head cannot start from ever getting the template that fixes it."""
+    from kubernetes import client
+
+    from rlops.kube.cluster import KubeApi
+    from rlops.kube.objects import Ref
+
+    gcp, kube = fakes
+    assert cli.main(["apply", "h200"]) == 0
+    api = KubeApi(client.ApiClient(client.Configuration(host=kube.url)))
+    api.delete(Ref("ServiceAccount", "generic-ksa", "default"))
+    for pod in kube.pods("ray-cluster"):
+        api.delete(Ref("Pod", pod["metadata"]["name"], "default"))
+    assert kube.pods("ray-cluster") == []
+    _new_image(specs)
+    capsys.readouterr()
+    assert cli.main(["apply", "h200"]) == 0, capsys.readouterr().err
+    assert ('the Ray head did not answer which jobs run (503 no endpoints available for service '
+            '"ray-cluster-head-svc"), and no head pod runs: no Ray job can run') in capsys.readouterr().out
+    pods = kube.pods("ray-cluster")
+    assert len(pods) == 3 and all(_images(pod) == {"nvcr.io/nvidia/nemo-rl:v0.5.1"} for pod in pods)
+
+
+def test_a_replacement_of_the_ray_cluster_is_held_while_a_job_runs_and_made_after_it(fakes, specs, capsys):
+    """A replaced Lustre instance has a new address: the PV, its claim and the RayCluster that mounts it are
+    deleted and created again, which ends every pod as a template change does. While the head lists a running
+    job none of the three is touched (the claim cannot go while the pods mount it, nor the volume while the
+    claim is bound to it); the first apply after the job ends replaces them."""
+    from fakes.jsonhttp import JsonServer, reply
+
+    gcp, kube = fakes
+    jobs = [{"submission_id": "rlops.h200.long-run.1", "job_id": "02000000", "status": "RUNNING"}]
+
+    def dashboard(http):  # Ray's GET /api/jobs/: every job the head knows, as a JSON list
+        reply(http, *((200, jobs) if http.path == "/api/jobs/" else (404, {})))
+
+    server = JsonServer(dashboard, "fake-ray-dashboard")
+    try:
+        assert cli.main(["apply", "h200"]) == 0
+        kube.services[("default", "ray-cluster-head-svc:dashboard")] = server.url
+        uid = kube.get("rayclusters", "ray-cluster", "default")["metadata"]["uid"]
+        pods = {p["metadata"]["name"] for p in kube.pods("ray-cluster")}
+        first_ip = kube.get("persistentvolumes", "rl-lustre-pv")["spec"]["csi"]["volumeAttributes"]["ip"]
+        spec = specs / "h200.yaml"
+        spec.write_text(spec.read_text().replace("throughput_mb_per_tib: 500", "throughput_mb_per_tib: 250")
+                        .replace("capacity_gib: 18000", "capacity_gib: 36000")
+                        .replace("deletion_policy: retain", "deletion_policy: delete"))
+        capsys.readouterr()
+        assert cli.main(["apply", "h200", "--delete-data", "--ready-timeout", "20"]) == 1
+        err = capsys.readouterr().err
+        assert "held, not applied: RayCluster/default/ray-cluster would be deleted and created again, every pod " \
+               "with it" in err, err
+        assert "with it, the replacement of PersistentVolumeClaim/default/rl-lustre-pvc" in err, err
+        assert "with it, the replacement of PersistentVolume/rl-lustre-pv (the server cannot change it in place" in err
+        assert "Ray job(s) rlops.h200.long-run.1 pending or running" in err, err
+        assert kube.get("rayclusters", "ray-cluster", "default")["metadata"]["uid"] == uid
+        assert {p["metadata"]["name"] for p in kube.pods("ray-cluster")} == pods
+        assert kube.get("persistentvolumes", "rl-lustre-pv")["spec"]["csi"]["volumeAttributes"]["ip"] == first_ip
+        assert not [r for r in kube.writes() if r.method == "DELETE" and "lustre" in r.path]
+
+        jobs[0]["status"] = "SUCCEEDED"
+        assert cli.main(["apply", "h200"]) == 0, capsys.readouterr().err
+        assert kube.get("rayclusters", "ray-cluster", "default")["metadata"]["uid"] != uid
+        assert kube.get("persistentvolumes", "rl-lustre-pv")["spec"]["csi"]["volumeAttributes"]["ip"] != first_ip
+        assert not pods & {p["metadata"]["name"] for p in kube.pods("ray-cluster")}
+    finally:
+        server.stop()
+
+
+def test_only_a_list_of_jobs_says_which_jobs_run(tmp_path):
+    """Ray's GET /api/jobs/ answers a JSON list; every other answer is `JobsUnknown`, saying what came."""
+    import socket
+    import threading
+
+    from fakes.jsonhttp import JsonServer
+    from rlops.cloud.ray_jobs import JobsUnknown, active_jobs
+
+    answers = {
+        "/listed": (200, b'[{"submission_id": "a", "status": "RUNNING"}, {"submission_id": "b", '
+                         b'"status": "SUCCEEDED"}, {"submission_id": null, "job_id": "c", "status": "PENDING"}]'),
+        "/html": (200, b"<html><body>upstream connect error</body></html>"),
+        "/object": (200, b'{"detail": "Not Found"}'),
+        "/status": (503, json.dumps({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                                     "message": 'no endpoints available for service "x-head-svc"',
+                                     "reason": "ServiceUnavailable", "code": 503}).encode()),
+        "/error": (500, b"500 Internal Server Error\n\nServer got itself in trouble"),
+    }
+    release = threading.Event()
+
+    def serve(http):
+        if http.path.startswith("/slow"):
+            release.wait(5)
+        status, body = answers.get(http.path.removesuffix("/api/jobs/"), (200, b"[]"))
+        http.send_response(status)
+        http.send_header("Content-Length", str(len(body)))
+        http.end_headers()
+        http.wfile.write(body)
+
+    server = JsonServer(serve, "fake-dashboard-answers")
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        refused = f"http://127.0.0.1:{closed.getsockname()[1]}"
+    try:
+        assert active_jobs(server.url + "/listed") == ["a", "c"]
+        assert active_jobs(server.url + "/empty") == []
+        for path, said in [("/html", "200, but not a list of jobs: <html><body>upstream connect error</body></html>"),
+                           ("/object", '200, but not a list of jobs: {"detail": "Not Found"}'),
+                           ("/status", '503 no endpoints available for service "x-head-svc"'),
+                           ("/error", "500 500 Internal Server Error Server got itself in trouble")]:
+            with pytest.raises(JobsUnknown) as unknown:
+                active_jobs(server.url + path)
+            assert str(unknown.value) == said
+        with pytest.raises(JobsUnknown, match="no answer: timed out"):
+            active_jobs(server.url + "/slow", timeout=0.2)
+        with pytest.raises(JobsUnknown, match="no answer: .*(refused|Connection)"):
+            active_jobs(refused)
+    finally:
+        release.set()
+        server.stop()
+
+
+@pytest.mark.parametrize("client_behind", [0, 58])
+def test_a_token_that_expires_while_apply_waits_is_refreshed_and_the_apply_completes(fakes, monkeypatch, capsys,
+                                                                                   client_behind):
+    """The API server accepts a Google access token for an hour by its clock, then answers 401. Each pause of
+    apply's waits stands for half an hour on that clock (a slow add-on, slow nodes), so the token of the
+    first request runs out while apply waits. It is refreshed before it expires; with our clock 58 minutes
+    behind the server's it is sent expired, refused (401) and sent again once refreshed."""
+    import datetime
+    import time
+    import types
+
+    import google.oauth2.credentials
+    from kubernetes import client
+    from kubernetes.client.rest import ApiException
+
+    from rlops.kube import cluster, sync
+
+    gcp, kube = fakes
+    kube.controller_delay = 0.5  # at least four pauses before anything is ready: two hours on the server's clock
+    clock = {"now": datetime.datetime.now(datetime.timezone.utc).replace(tzinfo=None)}
+    kube.clock = lambda: clock["now"]
+    kube.issue_token()  # from now on every request needs a token
+
+    # What the API server answers a token it does not accept: 401 in its Status shape, through the official client.
+    stranger = client.Configuration(host=kube.url, api_key={"authorization": "ya29.unknown"},
+                                    api_key_prefix={"authorization": "Bearer"})
+    with pytest.raises(ApiException) as refused:
+        client.CoreV1Api(client.ApiClient(stranger)).list_namespace()
+    assert refused.value.status == 401
+    assert json.loads(refused.value.body) == {"kind": "Status", "apiVersion": "v1", "metadata": {},
+                                              "status": "Failure", "message": "Unauthorized",
+                                              "reason": "Unauthorized", "code": 401}
+
+    # google-auth's own credentials, whose refresh asks the fake for a token (its token endpoint, as it were).
+    credentials = google.oauth2.credentials.Credentials(token=None,
+                                                        refresh_handler=lambda request, scopes: kube.issue_token())
+    token = cluster.BearerToken(credentials, now=lambda: clock["now"] - datetime.timedelta(minutes=client_behind))
+    monkeypatch.setattr(cluster, "access", lambda dns_endpoint, endpoints: (kube.url, token))
+
+    def pause(seconds: float) -> None:
+        clock["now"] += datetime.timedelta(minutes=30)
+        time.sleep(seconds)
+
+    monkeypatch.setattr(sync, "time", types.SimpleNamespace(monotonic=time.monotonic, sleep=pause))
+
+    assert cli.main(["apply", "h200"]) == 0, capsys.readouterr().err
+    requests = [r for r in kube.requests if r.token != "ya29.unknown"]
+    written = next(i for i, r in enumerate(requests) if r.method == "PATCH" and r.query.get("dryRun") != "All"
+                   and r.path.endswith("/rayclusters/ray-cluster"))
+    fetched_while_waiting = {r.token for r in requests[written:]} - {r.token for r in requests[:written]}
+    assert fetched_while_waiting, "no token was fetched while apply waited"
+    unauthorized = [i for i, r in enumerate(requests) if r.status == 401]
+    if client_behind:
+        assert unauthorized, "the server never refused a token"
+        for i in unauthorized:  # the same request again, with another token, accepted
+            again = requests[i + 1]
+            assert (again.method, again.path) == (requests[i].method, requests[i].path)
+            assert again.token != requests[i].token and again.status != 401
+    else:
+        assert not unauthorized, [(requests[i].method, requests[i].path) for i in unauthorized]

@@ -13,15 +13,19 @@ Terminating until the namespace controller has deleted what is in it. Controller
 request: the namespace controller, the PV binder, the PV/PVC protection controllers, KubeRay's pod
 controller (its pods pass the ServiceAccount admission: fakes.kuberay), and (with `controller_delay`) the
 DaemonSet and KubeRay status writers. Also the service proxy
-(`/api/v1/namespaces/NS/services/NAME:PORT/proxy/...`, forwarded to what `services` maps to) and a
+(`/api/v1/namespaces/NS/services/NAME:PORT/proxy/...`, `_proxy`: a RayCluster's head service, forwarded to
+what `services` maps to), bearer tokens with an expiry when a test asks for them (`issue_token`), and a
 request log.
 """
 
 import copy
+import datetime
 import itertools
 import json
+import secrets
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler
 from urllib.parse import parse_qs, urlsplit
@@ -49,6 +53,7 @@ SELECTABLE_FIELDS = {"events": {"involvedObject.kind", "involvedObject.namespace
                                 "involvedObject.uid", "involvedObject.apiVersion", "reason", "type"},
                      "pods": {"spec.nodeName", "status.phase"}}
 CONTROLLER_MANAGER = "kube-controller-manager"
+DASHBOARD_PORT = 8265  # the head service's port `dashboard` (KubeRay utils/constant.go DefaultDashboardPort)
 SERVER_FIELDS = ("resourceVersion", "generation", "uid", "managedFields", "creationTimestamp", "deletionTimestamp")
 
 
@@ -60,6 +65,7 @@ class Request:
     content_type: str
     body: object
     status: int = 0
+    token: str = ""  # the bearer token it carried
 
 
 @dataclass
@@ -82,6 +88,14 @@ class FakeKube:
         self.owners: dict[tuple[str, str, str], dict[str, Owner]] = {}  # per object: field manager -> its fields
         self.requests: list[Request] = []
         self.services: dict[tuple[str, str], str] = {}  # (namespace, "name:port") -> the URL it proxies to
+        # (namespace, RayCluster) whose head pod runs but fails its readiness probe, its dashboard not answering.
+        self.unready_heads: set[tuple[str, str]] = set()
+        # KubeRay's ENABLE_RAY_HEAD_CLUSTER_IP_SERVICE: a ClusterIP head service, which hides an unready head pod.
+        self.head_service_cluster_ip = False
+        # Bearer tokens the server accepts, each until its expiry by `clock` (naive UTC); None: no authentication.
+        self.tokens: dict[str, datetime.datetime] | None = None
+        self.clock: Callable[[], datetime.datetime] = lambda: datetime.datetime.now(datetime.timezone.utc).replace(
+            tzinfo=None)
         self._versions = itertools.count(1)
         self._lock = threading.Lock()
         self._server = None
@@ -172,6 +186,16 @@ class FakeKube:
         with self._lock:
             return {m: set(o.fields) for m, o in self.owners.get((plural, namespace, name), {}).items()}
 
+    def issue_token(self, lifetime: datetime.timedelta = datetime.timedelta(hours=1)) -> tuple[str, datetime.datetime]:
+        """A bearer token the server accepts from now on until `lifetime` has passed on its clock, and that expiry:
+        what Google's token endpoint gives (an access token, `expires_in` 3600) and GKE's API server checks.
+        From the first, every request must carry a token."""
+        with self._lock:
+            self.tokens = {} if self.tokens is None else self.tokens
+            token, expiry = f"ya29.fake-{secrets.token_hex(8)}", self.clock() + lifetime
+            self.tokens[token] = expiry
+            return token, expiry
+
     def writes(self) -> list[Request]:
         return [r for r in self.requests if r.method in ("POST", "PUT", "PATCH", "DELETE") and 200 <= r.status < 300
                 and r.query.get("dryRun") != "All"]
@@ -183,12 +207,18 @@ class FakeKube:
         raw = http.rfile.read(length) if length else b""
         content_type = http.headers.get("Content-Type", "")
         segments = parts.path.split("/")
+        token = http.headers.get("Authorization", "").removeprefix("Bearer ")
+        if not self._authenticated(token):
+            self.requests.append(Request(http.command, parts.path, {}, content_type, None, 401, token))
+            reply(http, *_status(401, "Unauthorized", "Unauthorized"))
+            return
         if segments[1:4] == ["api", "v1", "namespaces"] and segments[5:6] == ["services"] and segments[7:8] == ["proxy"]:
-            self.requests.append(Request(http.command, parts.path, {}, content_type, None))
+            self.requests.append(Request(http.command, parts.path, {}, content_type, None, token=token))
             self._proxy(http, segments[4], segments[6], "/" + "/".join(segments[8:]), parts.query, raw)
             return
         body = json.loads(raw) if raw.strip() else None  # JSON is what the client sends, also for apply-patch+yaml
-        request = Request(http.command, parts.path, {k: v[0] for k, v in parse_qs(parts.query).items()}, content_type, body)
+        query = {k: v[0] for k, v in parse_qs(parts.query).items()}
+        request = Request(http.command, parts.path, query, content_type, body, token=token)
         self.requests.append(request)
         with self._lock:
             self._reconcile()
@@ -196,22 +226,63 @@ class FakeKube:
         request.status = status
         reply(http, status, answer)
 
+    def _authenticated(self, token: str) -> bool:
+        """The authentication filter (k8s.io/apiserver pkg/endpoints/filters/authentication.go): a request no
+        authenticator accepts is answered 401, Status reason and message "Unauthorized"; a Google access token is
+        accepted until its expiry and not after (GKE's webhook token authenticator)."""
+        if self.tokens is None:
+            return True
+        with self._lock:
+            expiry = self.tokens.get(token)
+            return expiry is not None and self.clock() < expiry
+
     def _proxy(self, http: BaseHTTPRequestHandler, namespace: str, service: str, path: str, query: str,
                raw: bytes) -> None:
-        """The API server's service proxy: the request, as it came, to the service; its answer, as it came."""
+        """The API server's service proxy for a RayCluster's head service: the request, as it came, to an endpoint
+        of the service; its answer, as it came.
+
+        - No service (KubeRay makes NAME-head-svc with the RayCluster NAME): 404 `services "NAME" not found`.
+        - No endpoint: 503 `no endpoints available for service "NAME"` (pkg/registry/core/service/storage
+          ResourceLocation, which sends only to an endpoint's ready addresses). The endpoints controller lists a
+          pod that has an address (here: Running) as ready if it is, or if the service publishes not-ready
+          addresses, which also keeps a pod being deleted (pkg/controller/util/endpoint ShouldPodBeInEndpoints,
+          pkg/controller/endpoint). KubeRay's head service does from v1.2 (headless, PublishNotReadyAddresses:
+          ray-operator/controllers/ray/common/service.go BuildServiceForHeadPod) unless the operator runs with
+          ENABLE_RAY_HEAD_CLUSTER_IP_SERVICE (`head_service_cluster_ip`): then an unready head has no endpoint.
+        - An endpoint whose dashboard does not answer (an unready head): 503 `error trying to reach service: dial
+          tcp ...: connect: connection refused` (apimachinery pkg/util/proxy/transport.go).
+        - Otherwise what `services` maps the service to answers; a head no test maps answers as an idle Ray
+          dashboard does: GET /api/jobs/ is an empty list of jobs.
+        """
         import urllib.error
         import urllib.request
 
-        upstream = self.services.get((namespace, service))
         name = service.split(":")[0]
+        with self._lock:
+            self._reconcile()
+            cluster = next((n for p, ns, n in self.objects if p == "rayclusters" and ns == namespace
+                            and f"{n}-head-svc" == name), None)
+            heads = [] if cluster is None else [
+                pod for pod in kuberay.pods_of(self.objects, namespace, cluster).values()
+                if pod["metadata"]["labels"][kuberay.NODE_TYPE_LABEL] == "head"]
+            publish_unready = _headless_head_service(self.kuberay) and not self.head_service_cluster_ip
+            endpoints = [pod for pod in heads if (pod.get("status") or {}).get("phase") == "Running" and (
+                publish_unready or (_ready(pod) and not pod["metadata"].get("deletionTimestamp")))]
+            unready = (namespace, cluster) in self.unready_heads
+        if cluster is None:
+            reply(http, *_status(404, "NotFound", f'services "{name}" not found'))
+            return
+        if not endpoints:
+            reply(http, *_status(503, "ServiceUnavailable", f'no endpoints available for service "{name}"'))
+            return
+        upstream = self.services.get((namespace, service))
+        if unready and upstream is None:
+            reply(http, *_status(503, "ServiceUnavailable", f"error trying to reach service: dial tcp "
+                                                            f"10.8.0.10:{DASHBOARD_PORT}: connect: connection refused"))
+            return
         if upstream is None:
-            # KubeRay makes NAME-head-svc with the RayCluster; with no ready head pod behind it the API server
-            # answers 503 (pkg/registry/core/service/storage/rest.go ResourceLocation).
-            with self._lock:
-                has_head = any(p == "rayclusters" and ns == namespace and f"{n}-head-svc" == name
-                               for p, ns, n in self.objects)
-            reply(http, *(_status(503, "ServiceUnavailable", f'no endpoints available for service "{name}"')
-                          if has_head else _status(404, "NotFound", f'services "{name}" not found')))
+            reply(http, *((200, []) if (http.command, path) == ("GET", "/api/jobs/") else
+                          _status(404, "NotFound", "the fake's idle Ray dashboard serves GET /api/jobs/ only")))
             return
         request = urllib.request.Request(upstream + path + (f"?{query}" if query else ""), data=raw or None,
                                          method=http.command,
@@ -445,12 +516,26 @@ class FakeKube:
         self._release_protected()
         kuberay.reconcile(self.objects, self.kuberay)
         self.scheduling.place(self.objects)
+        self._fail_readiness_probes()
         self._finalize_namespaces()
         now = time.monotonic()
         for key, due in list(self._ready_at.items()):
             if now >= due and key in self.objects:
                 del self._ready_at[key]
                 self._publish_status(key)
+
+    def _fail_readiness_probes(self) -> None:
+        """The kubelet's view of a head pod in `unready_heads`: running, its readiness probe failing, so the pod's
+        Ready and ContainersReady conditions are False (pkg/kubelet/status/generate.go, reason
+        ContainersNotReady)."""
+        for key, pod in self.objects.items():
+            if key[0] == "pods" and pod["metadata"]["labels"][kuberay.NODE_TYPE_LABEL] == "head" \
+                    and (key[1], pod["metadata"]["labels"][kuberay.CLUSTER_LABEL]) in self.unready_heads \
+                    and (pod.get("status") or {}).get("phase") == "Running":
+                pod["status"]["conditions"] = [
+                    c for c in pod["status"].get("conditions", []) if c["type"] not in ("Ready", "ContainersReady")] + [
+                    {"type": t, "status": "False", "reason": "ContainersNotReady",
+                     "message": "containers with unready status: [ray-head]"} for t in ("ContainersReady", "Ready")]
 
     def _empty_terminating_namespaces(self) -> None:
         """The namespace controller (pkg/controller/namespace/deletion/namespaced_resources_deleter.go): every
@@ -618,7 +703,18 @@ def _not_found(plural: str, name: str) -> tuple[int, dict]:
     return _status(404, "NotFound", f'{plural} "{name}" not found')
 
 
+def _headless_head_service(kuberay_version: str) -> bool:
+    """KubeRay v1.2.0 made the head service headless, publishing not-ready addresses (kuberay#2117)."""
+    major, minor = (int(part) for part in kuberay_version.lstrip("v").split(".")[:2])
+    return (major, minor) >= (1, 2)
+
+
+def _ready(pod: dict) -> bool:
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in (pod.get("status") or {}).get("conditions", []))
+
+
 def _status(code: int, reason: str, message: str, details: dict | None = None) -> tuple[int, dict]:
     """A metav1.Status as the API server answers it (apimachinery pkg/api/errors/errors.go)."""
-    return code, {"kind": "Status", "apiVersion": "v1", "status": "Success" if code < 300 else "Failure",
+    return code, {"kind": "Status", "apiVersion": "v1", "metadata": {},
+                  "status": "Success" if code < 300 else "Failure",
                   "message": message, "reason": reason, **({"details": details} if details else {}), "code": code}

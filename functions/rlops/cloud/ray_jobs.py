@@ -129,21 +129,47 @@ def nodes(dashboard: str, headers: dict[str, str] | None = None) -> list[dict]:
         return json.load(response)["data"]["result"]["result"]
 
 
-def active_jobs(dashboard: str, headers: dict[str, str] | None = None) -> list[str]:
-    """The ids of the jobs pending or running on a Ray head (Ray's GET /api/jobs/). A head the API server's
-    proxy has no endpoint for (503 "no endpoints available") or no service for (404) runs none."""
+class JobsUnknown(RayError):
+    """The Ray head did not say which jobs run; the message is what was answered instead."""
+
+
+def active_jobs(dashboard: str, headers: dict[str, str] | None = None, timeout: float = 30.0) -> list[str]:
+    """The ids of the jobs pending or running on a Ray head (Ray's GET /api/jobs/: a JSON list of jobs).
+
+    Anything else raises `JobsUnknown` saying what came instead: not knowing is not "none". Through the API
+    server's service proxy that is a 503 "no endpoints available for service" (no head pod the service may send
+    to: not running, or failing its readiness probe behind a service that hides unready pods), a 503 "error
+    trying to reach service" (the pod is there, its dashboard does not answer), a 404 (no head service), a
+    timeout, a refused connection or a body that is not a list of jobs.
+    """
     request = urllib.request.Request(f"{dashboard}/api/jobs/", headers=headers or {})
     try:
-        with urllib.request.urlopen(request, timeout=30) as response:
-            jobs = json.load(response)
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            body = response.read()
     except urllib.error.HTTPError as error:
-        said = error.read().decode("utf-8", "replace")
-        if error.code == 404 or (error.code == 503 and "no endpoints available" in said):
-            return []
-        raise RayError(f"Ray jobs at {dashboard}: {error.code} {said[:200]}") from error
-    except (urllib.error.URLError, OSError) as error:
-        raise RayError(f"Ray jobs at {dashboard}: {error}") from error
-    return [job.get("submission_id") or job.get("job_id") for job in jobs if job.get("status") in ACTIVE]
+        raise JobsUnknown(f"{error.code} {_said(error.read())}") from error
+    except (urllib.error.URLError, OSError) as error:  # timeouts included
+        raise JobsUnknown(f"no answer: {getattr(error, 'reason', None) or error}") from error
+    try:
+        jobs = json.loads(body)
+    except ValueError:
+        jobs = None
+    if not isinstance(jobs, list) or not all(isinstance(job, dict) for job in jobs):
+        raise JobsUnknown(f"{response.status}, but not a list of jobs: {_said(body)}")
+    return [str(job.get("submission_id") or job.get("job_id")) for job in jobs if job.get("status") in ACTIVE]
+
+
+def _said(body: bytes) -> str:
+    """An answer in one short line: a Kubernetes Status by its message, anything else by its first characters."""
+    text = body.decode("utf-8", "replace")
+    try:
+        status = json.loads(text)
+    except ValueError:
+        status = None
+    if isinstance(status, dict) and status.get("kind") == "Status" and status.get("message"):
+        return status["message"]
+    text = " ".join(text.split())
+    return (text[:120] + "...") if len(text) > 120 else (text or "(an empty body)")
 
 
 def alive_nodes(dashboard: str) -> list[dict]:

@@ -3,9 +3,19 @@
 Reached through the GKE control plane's DNS endpoint with the caller's Google credentials (no
 kubeconfig on disk, no IP allow-list), or at an explicit URL (`Endpoints.kube`, from RLOPS_KUBE_API: tests
 and local clusters). Objects are applied by server-side apply with the field manager `rlops`, as Argo CD does.
+
+The bearer token is a Google OAuth access token, good for an hour
+(cloud.google.com/docs/authentication/token-types, "Access tokens"); the API server answers 401 Unauthorized
+to one that has expired (k8s.io/apiserver pkg/endpoints/filters/authentication.go). An apply can wait longer
+than that (a CRD to be served, then readiness, up to --ready-timeout each), so the token is looked at before
+every request and refreshed when it is within `REFRESH_MARGIN` of its expiry, and a 401 is retried once with a
+token refreshed then (a clock that disagrees with the server's, a token revoked early).
 """
 
+import datetime
 import json
+import threading
+from collections.abc import Callable
 
 from kubernetes import client
 
@@ -25,43 +35,81 @@ class KubeError(Failure):
         self.code, self.said = code, said
 
 
-def access(dns_endpoint: str | None, endpoints: Endpoints) -> tuple[str, dict[str, str]]:
-    """(base URL, headers) of the cluster's API server: `endpoints.kube` if set, else the DNS endpoint with a
-    Google access token of the caller's credentials."""
+REFRESH_MARGIN = datetime.timedelta(minutes=5)  # a token this close to its expiry is refreshed before it is sent
+
+
+def _utcnow() -> datetime.datetime:
+    """Naive UTC, as google-auth keeps a credential's `expiry`."""
+    return datetime.datetime.now(datetime.timezone.utc).replace(tzinfo=None)
+
+
+class BearerToken:
+    """The caller's Google access token for the API server, refreshed before it expires (see the module's
+    docstring). `credentials`: google-auth credentials (`token`, `expiry`, `valid`, `refresh`); `now`: the clock
+    the expiry is read against."""
+
+    def __init__(self, credentials, now: Callable[[], datetime.datetime] = _utcnow,
+                 margin: datetime.timedelta = REFRESH_MARGIN):
+        self.credentials, self.now, self.margin = credentials, now, margin
+        self._lock = threading.Lock()  # a plan reads environments in threads; one refresh at a time
+
+    def value(self, renew: bool = False) -> str:
+        """The token to send now; `renew`: a fresh one whatever the expiry says (the server refused the last)."""
+        with self._lock:
+            credentials = self.credentials
+            expiry = credentials.expiry
+            if renew or not credentials.valid or (expiry is not None and expiry - self.now() <= self.margin):
+                import google.auth.exceptions
+                import google.auth.transport.requests
+
+                try:
+                    credentials.refresh(google.auth.transport.requests.Request())
+                except google.auth.exceptions.GoogleAuthError as error:
+                    raise KubeError(f"cannot get a Google access token for the cluster's API server: {error}") \
+                        from error
+            return credentials.token
+
+
+def access(dns_endpoint: str | None, endpoints: Endpoints) -> tuple[str, BearerToken | None]:
+    """(base URL, token) of the cluster's API server: `endpoints.kube` if set (no token), else the DNS endpoint
+    with a Google access token of the caller's credentials."""
     if endpoints.kube:
-        return endpoints.kube, {}
+        return endpoints.kube, None
     if not dns_endpoint:
         raise KubeError("the cluster has no DNS endpoint to reach its control plane; set cluster.dns_endpoint: true "
                         "and apply, or point RLOPS_KUBE_API at the API server")
     import google.auth
-    import google.auth.transport.requests
 
     credentials, _ = google.auth.default(scopes=["https://www.googleapis.com/auth/cloud-platform"])
-    credentials.refresh(google.auth.transport.requests.Request())
-    return f"https://{dns_endpoint}", {"Authorization": f"Bearer {credentials.token}"}
+    token = BearerToken(credentials)
+    token.value()  # fetched now: credentials that cannot make a token fail here, before any request
+    return f"https://{dns_endpoint}", token
 
 
 def ray_dashboard(dns_endpoint: str | None, namespace: str, ray_cluster: str,
                   endpoints: Endpoints) -> tuple[str, dict[str, str]]:
     """(URL, headers) of a RayCluster's Ray dashboard through the API server's service proxy (KubeRay's
-    NAME-head-svc), with the caller's credentials."""
-    base, headers = access(dns_endpoint, endpoints)
+    NAME-head-svc), with the caller's credentials: a token good for one look (ask again for the next)."""
+    base, token = access(dns_endpoint, endpoints)
+    headers = {"Authorization": f"Bearer {token.value()}"} if token else {}
     return f"{base}/api/v1/namespaces/{namespace}/services/{ray_cluster}-head-svc:dashboard/proxy", headers
 
 
 def connect(dns_endpoint: str | None, endpoints: Endpoints) -> "KubeApi":
-    host, headers = access(dns_endpoint, endpoints)
-    configuration = client.Configuration(host=host)
-    if headers:
-        configuration.api_key = {"authorization": headers["Authorization"].removeprefix("Bearer ")}
-        configuration.api_key_prefix = {"authorization": "Bearer"}
-    return KubeApi(client.ApiClient(configuration))
+    host, token = access(dns_endpoint, endpoints)
+    return KubeApi(client.ApiClient(client.Configuration(host=host)), token)
 
 
 class KubeApi:
-    def __init__(self, api_client: client.ApiClient):
-        self.api = api_client
+    def __init__(self, api_client: client.ApiClient, token: BearerToken | None = None):
+        self.api, self.token = api_client, token
         self._served: dict[str, bool] = {}
+        if token is not None:
+            # The client reads the key through this hook before every request (Configuration.get_api_key_with_prefix).
+            configuration = api_client.configuration
+            configuration.api_key = {"authorization": token.value()}
+            configuration.api_key_prefix = {"authorization": "Bearer"}
+            configuration.refresh_api_key_hook = lambda conf: conf.api_key.update(authorization=token.value())
 
     def _path(self, ref: Ref, collection: bool = False) -> str:
         prefix, plural, namespaced = KINDS[ref.kind]
@@ -69,6 +117,22 @@ class KubeApi:
         return f"{prefix}{scope}/{plural}" + ("" if collection else f"/{ref.name}")
 
     def _call(self, method: str, path: str, query: dict | None = None, body=None, content_type: str | None = None):
+        response = self._send(method, path, query, body, content_type)
+        if response.status == 401 and self.token is not None:
+            # Refused as expired or revoked although our clock said it was good: once more, with a new token.
+            self.token.value(renew=True)
+            response = self._send(method, path, query, body, content_type)
+        data = json.loads(response.data) if response.data else {}
+        if response.status == 404 and method in ("GET", "DELETE"):
+            return None
+        if response.status >= 300:
+            refused = " (the caller's Google token, refreshed, was refused too)" if response.status == 401 and \
+                self.token is not None else ""
+            raise KubeError(f"Kubernetes API {method} {path}: {response.status} {data.get('reason', '')}: "
+                            f"{data.get('message', '')}{refused}", response.status, data.get("message", ""))
+        return data
+
+    def _send(self, method: str, path: str, query: dict | None, body, content_type: str | None):
         headers = {"Accept": "application/json"}
         if content_type:
             headers["Content-Type"] = content_type
@@ -80,13 +144,7 @@ class KubeApi:
             response.read()
         except Exception as error:  # noqa: BLE001 - urllib3's connection errors, said as one line
             raise KubeError(f"Kubernetes API {method} {path}: cannot reach the cluster: {error}") from error
-        data = json.loads(response.data) if response.data else {}
-        if response.status == 404 and method in ("GET", "DELETE"):
-            return None
-        if response.status >= 300:
-            raise KubeError(f"Kubernetes API {method} {path}: {response.status} {data.get('reason', '')}: "
-                            f"{data.get('message', '')}", response.status, data.get("message", ""))
-        return data
+        return response
 
     def served(self, kind: str) -> bool:
         """Whether the API server serves `kind` (its group-version's discovery document lists it), as of the

@@ -19,9 +19,12 @@ pods mount the claim) are deleted, waited on until gone, and created again.
 KubeRay never changes a running pod when the RayCluster's template changes. From v1.6 the spec's
 `upgradeStrategy: Recreate` makes it recreate every pod; an older KubeRay's CRD has no such field
 (the server drops it, which the dry run shows), and rlops deletes the pods itself so that KubeRay
-makes them again from the new template. Either way every pod of the cluster restarts, so the
-change is held while a Ray job is pending or running, and applied by the first apply after it ends.
-Readiness counts only pods made from the current template (render.TEMPLATE_DIGEST).
+makes them again from the new template. Either way every pod of the cluster restarts, and so it does when
+the RayCluster is replaced; so either change is held while a Ray job is pending or running, and applied by
+the first apply after it ends. Only a list of jobs from the head says none runs: an answer that is not one
+(the service proxy's 503 for a head pod failing its readiness probe, a timeout) holds the change as a
+running job would, unless no head pod runs at all. Readiness counts only pods made from the current
+template (render.TEMPLATE_DIGEST).
 
 The Ray pods' namespace, when rlops renders it, is applied before everything else (an object in a namespace
 that does not exist is refused). A Namespace is never pruned: deleting one deletes everything in it, rlops's
@@ -45,6 +48,7 @@ DELETE_ORDER = ["RayCluster", "Secret", "ServiceAccount", "PersistentVolumeClaim
                 "Network", "GKENetworkParamSet", "Namespace"]
 NEVER_PRUNED = {"Namespace"}  # see the module's docstring
 RAY_CLUSTER_LABEL = "ray.io/cluster"  # on every pod KubeRay makes (ray-operator utils/constant.go)
+RAY_NODE_TYPE_LABEL = "ray.io/node-type"  # "head" or "worker", likewise
 SERVER_METADATA = ("resourceVersion", "generation", "uid", "managedFields", "creationTimestamp", "selfLink")
 
 
@@ -188,20 +192,28 @@ class Held(KubeError):
     """A change that would restart the RayCluster's pods under a live Ray job was not applied."""
 
 
+def restarts_pods(change: ObjectChange) -> bool:
+    """Whether applying the change ends every pod of a RayCluster: a template change, or deleting and creating
+    the RayCluster again (a replacement)."""
+    return bool(change.restarts_pods) or (change.action == "replace" and change.ref.kind == "RayCluster")
+
+
 def apply(api: KubeApi, changes: list[ObjectChange], report: Callable[[str], None], timeout: float = 600.0,
           active_jobs: Callable[[], list[str]] = lambda: []) -> None:
     """Waits for kinds not served yet, replaces what cannot change in place (deleting in order and waiting
     until each is gone), applies the rest, prunes what is no longer rendered. A change that restarts the
-    RayCluster's pods is held (`Held`, after everything else is done) while `active_jobs` names any."""
-    restarting = [c for c in changes if c.restarts_pods]
-    running = active_jobs() if restarting else []
-    held = [f"{c.ref} ({', '.join(c.fields)}) would restart every pod under Ray job(s) {', '.join(running)}, "
-            "pending or running" for c in restarting] if running else []
-    if held:
-        changes = [c for c in changes if not c.restarts_pods]
+    RayCluster's pods (`restarts_pods`) is held (`Held`, after everything else is done) while `active_jobs`
+    names any job, or cannot say (it raised) while a head pod runs; so is a replacement the RayCluster's own
+    replacement needs (the claim it mounts, the volume bound to that)."""
     for kind in dict.fromkeys(c.ref.kind for c in changes if c.action == "wait"):
         _wait_for(lambda: (api.forget_served(), api.served(kind))[1], timeout, report,  # noqa: B023 - called at once
                   f"{kind} to be served ({_served_by(kind)})")
+    # Asked after the waits above, as close to the restart as the order of the writes allows.
+    restarting = [c for c in changes if restarts_pods(c)]
+    busy = _busy(api, restarting, active_jobs, report) if restarting else None
+    held = _with_what_they_need(restarting, changes) if busy else []
+    if held:
+        changes = [c for c in changes if c not in held]
     replaced = sorted((c for c in changes if c.action == "replace"), key=lambda c: DELETE_ORDER.index(c.ref.kind))
     for change in replaced:
         report(f"replacing {change.ref}: {change.reason}")
@@ -221,8 +233,60 @@ def apply(api: KubeApi, changes: list[ObjectChange], report: Callable[[str], Non
         api.delete(change.ref)
         report(f"deleted {change.ref} (rlops's, no longer rendered)")
     if held:
-        raise Held("held, not applied: " + "; ".join(held) + ". Everything else is applied; run apply again once "
-                   "the job(s) have ended (or stop them: `ray job stop`)")
+        raise Held("held, not applied: " + "; ".join(_held_line(c) for c in held) + f": {busy.why}. Everything "
+                   f"else is applied; run apply again once {busy.until}")
+
+
+@dataclass(frozen=True)
+class Busy:
+    why: str    # what keeps the pods from being restarted now
+    until: str  # what lets the next apply go ahead
+
+
+def _busy(api: KubeApi, restarting: list[ObjectChange], active_jobs: Callable[[], list[str]],
+          report: Callable[[str], None]) -> Busy | None:
+    """Why the RayCluster's pods may not be restarted now, or None. Only a list of jobs from the head says no
+    job runs; any other answer (the API server's proxy saying 503 "no endpoints available", a timeout, a body
+    that is not a list) counts as a job running, unless no head pod runs at all: without its head (the GCS,
+    the job supervisor) no Ray job can run."""
+    try:
+        running = active_jobs()
+    except Exception as error:  # noqa: BLE001 - whatever kept the answer from coming, it is not "no jobs"
+        heads = sorted({pod["metadata"]["name"] for c in restarting if c.ref.kind == "RayCluster"
+                        for pod in api.list_labelled("Pod", {RAY_CLUSTER_LABEL: c.ref.name,
+                                                             RAY_NODE_TYPE_LABEL: "head"}, c.ref.namespace)
+                        if (pod.get("status") or {}).get("phase") == "Running"})
+        if not heads:
+            report(f"the Ray head did not answer which jobs run ({error}), and no head pod runs: no Ray job can run")
+            return None
+        return Busy(f"the Ray head did not answer which jobs run ({error}) while its pod {', '.join(heads)} runs: "
+                    "held as if a job ran",
+                    "the Ray head answers (its dashboard, through the API server's service proxy) and no job is "
+                    "pending or running")
+    if not running:
+        return None
+    return Busy(f"Ray job(s) {', '.join(running)} pending or running",
+                "the job(s) have ended (or stop them: `ray job stop`)")
+
+
+def _with_what_they_need(restarting: list[ObjectChange], changes: list[ObjectChange]) -> list[ObjectChange]:
+    """The changes held with `restarting`: a replacement its RayCluster's replacement depends on (the claim its
+    pods mount cannot go while they run, nor the volume while the claim is bound to it)."""
+    held = list(restarting)
+    for holder in held:  # grows while it is walked
+        for change in changes:
+            if change not in held and change.action == "replace" and holder.desired is not None \
+                    and _holds(holder.desired, change.ref):
+                held.append(change)
+    return held
+
+
+def _held_line(change: ObjectChange) -> str:
+    if change.restarts_pods:
+        return f"{change.ref} ({', '.join(change.fields)}) would restart every pod"
+    if change.ref.kind == "RayCluster":
+        return f"{change.ref} would be deleted and created again, every pod with it ({change.reason})"
+    return f"with it, the replacement of {change.ref} ({change.reason})"
 
 
 def _recreate_pods(api: KubeApi, ref: Ref, report: Callable[[str], None], timeout: float) -> None:

@@ -238,6 +238,8 @@ class Session:
             return plan
 
     def _active_jobs(self, live: dict[str, Live]) -> list[str]:
+        """The jobs pending or running on the environment's Ray head, asked with a token fetched now; raises when
+        the head does not say (`ray_jobs.JobsUnknown`), which `sync.apply` counts as a job running."""
         from rlops.cloud.ray_jobs import active_jobs
         from rlops.kube.cluster import ray_dashboard
 
