@@ -192,13 +192,18 @@ class MemoryBlob:
 
         return None if self._updated is None else datetime.fromtimestamp(self._updated, timezone.utc)
 
-    def download_as_bytes(self, if_generation_match: int | None = None) -> bytes:
-        self.bucket.scheduler.point(f"read {self.name}")
+    def _live(self, verb: str, if_generation_match: int | None) -> _Object:
+        """The object as the request finds it: 404 if there is none, 412 if its generation is not the one asked."""
+        self.bucket.scheduler.point(f"{verb} {self.name}")
         live = self.bucket.objects.get(self.name)
         if live is None:
             raise gexc.NotFound(f"No such object: {self.bucket.name}/{self.name}")
         if if_generation_match is not None and live.generation != if_generation_match:
             raise gexc.PreconditionFailed(f"412 {self.name}: generation {live.generation}, not {if_generation_match}")
+        return live
+
+    def download_as_bytes(self, if_generation_match: int | None = None) -> bytes:
+        live = self._live("read", if_generation_match)
         self._seen(live)
         return live.data
 
@@ -224,12 +229,7 @@ class MemoryBlob:
         self._seen(written)
 
     def delete(self, if_generation_match: int | None = None) -> None:
-        self.bucket.scheduler.point(f"delete {self.name}")
-        live = self.bucket.objects.get(self.name)
-        if live is None:
-            raise gexc.NotFound(f"No such object: {self.bucket.name}/{self.name}")
-        if if_generation_match is not None and live.generation != if_generation_match:
-            raise gexc.PreconditionFailed(f"412 {self.name}: generation {live.generation}, not {if_generation_match}")
+        self._live("delete", if_generation_match)
         del self.bucket.objects[self.name]
 
 
