@@ -236,13 +236,18 @@ def test_destroy_goes_in_reverse_dependency_order_and_deletes_lustre_only_when_t
     assert position["rl-rdma-sub-0"] < position["rl-rdma-net"]
 
 
-def test_gke_busy_with_another_operation_is_waited_out_not_failed(fake):
+@pytest.mark.parametrize("busy_with", ["SET_NODE_POOL_SIZE", "UPDATE_CLUSTER", "CREATE_NODE_POOL", "CREATE_CLUSTER"])
+def test_gke_busy_with_another_operation_is_waited_out_not_failed(fake, busy_with):
+    """In each of GKE's wordings: "incompatible operation", "Operation operation-X is currently upgrading cluster
+    ... Please wait and try again once it is done." and "Cluster is currently being created, deleted, updated or
+    repaired" (the last two were final before: an apply right after a cluster's creation or during an auto-upgrade
+    failed)."""
     assert run("apply", "h200") == 0
     # Another actor keeps the cluster busy: the first tries of the node pool update are refused as GKE does.
     pool = fake.resources("node_pool")["gpu-pool"]
     pool["autoscaling"]["maxNodeCount"] = 1
     fake.put("node_pool", "gpu-pool", pool)
-    fake.fail_next(2, status=400, match=":setAutoscaling")
+    fake.fail_next(2, match=":setAutoscaling", busy=busy_with)
     assert run("apply", "h200") == 0
     refused = [r for r in fake.requests if r.path.endswith(":setAutoscaling") and r.status == 400]
     assert len(refused) == 2

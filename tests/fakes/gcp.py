@@ -98,6 +98,19 @@ def precondition(message: str, reason: str = "failedPrecondition") -> ApiError:
     return ApiError(400, "FAILED_PRECONDITION", message, reason)
 
 
+def gke_busy(kind: str, operation: str, cluster: str) -> str:
+    """GKE's refusal while another operation runs on the cluster, in the wordings users report (the Terraform
+    Google provider's issues #975, #3650, #7638 and #10366 quote them): one for the cluster's own lifecycle, one
+    naming what the running operation does, and the older "incompatible operation"."""
+    if kind in ("CREATE_CLUSTER", "DELETE_CLUSTER", "AUTO_REPAIR_NODES"):
+        return "Cluster is currently being created, deleted, updated or repaired and cannot be updated."
+    doing = {"UPDATE_CLUSTER": f"upgrading cluster {cluster}", "UPGRADE_MASTER": f"upgrading cluster {cluster}",
+             "CREATE_NODE_POOL": "creating a node pool", "DELETE_NODE_POOL": "deleting a node pool"}.get(kind)
+    if doing:
+        return f"Operation {operation} is currently {doing}. Please wait and try again once it is done."
+    return f"Cluster is running incompatible operation {operation}."
+
+
 class OperationFailed(Exception):
     """Raised when an operation finishes: it ends DONE with this error (google.rpc code and message)."""
 
@@ -198,7 +211,7 @@ class FakeGcp:
         self._store: dict[str, dict[str, dict]] = {kind: {} for kind in KINDS}
         self._creating: dict[str, dict[str, dict]] = {kind: {} for kind in KINDS}  # Compute inserts not done yet
         self._operations: dict[str, Operation] = {}
-        self._fail_next: list[tuple[int, str | None]] = []
+        self._fail_next: list[tuple[int | str, str | None]] = []
         self._failing_operations: list[tuple[str, OperationFailed]] = []
         self._holding = False
         self._lustre_hosts = itertools.count(3)
@@ -255,10 +268,11 @@ class FakeGcp:
                 "servicenetworking": f"{base}/sn", "secretmanager": f"{base}/sm"}
 
     # -- test hooks -----------------------------------------------------------------------------
-    def fail_next(self, count: int, status: int = 503, match: str | None = None) -> None:
-        """The next `count` requests whose "METHOD path" contains `match` fail with `status`."""
+    def fail_next(self, count: int, status: int = 503, match: str | None = None, busy: str | None = None) -> None:
+        """The next `count` requests whose "METHOD path" contains `match` fail with `status`; with `busy` (an
+        operationType), as GKE refuses a request while an operation of that kind runs."""
         with self._lock:
-            self._fail_next += [(status, match)] * count
+            self._fail_next += [(status if busy is None else busy, match)] * count
 
     def fail_operations(self, count: int, kind: str, code: int, message: str) -> None:
         """The next `count` operations of `kind` (operationType) are accepted and then end DONE with this error,
@@ -374,8 +388,10 @@ class FakeGcp:
                 raise self._injected((429, 503)[next(self._faults) % 2])
 
     @staticmethod
-    def _injected(status: int) -> ApiError:
-        """The error a real API answers with this status."""
+    def _injected(status: int | str) -> ApiError:
+        """The error a real API answers with this status (or GKE's busy refusal, given an operationType)."""
+        if isinstance(status, str):
+            return precondition(gke_busy(status, "operation-injected", "rl-cluster"))
         if status == 429:
             return ApiError(429, "RESOURCE_EXHAUSTED", "Rate limit exceeded (injected)", "rateLimitExceeded")
         if status == 403:
@@ -783,10 +799,10 @@ class FakeGcp:
         return self._gke_op_json(project, location, self._start("container", kind, target, on_done, scope=cluster))
 
     def _idle(self, cluster: str) -> None:
-        """GKE runs one operation per cluster at a time and refuses others."""
+        """GKE runs one operation per cluster at a time and refuses others, worded after the operation running."""
         busy = [o for o in self._operations.values() if o.api == "container" and o.scope == cluster and not o.done]
         if busy:
-            raise precondition(f"Cluster is running incompatible operation {busy[0].name}.")
+            raise precondition(gke_busy(busy[0].kind, busy[0].name, cluster))
 
     @staticmethod
     def _gke_op_json(project: str, location: str, operation: Operation) -> dict:

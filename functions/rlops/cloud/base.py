@@ -168,8 +168,15 @@ def is_transient(error: Exception) -> bool:
         return True
     if isinstance(error, (requests.ConnectionError, httplib2.HttpLib2Error, ConnectionError)):
         return True  # a dropped connection; the clients do not retry it themselves
-    # GKE runs one operation per cluster at a time and refuses others (HTTP 400) until it is done.
-    return isinstance(error, (gexc.FailedPrecondition, gexc.BadRequest)) and "incompatible operation" in str(error).lower()
+    # GKE runs one operation per cluster at a time and refuses others (HTTP 400, FAILED_PRECONDITION) until it is
+    # done, in three wordings (the Terraform Google provider retries all three: its issues #975, #3650, #7638,
+    # #10366), common right after a cluster is created and during auto-upgrades.
+    return isinstance(error, (gexc.FailedPrecondition, gexc.BadRequest)) and any(
+        words in str(error).lower() for words in GKE_BUSY)
+
+
+GKE_BUSY = ("incompatible operation", "please wait and try again once it is done",
+            "is currently being created, deleted, updated or repaired")
 
 
 def call(api: str, what: str, function: Callable, *args, **kwargs):
