@@ -90,7 +90,9 @@ def hydra_value(value: Any) -> str:
     """A scalar as Hydra's override grammar reads it back as the same value.
 
     Strings are always quoted: unquoted, Hydra would read `123` as an int and `true` as a bool.
-    Inside quotes Hydra still resolves `${...}`; values carrying one are refused before this.
+    Inside quotes Hydra still resolves `${...}`; values carrying one are refused before this. In a quoted
+    value Hydra 1.3.2 unescapes only a quote and the backslashes right before one (or before the closing
+    quote): those are doubled, every other backslash stays as it is.
     """
     if value is None:
         return "null"
@@ -98,7 +100,10 @@ def hydra_value(value: Any) -> str:
         return "true" if value else "false"
     if isinstance(value, (int, float)):
         return repr(value)
-    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    return '"' + _QUOTE_OR_END.sub(lambda m: m[1] * 2 + ('\\"' if m[2] else ""), value) + '"'
+
+
+_QUOTE_OR_END = re.compile(r'(\\*)("|$)')
 
 
 def assignments(recipe, settings: dict, checkpoint_dir: str) -> list[tuple[str, Any]]:
