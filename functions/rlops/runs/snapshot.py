@@ -73,14 +73,14 @@ def _saved_again(record, step: int, save: str) -> bool:
 def _store(site, run: str, content: dict, replacing=None) -> list[dict]:
     """Write a manifest once (create-only), or in place of the manifest of an earlier save of its step (kept
     under replaced-manifests/), link it from the run record, publish the event; [] if another tick did."""
-    layout_ = site.records.layout
-    blob = site.bucket.blob(layout_.manifest(run, content["step"]))
+    names = site.records.layout
+    blob = site.bucket.blob(names.manifest(run, content["step"]))
     generation = 0
     if replacing is not None:
         earlier, generation = read_json(replacing)
         if earlier is None or earlier.get("save") == content.get("save"):
             return []  # removed meanwhile, or another tick replaced it already
-        write_json_if(site.bucket.blob(layout_.replaced_manifest(run, content["step"], earlier.get("save", "unknown"))),
+        write_json_if(site.bucket.blob(names.replaced_manifest(run, content["step"], earlier.get("save", "unknown"))),
                       earlier, 0)
     if not write_json_if(blob, content, generation):
         return []  # another tick wrote it first
