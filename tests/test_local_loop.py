@@ -623,7 +623,7 @@ def test_a_gke_environment_reaches_its_ray_head_through_the_api_servers_service_
 
     from conftest import PLANTED_TOKENS
     from rlops import sites
-    from rlops.runs import train, watch
+    from rlops.runs import jobs, train, watch
 
     gcp, kube = h200_on_local_ray
     events = "projects/rlops-h200-example/subscriptions/rlops-events-log"
@@ -640,7 +640,8 @@ def test_a_gke_environment_reaches_its_ray_head_through_the_api_servers_service_
     assert " ".join(workload_words(job.entrypoint, "/lustre/checkpoints/gemma3-27b-gsm8k/gke-1")).startswith(
         "cd /opt/nemo-rl && uv run python examples/run_grpo_math.py --config examples/")
     assert "'checkpointing.checkpoint_dir=\"/lustre/" in job.entrypoint
-    assert job.runtime_env["env_vars"] == {"HF_HOME": "/lustre/hf", "RAY_OVERRIDE_JOB_RUNTIME_ENV": "1"}
+    assert job.runtime_env["env_vars"] == {"HF_HOME": "/lustre/hf", "RAY_OVERRIDE_JOB_RUNTIME_ENV": "1",
+                                           "WANDB_RUN_ID": jobs.wandb_run_id("h200", "gke-1"), "WANDB_RESUME": "allow"}
 
     # Neither uv nor NeMo RL is here: the job fails in its own code, which the watcher records and does not retry.
     env = sites.load_environment("h200")

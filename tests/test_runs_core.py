@@ -1,6 +1,7 @@
 """The pure parts of training runs: the train message, the job it becomes, progress, the failure policy."""
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -90,7 +91,13 @@ def test_a_nemo_rl_job_is_the_seeds_command_with_lustre_paths_and_the_runtime_en
     assert f'checkpointing.checkpoint_dir="{recipe.checkpoint_root}/run-7"' in words
     assert f'policy.model_name="{recipe.model}"' in words
     assert 'policy.x="a b;c"' in words  # one argument, whatever it contains
-    assert request.runtime_env == {"env_vars": {"HF_HOME": "/lustre/hf", "RAY_OVERRIDE_JOB_RUNTIME_ENV": "1"}}
+    # Every attempt of the run logs into one W&B run (issue 32: each attempt started a new one).
+    run_id = jobs.wandb_run_id("h200", "run-7")
+    assert request.runtime_env == {"env_vars": {"HF_HOME": "/lustre/hf", "RAY_OVERRIDE_JOB_RUNTIME_ENV": "1",
+                                                "WANDB_RUN_ID": run_id, "WANDB_RESUME": "allow"}}
+    first = jobs.request("h200", "grpo", recipe, "run-7", {}, "ana", 1, "/lustre")
+    assert first.runtime_env["env_vars"]["WANDB_RUN_ID"] == run_id != jobs.wandb_run_id("b200", "run-7")
+    assert re.fullmatch(r"[a-z0-9-]{1,64}", run_id)
     assert request.submission_id == "rlops.h200.run-7.2"
 
 

@@ -11,6 +11,7 @@ so the workload resumes only from a verified one; `submit` ships the manifests w
 """
 
 import dataclasses
+import hashlib
 import json
 import shlex
 import tempfile
@@ -64,7 +65,10 @@ def request(environment: str, recipe_name: str, recipe, run: str, settings: dict
     directory = checkpoint_dir(recipe, run, lustre_root)
     runtime_env: dict = {}
     if recipe.runner == "nemo-rl":
-        runtime_env = {"env_vars": {"HF_HOME": f"{lustre_root}/hf", "RAY_OVERRIDE_JOB_RUNTIME_ENV": "1"}}
+        # NeMo RL calls wandb.init(**logger.wandb) with no id: W&B takes the run's from the environment, so every
+        # attempt of one rlops run logs into one W&B run (resumed), not a new run per attempt.
+        runtime_env = {"env_vars": {"HF_HOME": f"{lustre_root}/hf", "RAY_OVERRIDE_JOB_RUNTIME_ENV": "1",
+                                    "WANDB_RUN_ID": wandb_run_id(environment, run), "WANDB_RESUME": "allow"}}
     metadata = {"environment": environment, "recipe": recipe_name, "run": run, "attempt": str(attempt),
                 "requested-by": requested_by, "checkpoint-dir": directory,
                 "settings": json.dumps(settings, sort_keys=True)}
@@ -72,6 +76,12 @@ def request(environment: str, recipe_name: str, recipe, run: str, settings: dict
                       entrypoint=command(recipe, settings, directory),
                       metadata={META_PREFIX + key: value for key, value in metadata.items()},
                       runtime_env=runtime_env, entrypoint_resources=entrypoint_resources or {})
+
+
+def wandb_run_id(environment: str, run: str) -> str:
+    """One W&B run per rlops run: the run's name and a digest of environment and run (W&B ids: 64 characters at
+    most, of letters, digits, - and _), the same for every attempt."""
+    return f"{run}-{hashlib.sha256(f'{environment}/{run}'.encode()).hexdigest()[:8]}"
 
 
 def for_site(site, recipe_name: str, run: str, settings: dict, requested_by: str, attempt: int) -> JobRequest:
