@@ -4,6 +4,7 @@ preemption, `rlops down local`. The commands run as a user runs them, in subproc
 """
 
 import base64
+import hashlib
 import json
 import os
 import re
@@ -13,6 +14,7 @@ import sys
 import threading
 import time
 import urllib.request
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -603,6 +605,10 @@ def h200_on_local_ray(local, cloud_fakes, specs, monkeypatch):
     from rlops import cli
 
     gcp, kube = cloud_fakes
+    # This Ray has no GPUs: an attempt's gate waits seconds for them, not the recipe's 30 minutes, unless a test
+    # lends it some (`gpu_node`).
+    spec = specs / "h200.yaml"
+    spec.write_text(spec.read_text().replace("    resume_budget: 3\n", "    resume_budget: 3\n    gpu_wait: 3s\n", 1))
     assert cli.main(["apply", "h200"]) == 0
     kube.services[("default", "ray-cluster-head-svc:dashboard")] = \
         f"http://127.0.0.1:{local.port('ray-head', 'dashboard')}"
@@ -615,6 +621,35 @@ def h200_on_local_ray(local, cloud_fakes, specs, monkeypatch):
 
 
 H200_EVENTS = "projects/rlops-h200-example/topics/rlops-events"
+
+
+@contextmanager
+def gpu_node(local: Local, gpus: int = 16):
+    """A Ray node that says it has `gpus` GPUs (Ray takes --num-gpus as given) and no CPU, joined to this module's
+    Ray: the GPU nodes of a GKE environment as its Ray sees them. Stopped by its PID on exit."""
+    from rlops.local import processes, stack
+
+    ports = {key: processes.free_port() for key in ("agent_http", "agent_grpc", "metrics", "runtime_env_agent",
+                                                      "node_manager", "object_manager")}
+    temp = f"/tmp/rlops-ray-{hashlib.sha256(str(local.root / '.rlops' / 'local').encode()).hexdigest()[:12]}"
+    command = [stack._ray(), "start", "--block", "--disable-usage-stats", "--node-ip-address=127.0.0.1",
+               f"--address=127.0.0.1:{local.port('ray-head', 'gcs')}", "--num-cpus=0", f"--num-gpus={gpus}",
+               "--object-store-memory=80000000", f"--temp-dir={temp}", *stack._node_ports(ports)]
+    node = processes.start("gpu-node", command, local.root / "gpu-node.log", {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"},
+                           ports, cwd=local.root)
+    try:
+        dashboard = f"http://127.0.0.1:{local.port('ray-head', 'dashboard')}"
+        _until(lambda: any(n.get("resources_total", {}).get("GPU") == gpus and n.get("state") == "ALIVE"
+                           for n in ray_nodes(dashboard)), f"a node with {gpus} GPUs to join Ray")
+        yield node
+    finally:
+        processes.stop(node)
+
+
+def ray_nodes(dashboard: str) -> list[dict]:
+    from rlops.cloud.ray_jobs import nodes
+
+    return nodes(dashboard)
 
 
 def test_a_gke_environment_reaches_its_ray_head_through_the_api_servers_service_proxy(local, h200_on_local_ray):
@@ -632,26 +667,28 @@ def test_a_gke_environment_reaches_its_ray_head_through_the_api_servers_service_
 
     data = json.dumps({"environment": "h200", "recipe": "gemma3-27b-gsm8k", "run": "gke-1", "overrides": {},
                        "requested_by": "tests"}).encode()
-    assert train.handle(data, Endpoints.from_environment()) == "submitted"
-    assert train.handle(data, Endpoints.from_environment()) == "duplicate"
-    proxied = [r for r in kube.requests if "/services/ray-cluster-head-svc:dashboard/proxy/api/jobs/" in r.path]
-    assert {r.method for r in proxied} >= {"GET", "POST"}
-    job = next(j for j in local.ray_jobs() if j.submission_id == "rlops.h200.gke-1.1")
-    assert " ".join(workload_words(job.entrypoint, "/lustre/checkpoints/gemma3-27b-gsm8k/gke-1")).startswith(
-        "cd /opt/nemo-rl && uv run python examples/run_grpo_math.py --config examples/")
-    assert "'checkpointing.checkpoint_dir=\"/lustre/" in job.entrypoint
-    assert job.runtime_env["env_vars"] == {"HF_HOME": "/lustre/hf", "RAY_OVERRIDE_JOB_RUNTIME_ENV": "1",
-                                           "WANDB_RUN_ID": jobs.wandb_run_id("h200", "gke-1"), "WANDB_RESUME": "allow"}
+    with gpu_node(local):  # the recipe's 2 x 8 GPUs, until the watcher has recorded how the job ended
+        assert train.handle(data, Endpoints.from_environment()) == "submitted"
+        assert train.handle(data, Endpoints.from_environment()) == "duplicate"
+        proxied = [r for r in kube.requests if "/services/ray-cluster-head-svc:dashboard/proxy/api/jobs/" in r.path]
+        assert {r.method for r in proxied} >= {"GET", "POST"}
+        job = next(j for j in local.ray_jobs() if j.submission_id == "rlops.h200.gke-1.1")
+        assert " ".join(workload_words(job.entrypoint, "/lustre/checkpoints/gemma3-27b-gsm8k/gke-1")).startswith(
+            "cd /opt/nemo-rl && uv run python examples/run_grpo_math.py --config examples/")
+        assert "'checkpointing.checkpoint_dir=\"/lustre/" in job.entrypoint
+        assert job.runtime_env["env_vars"] == {"HF_HOME": "/lustre/hf", "RAY_OVERRIDE_JOB_RUNTIME_ENV": "1",
+                                               "WANDB_RUN_ID": jobs.wandb_run_id("h200", "gke-1"), "WANDB_RESUME": "allow",
+                                               "NRL_VIRTUAL_CLUSTER_MAX_RETRIES": "10"}
 
-    # Neither uv nor NeMo RL is here: the job fails in its own code, which the watcher records and does not retry.
-    env = sites.load_environment("h200")
-    deadline = time.monotonic() + 120
-    while True:
-        watch.tick(sites.open_site("h200", env, Endpoints.from_environment()))
-        record, _ = sites.open_site("h200", env, Endpoints.from_environment()).records.get("gke-1")
-        if record.state == "FAILED" or time.monotonic() > deadline:
-            break
-        time.sleep(1)
+        # Neither uv nor NeMo RL is here: the job fails in its own code, which the watcher records and does not retry.
+        env = sites.load_environment("h200")
+        deadline = time.monotonic() + 120
+        while True:
+            watch.tick(sites.open_site("h200", env, Endpoints.from_environment()))
+            record, _ = sites.open_site("h200", env, Endpoints.from_environment()).records.get("gke-1")
+            if record.state == "FAILED" or time.monotonic() > deadline:
+                break
+            time.sleep(1)
     assert record.state == "FAILED" and record.attempts[0].failure.kind == "code"
     assert len(record.attempts) == 1
     # The gate ran first, with rlops shipped as a py_module (the image need not have it): nothing to resume from.
@@ -659,7 +696,7 @@ def test_a_gke_environment_reaches_its_ray_head_through_the_api_servers_service_
     # A running job's progress comes from the end of its output, read on the driver's node through the proxy.
     ray = sites.open_site("h200", env, Endpoints.from_environment()).ray
     whole = ray.logs(job.submission_id)
-    assert whole.count("\n") == 4  # the gate's line, then the shell's three
+    assert whole.count("\n") == 5  # the gate's two lines (it had the GPUs; where it resumes), the shell's three
     assert ray.tail(job.submission_id, job.driver_node_id, 2) == "".join(whole.splitlines(keepends=True)[-2:])
     assert any(r.path.endswith("/proxy/api/v0/logs/file") for r in kube.requests)
     received = subscriber.pull(request={"subscription": events, "max_messages": 20}, timeout=10).received_messages
@@ -668,6 +705,47 @@ def test_a_gke_environment_reaches_its_ray_head_through_the_api_servers_service_
     for token in PLANTED_TOKENS.values():
         assert token not in json.dumps(job.model_dump(), default=str)
         assert token not in json.dumps(record.to_json()) and token not in json.dumps(published)
+
+
+def test_a_gke_attempt_waits_in_its_gate_for_gpus_that_join_late_and_one_that_never_gets_them_is_retried(
+        local, h200_on_local_ray, specs):
+    """Issue 32, 1: NeMo RL's driver, on the CPU-only head, gives up after about a minute without its GPUs; nodes
+    woken after a reap or a preemption take minutes. The attempt's gate waits for the GPUs first (the recipe's
+    gpu_wait; 3 s in this module, 60 s here): a node that joins while it waits lets the workload start. An
+    attempt that never gets them ends before its workload and is resubmitted (failure kind gate), never final."""
+    from rlops import sites
+    from rlops.runs import jobs, train, watch
+
+    env = sites.load_environment("h200")
+    site = sites.open_site("h200", env, Endpoints.from_environment())
+    recipe = env.recipes["gemma3-27b-gsm8k"]
+    site.env = env.model_copy(update={"recipes": {"gemma3-27b-gsm8k": recipe.model_copy(update={"gpu_wait": "60s"})}})
+    request = jobs.for_site(site, "gemma3-27b-gsm8k", "late-gpus", dict(recipe.default_settings()), "tests", 1)
+    assert "--wait-for GPU=16 --wait-seconds 60" in request.entrypoint
+    assert site.ray.submit_once(request)
+    logs = lambda: site.ray.logs(request.submission_id)  # noqa: E731
+    _until(lambda: '"have": 0.0' in logs(), "the gate to say it waits for the GPUs")
+    assert "[rlops-resume]" not in logs(), "the workload must not start without its GPUs"
+    with gpu_node(local):
+        _until(lambda: str(site.ray.client.get_job_status(request.submission_id).value) in ("SUCCEEDED", "FAILED"),
+               "the job to end", timeout=120)
+    said = logs()
+    assert '"got": true' in said and "[rlops-resume]" in said  # the gate had them, then chose where to resume
+    assert "can't cd to /opt/nemo-rl" in said  # the workload's command started (no NeMo RL image here)
+
+    # No GPU ever comes (gpu_wait 3 s): the attempt fails in its gate and is resubmitted as a capacity failure.
+    data = json.dumps({"environment": "h200", "recipe": "gemma3-27b-gsm8k", "run": "no-gpus", "overrides": {},
+                       "requested_by": "tests"}).encode()
+    assert train.handle(data, Endpoints.from_environment()) == "submitted"
+    deadline = time.monotonic() + 120
+    while True:
+        watch.tick(sites.open_site("h200", env, Endpoints.from_environment()))
+        record, _ = sites.open_site("h200", env, Endpoints.from_environment()).records.get("no-gpus")
+        if (record and len(record.attempts) >= 2) or time.monotonic() > deadline:
+            break
+        time.sleep(1)
+    assert record.attempts[0].failure.kind == "gate" and record.attempts[0].resume_point is None
+    assert len(record.attempts) >= 2, "a capacity failure is resubmitted within the resume budget"
 
 
 def test_a_gke_run_waiting_for_its_gpu_workers_says_the_planted_cause_until_they_are_up(local, h200_on_local_ray,

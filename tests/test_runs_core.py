@@ -94,7 +94,8 @@ def test_a_nemo_rl_job_is_the_seeds_command_with_lustre_paths_and_the_runtime_en
     # Every attempt of the run logs into one W&B run (issue 32: each attempt started a new one).
     run_id = jobs.wandb_run_id("h200", "run-7")
     assert request.runtime_env == {"env_vars": {"HF_HOME": "/lustre/hf", "RAY_OVERRIDE_JOB_RUNTIME_ENV": "1",
-                                                "WANDB_RUN_ID": run_id, "WANDB_RESUME": "allow"}}
+                                                "WANDB_RUN_ID": run_id, "WANDB_RESUME": "allow",
+                                                "NRL_VIRTUAL_CLUSTER_MAX_RETRIES": "10"}}
     first = jobs.request("h200", "grpo", recipe, "run-7", {}, "ana", 1, "/lustre")
     assert first.runtime_env["env_vars"]["WANDB_RUN_ID"] == run_id != jobs.wandb_run_id("b200", "run-7")
     assert re.fullmatch(r"[a-z0-9-]{1,64}", run_id)

@@ -1,7 +1,7 @@
 """The first thing every attempt of a run does, on the node that mounts its checkpoints: choose the resume point.
 
     python -m rlops.checkpoints.gate --run-dir DIR [--manifests MODULE] [--unverified] [--keep N]
-        [--keep-bytes B] && <the workload>
+        [--keep-bytes B] [--wait-for RESOURCE=COUNT --wait-seconds S] && <the workload>
 
 Each attempt's Ray job runs this before the workload (`runs.jobs` puts it in the entrypoint), on the
 node where the run directory is: locally the Ray worker's disk, on GKE the head pod, which mounts
@@ -29,6 +29,8 @@ from pathlib import Path
 from rlops.checkpoints import manifest, resume
 
 PREFIX = "[rlops-resume] "
+WAITING = "[rlops-wait] "
+CAPACITY_MISSING = 75  # EX_TEMPFAIL: the attempt never started its workload; the watcher retries it
 MODULE = "rlops_resume_manifests"
 FILE = "manifests.json"
 
@@ -50,6 +52,34 @@ def _shipped(module: str) -> dict[int, dict]:
     return {int(step): content for step, content in read.items() if manifest.intact(content)}
 
 
+def _capacity(resource: str, needed: float, seconds: float, every: float = 15.0) -> bool:
+    """Wait until the Ray cluster has `needed` of `resource`, saying how much it has every `every` seconds.
+
+    NeMo RL's driver runs on the CPU-only head and checks the GPUs once a second for about a minute
+    (RayVirtualCluster: NRL_VIRTUAL_CLUSTER_MAX_RETRIES, 6 tries, 2**i seconds), then fails for good; GPU nodes
+    woken or replaced after a preemption take minutes (boot, the image, gIB, Ray's join). So the attempt waits
+    here first, within the recipe's bound, and an attempt that did not get them ends before its workload, which
+    the watcher resubmits (its failure kind is `gate`), never as the recipe's own failure."""
+    import ray
+
+    ray.init(address="auto", logging_level="ERROR", log_to_driver=False)
+    try:
+        began = time.monotonic()
+        while True:
+            have = ray.cluster_resources().get(resource, 0.0)
+            waited = time.monotonic() - began
+            done = have >= needed
+            if done or waited >= seconds:
+                print(WAITING + json.dumps({"resource": resource, "have": have, "need": needed,
+                                            "waited": round(waited), "got": done}), flush=True)
+                return done
+            print(WAITING + json.dumps({"resource": resource, "have": have, "need": needed, "waited": round(waited)}),
+                  flush=True)
+            time.sleep(min(every, seconds - waited))
+    finally:
+        ray.shutdown()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="rlops.checkpoints.gate")
     parser.add_argument("--run-dir", required=True, type=Path)
@@ -57,8 +87,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--unverified", action="store_true")
     parser.add_argument("--keep", type=int, default=5, metavar="N", help="set-aside checkpoints kept, the newest")
     parser.add_argument("--keep-bytes", type=int, metavar="B", help="and at most this many bytes of them")
+    parser.add_argument("--wait-for", metavar="RESOURCE=COUNT",
+                        help="first wait until the Ray cluster has this much of a resource (GPU=16)")
+    parser.add_argument("--wait-seconds", type=float, default=1800.0, metavar="S")
     args = parser.parse_args(argv)
     started = time.time()  # the attempt's command began here: its running time (rlops cost) counts from now
+    if args.wait_for:
+        resource, _, count = args.wait_for.partition("=")
+        if not _capacity(resource, float(count), args.wait_seconds):
+            return CAPACITY_MISSING
     if args.unverified:
         point = resume.prepare(args.run_dir, {}, verify=False)
     else:

@@ -49,6 +49,9 @@ def command(recipe, settings: dict, directory: str) -> str:
                *(["--unverified"] if recipe.resume_from == "newest" else []), "--keep", str(limit.count),
                *(["--keep-bytes", str(limit.gib * 2**30)] if limit.gib else [])]
     if recipe.runner == "nemo-rl":
+        nodes, per_node = settings.get("cluster.num_nodes"), settings.get("cluster.gpus_per_node")
+        if isinstance(nodes, int) and isinstance(per_node, int):  # the GPUs NeMo RL's driver asks Ray for
+            checked += ["--wait-for", f"GPU={nodes * per_node}", "--wait-seconds", str(recipe.gpu_wait_seconds)]
         words = nemo_rl.words(recipe, settings, directory)
         return f"{_shell(checked)} && cd {nemo_rl.WORKDIR} && {_shell(words)}"
     words = ["python", "-m", recipe.entrypoint, "--output-dir", directory,
@@ -67,8 +70,11 @@ def request(environment: str, recipe_name: str, recipe, run: str, settings: dict
     if recipe.runner == "nemo-rl":
         # NeMo RL calls wandb.init(**logger.wandb) with no id: W&B takes the run's from the environment, so every
         # attempt of one rlops run logs into one W&B run (resumed), not a new run per attempt.
+        # NRL_VIRTUAL_CLUSTER_MAX_RETRIES: NeMo RL's own wait for the GPUs (nemo_rl/distributed/virtual_cluster.py
+        # at v0.4.0-v0.7.0; 2**i seconds per try), raised from 6 (a minute) to 10 (17 minutes), behind the gate's.
         runtime_env = {"env_vars": {"HF_HOME": f"{lustre_root}/hf", "RAY_OVERRIDE_JOB_RUNTIME_ENV": "1",
-                                    "WANDB_RUN_ID": wandb_run_id(environment, run), "WANDB_RESUME": "allow"}}
+                                    "WANDB_RUN_ID": wandb_run_id(environment, run), "WANDB_RESUME": "allow",
+                                    "NRL_VIRTUAL_CLUSTER_MAX_RETRIES": "10"}}
     metadata = {"environment": environment, "recipe": recipe_name, "run": run, "attempt": str(attempt),
                 "requested-by": requested_by, "checkpoint-dir": directory,
                 "settings": json.dumps(settings, sort_keys=True)}

@@ -319,8 +319,16 @@ class Recipe(Spec):
         "(others are set aside); newest: from the newest complete one, unhashed (for checkpoints too large to "
         "hash at every start).")
     export: ExportPolicy = ExportPolicy()
+    gpu_wait: Duration = Field("30m", description="nemo-rl: how long an attempt's gate waits for the GPUs of "
+                               "cluster.num_nodes x cluster.gpus_per_node before NeMo RL starts (it gives up after "
+                               "about a minute); an attempt that does not get them is resubmitted, within "
+                               "resume_budget.")
     set_aside: SetAsideLimit = Field(SetAsideLimit(), description="A bound on what set-aside/ grows to: a checkpoint "
                                      "can be hundreds of GB, and on GKE manifests lag the scan, so set-asides happen.")
+
+    @property
+    def gpu_wait_seconds(self) -> int:
+        return int(self.gpu_wait[:-1]) * {"s": 1, "m": 60, "h": 3600}[self.gpu_wait[-1]]
 
     def default_settings(self) -> dict:
         """What a run is given when its train message sets nothing."""
