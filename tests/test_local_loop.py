@@ -646,6 +646,21 @@ def gpu_node(local: Local, gpus: int = 16):
         processes.stop(node)
 
 
+def forget_jobs(local: Local, *runs: str) -> None:
+    """Once they have ended, these h200 runs' jobs deleted from this module's Ray: a later test's fresh state
+    bucket would otherwise have its watcher rebuild their records from Ray (as after a lost record) and act on
+    them, and the reaper would count them."""
+    from ray.job_submission import JobSubmissionClient
+
+    client = JobSubmissionClient(f"http://127.0.0.1:{local.port('ray-head', 'dashboard')}")
+    mine = lambda: [j for j in client.list_jobs() if (j.metadata or {}).get("rlops-environment") == "h200"  # noqa: E731
+                    and (j.metadata or {}).get("rlops-run") in runs]
+    _until(lambda: all(str(j.status.value) in ("SUCCEEDED", "FAILED", "STOPPED") for j in mine()),
+           f"the jobs of {', '.join(runs)} to end", timeout=120)
+    for job in mine():
+        client.delete_job(job.submission_id)
+
+
 def ray_nodes(dashboard: str) -> list[dict]:
     from rlops.cloud.ray_jobs import nodes
 
@@ -705,6 +720,7 @@ def test_a_gke_environment_reaches_its_ray_head_through_the_api_servers_service_
     for token in PLANTED_TOKENS.values():
         assert token not in json.dumps(job.model_dump(), default=str)
         assert token not in json.dumps(record.to_json()) and token not in json.dumps(published)
+    forget_jobs(local, "gke-1")  # its GPU node is gone: a later watcher would take the job for a preempted one
 
 
 def test_a_gke_attempt_waits_in_its_gate_for_gpus_that_join_late_and_one_that_never_gets_them_is_retried(
@@ -746,6 +762,7 @@ def test_a_gke_attempt_waits_in_its_gate_for_gpus_that_join_late_and_one_that_ne
         time.sleep(1)
     assert record.attempts[0].failure.kind == "gate" and record.attempts[0].resume_point is None
     assert len(record.attempts) >= 2, "a capacity failure is resubmitted within the resume budget"
+    forget_jobs(local, "late-gpus", "no-gpus")
 
 
 def test_a_gke_run_waiting_for_its_gpu_workers_says_the_planted_cause_until_they_are_up(local, h200_on_local_ray,
@@ -851,7 +868,7 @@ def test_a_tick_for_every_environment_covers_the_applied_gcp_ones_only(h200_on_l
         ("tick skips an environment of another project", "h200")]
 
 
-def test_a_gke_environments_idle_pool_is_reaped_at_once_and_woken_by_a_train_message(h200_on_local_ray, specs,
+def test_a_gke_environments_idle_pool_is_reaped_at_once_and_woken_by_a_train_message(local, h200_on_local_ray, specs,
                                                                                      capsys):
     from rlops import cli
     from rlops.reaper.reap import reap
@@ -902,6 +919,7 @@ def test_a_gke_environments_idle_pool_is_reaped_at_once_and_woken_by_a_train_mes
     assert [g["replicas"] for g in cluster["spec"]["workerGroupSpecs"]] == [2]
     assert [(r.body or {}).get("nodeCount") for r in gcp.requests
             if r.path.endswith(":setSize") and 200 <= r.status < 300] == [None, 2, 2]
+    forget_jobs(local, "after-reap")
 
 
 def test_the_reaper_and_apply_take_turns_on_the_environments_lock(h200_on_local_ray, specs):
