@@ -95,15 +95,15 @@ def test_a_cluster_that_is_not_ready_in_time_fails_apply_naming_it_and_a_rerun_f
     err = capsys.readouterr().err
     assert "DaemonSet/kube-system/" in err and "not ready after 0s: the controller has not seen generation 1" in err
     # The objects were written; once the controllers catch up, the same apply finishes without writing again.
-    # (A KubeRay before 1.3 publishes only `state` and observedGeneration.)
+    # (The RayCluster's readiness is read from its pods, whatever KubeRay writes in its status.)
     installer = next(key for key in kube.objects if key[0] == "daemonsets")
     kube.set_status("daemonsets", installer[2], {"desiredNumberScheduled": 2, "numberReady": 2,
                                                  "updatedNumberScheduled": 2, "observedGeneration": 1}, installer[1])
-    kube.set_status("rayclusters", "ray-cluster", {"state": "ready", "observedGeneration": 1}, "default")
     before = len(kube.writes())
     assert cli.main(["apply", "h200", "--ready-timeout", "5"]) == 0
     assert kube.writes()[before:] == []
-    assert "ready: RayCluster/default/ray-cluster (state ready; 3 pods on the current template)" in capsys.readouterr().out
+    assert "ready: RayCluster/default/ray-cluster (head ready, 2 of 2 workers ready, 0 needed; 3 pods on the current " \
+        "template)" in capsys.readouterr().out
 
 
 def test_the_dns_endpoint_is_reached_with_the_callers_google_token_and_no_kubeconfig(monkeypatch, tmp_path):
@@ -698,3 +698,176 @@ def test_a_token_that_expires_while_apply_waits_is_refreshed_and_the_apply_compl
             assert again.token != requests[i].token and again.status != 401
     else:
         assert not unauthorized, [(requests[i].method, requests[i].path) for i in unauthorized]
+
+
+# -- KubeRay's status rules per version line (fakes.kuberay): readiness and recreation from the pods ----------------
+
+KUBERAY_LINES = ["v1.2.2", "v1.5.2", "v1.6.0", "v1.7.0"]
+
+
+def _ray_cluster(kube, name="ray-cluster") -> dict:
+    return kube.get("rayclusters", name, "default")
+
+
+@pytest.mark.parametrize("kuberay", KUBERAY_LINES)
+def test_a_template_change_reaches_ready_on_every_kuberay_line_without_hanging(fakes, specs, capsys, kuberay):
+    """Before v1.6 rlops deletes the pods (KubeRay, which writes no status for a template change, leaves them);
+    from v1.6 KubeRay's Recreate does. Either way apply is done in seconds, not after --ready-timeout."""
+    gcp, kube = fakes
+    kube.kuberay = kuberay
+    assert cli.main(["apply", "h200", "--ready-timeout", "5"]) == 0, capsys.readouterr().err
+    before = {pod["metadata"]["name"] for pod in kube.pods("ray-cluster")}
+    _new_image(specs)
+    capsys.readouterr()
+    assert cli.main(["apply", "h200", "--ready-timeout", "5"]) == 0, capsys.readouterr().err
+    out = capsys.readouterr().out
+    by_rlops = kuberay < "v1.6"
+    assert ("recreating the 3 pods of RayCluster/default/ray-cluster on an older template (this KubeRay has no "
+            "upgradeStrategy" in out) == by_rlops, out
+    assert ("KubeRay recreates the pods of RayCluster/default/ray-cluster" in out) == (not by_rlops), out
+    assert "ready: RayCluster/default/ray-cluster (head ready, 2 of 2 workers ready" in out, out
+    pods = kube.pods("ray-cluster")
+    assert len(pods) == 3 and not before & {pod["metadata"]["name"] for pod in pods}
+    assert all(_images(pod) == {"nvcr.io/nvidia/nemo-rl:v0.5.1"} for pod in pods)
+    assert cli.main(["plan", "h200", "--detailed-exitcode"]) == 0, capsys.readouterr().out
+
+
+@pytest.mark.parametrize("kuberay", KUBERAY_LINES)
+def test_a_tolerations_only_change_reaches_ready_though_kuberay_writes_no_status_for_it(fakes, capsys, kuberay):
+    """A console edit of the workers' tolerations (a field rlops owns): apply puts them back. The pods' template
+    (and their digest) does not change, so no pod moves, and KubeRay writes no status: observedGeneration stays
+    behind the generation for good (consistency.go), which readiness does not wait for."""
+    gcp, kube = fakes
+    kube.kuberay = kuberay
+    assert cli.main(["apply", "h200", "--ready-timeout", "5"]) == 0, capsys.readouterr().err
+    pods = {pod["metadata"]["name"] for pod in kube.pods("ray-cluster")}
+
+    def tolerate(obj):
+        obj["spec"]["workerGroupSpecs"][0]["template"]["spec"]["tolerations"].append(
+            {"key": "example.com/maintenance", "operator": "Exists", "effect": "NoSchedule"})
+
+    kube.edit("rayclusters", "ray-cluster", tolerate, namespace="default")
+    capsys.readouterr()
+    assert cli.main(["plan", "h200", "--detailed-exitcode"]) == 2
+    planned = capsys.readouterr().out
+    assert "tolerations" in planned and "every pod restarts" not in planned, planned
+    assert cli.main(["apply", "h200", "--ready-timeout", "3"]) == 0, capsys.readouterr().err
+    cluster = _ray_cluster(kube)
+    assert cluster["status"]["observedGeneration"] < cluster["metadata"]["generation"], \
+        "the fake wrote a status for a change that moved nothing"
+    assert {pod["metadata"]["name"] for pod in kube.pods("ray-cluster")} == pods
+
+
+def test_an_upgrade_strategy_only_change_reaches_ready_and_restarts_nothing(fakes, capsys):
+    """A RayCluster applied before rlops rendered `upgradeStrategy` (or by an older KubeRay's CRD, which dropped
+    it): adding it is a spec change KubeRay's hash leaves out, so nothing is recreated and no status is written."""
+    gcp, kube = fakes
+    assert cli.main(["apply", "h200", "--ready-timeout", "5"]) == 0, capsys.readouterr().err
+    pods = {pod["metadata"]["name"] for pod in kube.pods("ray-cluster")}
+    kube.edit("rayclusters", "ray-cluster", lambda obj: obj["spec"].pop("upgradeStrategy"), namespace="default")
+    capsys.readouterr()
+    assert cli.main(["plan", "h200", "--detailed-exitcode"]) == 2
+    planned = capsys.readouterr().out
+    assert "~ RayCluster/default/ray-cluster  (spec.upgradeStrategy)" in planned, planned
+    assert cli.main(["apply", "h200", "--ready-timeout", "3"]) == 0, capsys.readouterr().err
+    cluster = _ray_cluster(kube)
+    assert cluster["spec"]["upgradeStrategy"] == {"type": "Recreate"}
+    assert cluster["status"]["observedGeneration"] < cluster["metadata"]["generation"]
+    assert {pod["metadata"]["name"] for pod in kube.pods("ray-cluster")} == pods
+
+
+@pytest.mark.parametrize("before, cause", [
+    ("v1.5.2", "the head pod ray-cluster-head-"),
+    ("v1.6.0", "the Ray operator was upgraded (ray.io/kuberay-version v1.6.0 -> v1.7.0)")])
+def test_a_template_change_after_an_add_on_upgrade_across_v1_6_reaches_ready(fakes, specs, capsys, before, cause):
+    """The plan says KubeRay recreates (the CRD now has upgradeStrategy), but KubeRay does not: a head pod made
+    before v1.6 has no recreate hash, and one made by v1.6.0 gets v1.7.0's stamp (and the new spec's hash) on the
+    new operator's first reconcile, which here comes after rlops's write (the add-on upgraded while apply runs).
+    rlops sees the pods stay on the old template and deletes them itself."""
+    gcp, kube = fakes
+    kube.kuberay = before
+    assert cli.main(["apply", "h200", "--ready-timeout", "5"]) == 0, capsys.readouterr().err
+    old = {pod["metadata"]["name"] for pod in kube.pods("ray-cluster")}
+    if before == "v1.5.2":
+        kube.kuberay = "v1.7.0"
+    else:
+        kube.kuberay_pending = "v1.7.0"
+    _new_image(specs)
+    capsys.readouterr()
+    assert cli.main(["apply", "h200", "--ready-timeout", "5"]) == 0, capsys.readouterr().err
+    out = capsys.readouterr().out
+    assert "every pod restarts (KubeRay's upgradeStrategy Recreate" in out, out
+    assert "recreating the 3 pods of RayCluster/default/ray-cluster on an older template (" + cause in out, out
+    pods = kube.pods("ray-cluster")
+    assert len(pods) == 3 and not old & {pod["metadata"]["name"] for pod in pods}
+    assert all(_images(pod) == {"nvcr.io/nvidia/nemo-rl:v0.5.1"} for pod in pods)
+    assert pods[0]["metadata"]["annotations"]["ray.io/kuberay-version"] == "v1.7.0"
+    assert cli.main(["plan", "h200", "--detailed-exitcode"]) == 0, capsys.readouterr().out
+
+
+@pytest.mark.parametrize("kuberay", KUBERAY_LINES)
+def test_a_worker_running_but_not_ready_is_not_counted_ready(fakes, specs, capsys, kuberay):
+    """Raylets still starting: the worker pods run, their readiness probes fail. KubeRay's availableWorkerReplicas
+    counts them (Running), readyWorkerReplicas (from v1.2) does not, and neither does rlops."""
+    gcp, kube = fakes
+    kube.kuberay = kuberay
+    spec = specs / "h200.yaml"
+    spec.write_text(spec.read_text().replace("autoscaling: {min_nodes: 0, max_nodes: 2}",
+                                             "autoscaling: {min_nodes: 2, max_nodes: 2}")
+                    .replace("scale_down: [ray-workers, node-pools]", "scale_down: [ray-workers]"))
+    kube.unready_workers.add(("default", "ray-cluster"))
+    assert cli.main(["apply", "h200", "--ready-timeout", "1"]) == 1
+    err = capsys.readouterr().err
+    assert "RayCluster/default/ray-cluster not ready after 1s: head ready, 0 of 2 workers ready, 2 needed (2 " \
+           "running, not Ready yet)" in err, err
+    status = _ray_cluster(kube)["status"]
+    assert status["availableWorkerReplicas"] == 2 and "readyWorkerReplicas" not in status  # omitempty
+    kube.unready_workers.clear()
+    assert cli.main(["apply", "h200", "--ready-timeout", "5"]) == 0, capsys.readouterr().err
+    assert "head ready, 2 of 2 workers ready, 2 needed" in capsys.readouterr().out
+    if kuberay >= "v1.2":
+        assert _ray_cluster(kube)["status"]["readyWorkerReplicas"] == 2
+
+
+def test_kuberay_1_2_spot_shortfall_is_ready_with_the_head_and_the_workers_that_run(fakes, capsys):
+    """KubeRay 1.2 says `state: ready` only once every pod runs (CheckAllPodsRunning) and has no conditions:
+    three Spot nodes of eight never make it ready. rlops asks the pods: the head ready and each pool's
+    min_nodes workers ready (b200-spot: 0), so apply is done with the three it has."""
+    gcp, kube = fakes
+    kube.kuberay = "v1.2.2"
+    kube.grant_gpu_nodes(3)
+    assert cli.main(["apply", "b200-spot", "--ready-timeout", "5"]) == 0, capsys.readouterr().err
+    assert "ready: RayCluster/default/ray-a4-gpu-spot (head ready, 3 of 8 workers ready, 0 needed; 9 pods" in \
+        capsys.readouterr().out
+    status = _ray_cluster(kube, "ray-a4-gpu-spot")["status"]
+    assert "state" not in status and "conditions" not in status, status
+    assert (status["readyWorkerReplicas"], status["desiredWorkerReplicas"]) == (3, 8)
+
+
+def test_a_rerun_after_a_stopped_recreation_finishes_it_with_no_spec_change_left(fakes, specs, capsys, monkeypatch):
+    """Before v1.6: the new template is applied, then the apply stops before the pods are recreated. The spec
+    matches, but the pods carry the old template's digest: the plan says so and the next apply recreates them."""
+    from rlops.kube import cluster, sync
+
+    gcp, kube = fakes
+    kube.kuberay = "v1.5.2"
+    assert cli.main(["apply", "h200", "--ready-timeout", "5"]) == 0, capsys.readouterr().err
+    _new_image(specs)
+
+    def stopped(*args, **kwargs):
+        raise cluster.KubeError("stopped (the build was cancelled)")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(sync, "_recreate_pods", stopped)
+        assert cli.main(["apply", "h200", "--ready-timeout", "5"]) == 1
+    assert _head_image(kube) == "nvcr.io/nvidia/nemo-rl:v0.5.1"
+    assert all(_images(pod) == {"nvcr.io/nvidia/nemo-rl:v0.5.0"} for pod in kube.pods("ray-cluster"))
+    capsys.readouterr()
+    assert cli.main(["plan", "h200", "--detailed-exitcode"]) == 2
+    planned = capsys.readouterr().out
+    assert "~ RayCluster/default/ray-cluster  (3 pods on an older template (ray-cluster-" in planned, planned
+    assert "rlops deletes the pods on an older template" in planned, planned
+    assert cli.main(["apply", "h200", "--ready-timeout", "5"]) == 0, capsys.readouterr().err
+    assert "an earlier apply stopped before they were recreated" in capsys.readouterr().out
+    assert all(_images(pod) == {"nvcr.io/nvidia/nemo-rl:v0.5.1"} for pod in kube.pods("ray-cluster"))
+    assert cli.main(["plan", "h200", "--detailed-exitcode"]) == 0, capsys.readouterr().out

@@ -11,8 +11,8 @@ built-in ones always there, a write into a namespace that does not exist refused
 one being terminated too (403), by the NamespaceLifecycle admission (kube_rules); a deleted namespace is
 Terminating until the namespace controller has deleted what is in it. Controllers are played on each
 request: the namespace controller, the PV binder, the PV/PVC protection controllers, KubeRay's pod
-controller (its pods pass the ServiceAccount admission: fakes.kuberay), and (with `controller_delay`) the
-DaemonSet and KubeRay status writers. Also the service proxy
+controller and its status writer, by the rules of the release `kuberay` plays (fakes.kuberay; its pods pass
+the ServiceAccount admission), and (with `controller_delay`) the DaemonSet status writer. Also the service proxy
 (`/api/v1/namespaces/NS/services/NAME:PORT/proxy/...`, `_proxy`: a RayCluster's head service, forwarded to
 what `services` maps to), bearer tokens with an expiry when a test asks for them (`issue_token`), and a
 request log.
@@ -81,6 +81,9 @@ class FakeKube:
         self.controller_delay = controller_delay
         self.scheduling = kube_scheduling.Scheduling(gpu_nodes)  # GPU nodes granted, what the autoscaler says
         self.kuberay = kuberay          # the release whose RayCluster CRD and pod controller are played
+        # The Ray add-on being upgraded to this release: the operator is down (no pods made, no status written)
+        # until the next RayCluster write lands, and the new release's first reconcile sees that spec.
+        self.kuberay_pending: str | None = None
         self.served = {kind[1] for kind in RESOURCES.values()}
         self.storage_classes: dict[str, bool] = {}   # name -> allowVolumeExpansion; "" names none
         self._ready_at: dict[tuple[str, str, str], float] = {}
@@ -90,6 +93,8 @@ class FakeKube:
         self.services: dict[tuple[str, str], str] = {}  # (namespace, "name:port") -> the URL it proxies to
         # (namespace, RayCluster) whose head pod runs but fails its readiness probe, its dashboard not answering.
         self.unready_heads: set[tuple[str, str]] = set()
+        # (namespace, RayCluster) whose worker pods run but fail their readiness probes (raylets starting).
+        self.unready_workers: set[tuple[str, str]] = set()
         # KubeRay's ENABLE_RAY_HEAD_CLUSTER_IP_SERVICE: a ClusterIP head service, which hides an unready head pod.
         self.head_service_cluster_ip = False
         # Bearer tokens the server accepts, each until its expiry by `clock` (naive UTC); None: no authentication.
@@ -158,12 +163,10 @@ class FakeKube:
         return self.scheduling.gpu_nodes
 
     def grant_gpu_nodes(self, count: int | None) -> None:
-        """The GPU nodes the cloud has granted change (Spot capacity came or went): KubeRay recounts the ready
-        workers of every RayCluster, as its pods become ready or are lost."""
+        """The GPU nodes the cloud has granted change (Spot capacity came or went): the pods are placed again and
+        KubeRay recounts its workers on the next request."""
         with self._lock:
             self.scheduling.gpu_nodes = count
-            for key in [k for k in self.objects if k[0] == "rayclusters"]:
-                self._publish_status(key)
 
     def set_status(self, plural: str, name: str, status: dict, namespace: str = "") -> None:
         """What a controller would write: the DaemonSet's ready counts, the RayCluster's state."""
@@ -461,8 +464,10 @@ class FakeKube:
         self._bump(stored)
         self.objects[key] = stored
         self.owners[key] = {m: o for m, o in owners.items() if o.fields}
-        if self.controller_delay is not None and plural in ("daemonsets", "rayclusters"):
+        if self.controller_delay is not None and plural == "daemonsets":
             self._ready_at[key] = time.monotonic() + self.controller_delay
+        if plural == "rayclusters" and self.kuberay_pending:
+            self.kuberay, self.kuberay_pending = self.kuberay_pending, None  # the new operator is up
         return (200 if current else 201), stored
 
     def _stamp(self, obj: dict, previous: dict | None, status: dict | None) -> dict:
@@ -514,9 +519,11 @@ class FakeKube:
         self._empty_terminating_namespaces()
         self._bind_volumes()
         self._release_protected()
-        kuberay.reconcile(self.objects, self.kuberay)
+        failures = kuberay.reconcile(self.objects, self.kuberay) if not self.kuberay_pending else {}
         self.scheduling.place(self.objects)
         self._fail_readiness_probes()
+        if not self.kuberay_pending:
+            kuberay.write_status(self.objects, self.kuberay, failures)
         self._finalize_namespaces()
         now = time.monotonic()
         for key, due in list(self._ready_at.items()):
@@ -525,17 +532,20 @@ class FakeKube:
                 self._publish_status(key)
 
     def _fail_readiness_probes(self) -> None:
-        """The kubelet's view of a head pod in `unready_heads`: running, its readiness probe failing, so the pod's
-        Ready and ContainersReady conditions are False (pkg/kubelet/status/generate.go, reason
-        ContainersNotReady)."""
+        """The kubelet's view of a head pod in `unready_heads` (a worker pod in `unready_workers`): running, its
+        readiness probe failing, so the pod's Ready and ContainersReady conditions are False
+        (pkg/kubelet/status/generate.go, reason ContainersNotReady)."""
         for key, pod in self.objects.items():
-            if key[0] == "pods" and pod["metadata"]["labels"][kuberay.NODE_TYPE_LABEL] == "head" \
-                    and (key[1], pod["metadata"]["labels"][kuberay.CLUSTER_LABEL]) in self.unready_heads \
-                    and (pod.get("status") or {}).get("phase") == "Running":
+            if key[0] != "pods" or (pod.get("status") or {}).get("phase") != "Running":
+                continue
+            node_type = pod["metadata"]["labels"][kuberay.NODE_TYPE_LABEL]
+            unready = self.unready_heads if node_type == "head" else self.unready_workers
+            if (key[1], pod["metadata"]["labels"][kuberay.CLUSTER_LABEL]) in unready:
+                container = "ray-head" if node_type == "head" else "ray-worker"
                 pod["status"]["conditions"] = [
                     c for c in pod["status"].get("conditions", []) if c["type"] not in ("Ready", "ContainersReady")] + [
                     {"type": t, "status": "False", "reason": "ContainersNotReady",
-                     "message": "containers with unready status: [ray-head]"} for t in ("ContainersReady", "Ready")]
+                     "message": f"containers with unready status: [{container}]"} for t in ("ContainersReady", "Ready")]
 
     def _empty_terminating_namespaces(self) -> None:
         """The namespace controller (pkg/controller/namespace/deletion/namespaced_resources_deleter.go): every
@@ -605,29 +615,14 @@ class FakeKube:
                 self.owners.pop(key, None)
 
     def _publish_status(self, key) -> None:
-        """The status a DaemonSet controller or KubeRay (v1.3+, conditions on by default) writes once the
-        pods are up: KubeRay's `state` goes to ready once and stays (raycluster_controller.go
-        calculateStatus); its pod counts; `observedGeneration` is the generation it has seen."""
+        """The status the DaemonSet controller writes once its pods are up (pkg/controller/daemon
+        updateDaemonSetStatus: `observedGeneration` is the generation it has seen). KubeRay's is written by
+        fakes.kuberay.write_status, by its own rules."""
         obj = self.objects[key]
-        generation = obj["metadata"]["generation"]
-        if key[0] == "daemonsets":
-            nodes = 2
-            obj["status"] = {"desiredNumberScheduled": nodes, "currentNumberScheduled": nodes, "numberReady": nodes,
-                             "updatedNumberScheduled": nodes, "numberAvailable": nodes, "observedGeneration": generation}
-            return
-        desired = sum(g.get("replicas", 0) * g.get("numOfHosts", 1) for g in obj["spec"].get("workerGroupSpecs", []))
-        ready = desired if self.gpu_nodes is None else min(desired, self.gpu_nodes)
-        previous = obj.get("status") or {}
-        provisioned = ready == desired or any(c["type"] == "RayClusterProvisioned" and c["status"] == "True"
-                                              for c in previous.get("conditions", []))  # once true, it stays
-        state = "ready" if ready == desired or previous.get("state") == "ready" else previous.get("state")
-        obj["status"] = {
-            **({"state": state} if state else {}), "observedGeneration": generation,
-            "desiredWorkerReplicas": desired, "readyWorkerReplicas": ready, "availableWorkerReplicas": ready,
-            "conditions": [
-                {"type": "HeadPodReady", "status": "True", "reason": "HeadPodRunningAndReady"},
-                {"type": "RayClusterProvisioned", "status": "True" if provisioned else "False",
-                 "reason": "AllPodRunningAndReadyFirstTime" if provisioned else "RayClusterPodsProvisioning"}]}
+        nodes = 2
+        obj["status"] = {"desiredNumberScheduled": nodes, "currentNumberScheduled": nodes, "numberReady": nodes,
+                         "updatedNumberScheduled": nodes, "numberAvailable": nodes,
+                         "observedGeneration": obj["metadata"]["generation"]}
 
 
 PVC_PROTECTION, PV_PROTECTION = "kubernetes.io/pvc-protection", "kubernetes.io/pv-protection"

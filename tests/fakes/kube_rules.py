@@ -23,6 +23,17 @@ SCHEMAS = Path(__file__).resolve().parents[1] / "schemas"
 KUBERAY_CRDS = {"v1.7.0": "ray.io_rayclusters.yaml", "v1.5.2": "ray.io_rayclusters-v1.5.2.yaml.gz"}
 
 
+def kuberay_crd(kuberay: str) -> str:
+    """The CRD file that stands for a release: its own if stored, else its version line's. The fields rlops sends
+    (rayVersion, headGroupSpec, workerGroupSpecs: groupName, replicas, min/maxReplicas, numOfHosts,
+    rayStartParams, template) are in ray-operator/config/crd/bases/ray.io_rayclusters.yaml from v1.2.2 on, and
+    `upgradeStrategy` from v1.6.0 on: v1.5.2's CRD stands for v1.1-v1.5, v1.7.0's for v1.6+."""
+    if kuberay in KUBERAY_CRDS:
+        return KUBERAY_CRDS[kuberay]
+    major, minor = (int(part) for part in kuberay.lstrip("v").split(".")[:2])
+    return KUBERAY_CRDS["v1.7.0" if (major, minor) >= (1, 6) else "v1.5.2"]
+
+
 @cache
 def _crd_schema(name: str) -> dict:
     path = SCHEMAS / name
@@ -70,7 +81,7 @@ def schema(plural: str, kuberay: str = "v1.7.0") -> Schema:
         "namespaces": {"properties": {"spec": {"properties": {"finalizers": ATOMIC}}}},
     }
     if plural == "rayclusters":
-        node = dict(_crd_schema(KUBERAY_CRDS[kuberay]))
+        node = dict(_crd_schema(kuberay_crd(kuberay)))
     elif plural in ("gkenetworkparamsets", "networks"):
         node = dict(_networking({"gkenetworkparamsets": "GKENetworkParamSet", "networks": "Network"}[plural]))
     else:

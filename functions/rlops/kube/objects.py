@@ -48,16 +48,20 @@ class ObjectChange:
     fields: list[str] = field(default_factory=list)
     desired: dict | None = None
     reason: str = ""
-    restarts_pods: str = ""          # who recreates the RayCluster's pods for this update: KubeRay or rlops
+    # Who recreates the RayCluster's pods for this update: KubeRay, rlops, or "leftover" (rlops, for pods an
+    # earlier apply left on an older template).
+    restarts_pods: str = ""
 
     def line(self) -> str:
         symbol = {"create": "+", "update": "~", "replace": "-/+", "delete": "-", "wait": "+"}[self.action]
         detail = self.reason or ", ".join(self.fields)
         if self.restarts_pods:
-            detail += "; every pod restarts" + (
-                " (KubeRay's upgradeStrategy Recreate)" if self.restarts_pods == "KubeRay" else
-                ": this KubeRay has no upgradeStrategy (before v1.6), so rlops deletes the pods for KubeRay to "
-                "make them again") + ", once no Ray job is pending or running"
+            detail += "; every pod restarts" + {
+                "KubeRay": " (KubeRay's upgradeStrategy Recreate)",
+                "rlops": ": this KubeRay has no upgradeStrategy (before v1.6), so rlops deletes the pods for KubeRay "
+                         "to make them again",
+                "leftover": ": rlops deletes the pods on an older template for KubeRay to make them again",
+            }[self.restarts_pods] + ", once no Ray job is pending or running"
         return f"{symbol} {self.ref}" + (f"  ({detail})" if detail else "")
 
     def summary(self) -> dict:

@@ -19,12 +19,26 @@ pods mount the claim) are deleted, waited on until gone, and created again.
 KubeRay never changes a running pod when the RayCluster's template changes. From v1.6 the spec's
 `upgradeStrategy: Recreate` makes it recreate every pod; an older KubeRay's CRD has no such field
 (the server drops it, which the dry run shows), and rlops deletes the pods itself so that KubeRay
-makes them again from the new template. Either way every pod of the cluster restarts, and so it does when
+makes them again from the new template. Nothing here waits for the RayCluster's `status.observedGeneration`:
+KubeRay writes its status only when a field other than it and lastUpdateTime changed
+(`InconsistentRayClusterStatus`, ray-operator/controllers/ray/utils/consistency.go, v1.1-v1.7), so a change that
+moves no pod moves no status. What rlops reads instead is what every version writes: the pods, each carrying
+its template's digest (render.TEMPLATE_DIGEST), their phases and Ready conditions. After a template change
+rlops waits until a head pod and every other pod carry the new digest, deleting the pods on an older one
+itself when KubeRay will not: before v1.6 (and again if KubeRay, its cache behind, made them from the old
+spec); from v1.6 when the head pod has no `ray.io/upgrade-strategy-recreate-hash` (made by a KubeRay before
+v1.6: Recreate never replaces it), when its `ray.io/kuberay-version` changed while rlops waited (an upgraded
+operator's first reconcile stamps its hash and recreates nothing: `shouldRecreatePodsForUpgrade`,
+raycluster_controller.go v1.6.0), or when KubeRay has not started in `KUBERAY_GRACE_SECONDS`. A plan that finds
+pods on an older template with no spec change (an apply stopped while waiting) plans their recreation, so a
+re-run finishes the job. Either way every pod of the cluster restarts, and so it does when
 the RayCluster is replaced; so either change is held while a Ray job is pending or running, and applied by
 the first apply after it ends. Only a list of jobs from the head says none runs: an answer that is not one
 (the service proxy's 503 for a head pod failing its readiness probe, a timeout) holds the change as a
 running job would, unless no head pod runs at all. Readiness counts only pods made from the current
-template (render.TEMPLATE_DIGEST).
+template, whatever KubeRay's version: its head pod Running and Ready, and per worker group at least the pool's
+min_nodes worker pods Running and Ready (`availableWorkerReplicas` counts Running pods, not Ready ones; KubeRay
+1.1-1.2's `state: ready` waits for every desired worker, Spot ones included).
 
 The Ray pods' namespace, when rlops renders it, is applied before everything else (an object in a namespace
 that does not exist is refused). A Namespace is never pruned: deleting one deletes everything in it, rlops's
@@ -49,6 +63,11 @@ DELETE_ORDER = ["RayCluster", "Secret", "ServiceAccount", "PersistentVolumeClaim
 NEVER_PRUNED = {"Namespace"}  # see the module's docstring
 RAY_CLUSTER_LABEL = "ray.io/cluster"  # on every pod KubeRay makes (ray-operator utils/constant.go)
 RAY_NODE_TYPE_LABEL = "ray.io/node-type"  # "head" or "worker", likewise
+RAY_GROUP_LABEL = "ray.io/group"  # the worker group's name (utils/constant.go RayNodeGroupLabelKey)
+# On the head pod from KubeRay v1.6 (utils/constant.go UpgradeStrategyRecreateHashKey, KubeRayVersion).
+RECREATE_HASH = "ray.io/upgrade-strategy-recreate-hash"
+KUBERAY_VERSION = "ray.io/kuberay-version"
+KUBERAY_GRACE_SECONDS = 60.0  # how long KubeRay's Recreate may take to start before rlops deletes the pods
 SERVER_METADATA = ("resourceVersion", "generation", "uid", "managedFields", "creationTimestamp", "selfLink")
 
 
@@ -139,6 +158,14 @@ def plan(api: KubeApi, env_name: str, rendered: list[dict], secret_values_known:
             changed = differences(shown(after), shown(live))
             if desired["kind"] == "RayCluster" and pods_made_from(after) != pods_made_from(live):
                 restarts = "KubeRay" if after["spec"].get("upgradeStrategy", {}).get("type") == "Recreate" else "rlops"
+            elif desired["kind"] == "RayCluster":
+                behind = pods_behind(after, api.list_labelled("Pod", {RAY_CLUSTER_LABEL: ref.name}, ref.namespace))
+                if behind:
+                    changes.append(ObjectChange(
+                        ref, "update", changed, desired, restarts_pods="leftover",
+                        reason=f"{len(behind)} pods on an older template ({', '.join(behind)}), with no spec change "
+                               "left to make: an apply stopped before they were recreated"))
+                    continue
         if changed:
             changes.append(ObjectChange(ref, "update", changed, desired, restarts_pods=restarts))
     changes = _with_holders_replaced(changes, rendered, lives)
@@ -221,13 +248,14 @@ def apply(api: KubeApi, changes: list[ObjectChange], report: Callable[[str], Non
         _wait_for(lambda: api.get(change.ref) is None, timeout, report, f"{change.ref} to be gone")  # noqa: B023
     writes = sorted((c for c in changes if c.desired is not None), key=lambda c: -DELETE_ORDER.index(c.ref.kind))
     for change in writes:
+        head_before = _head_pod(api, change.ref) if change.restarts_pods == "KubeRay" else None
         api.apply(change.desired)
         report(f"applied {change.ref} ({change.action})")
-        if change.restarts_pods == "rlops":
-            _recreate_pods(api, change.ref, report, timeout)
-        elif change.restarts_pods:
+        if change.restarts_pods == "KubeRay":
             report(f"KubeRay recreates the pods of {change.ref} (upgradeStrategy Recreate); no Ray job is pending "
                    "or running")
+        if change.restarts_pods:
+            _recreate_pods(api, change, report, timeout, head_before)
     deletes = sorted((c for c in changes if c.action == "delete"), key=lambda c: DELETE_ORDER.index(c.ref.kind))
     for change in deletes:
         api.delete(change.ref)
@@ -289,20 +317,77 @@ def _held_line(change: ObjectChange) -> str:
     return f"with it, the replacement of {change.ref} ({change.reason})"
 
 
-def _recreate_pods(api: KubeApi, ref: Ref, report: Callable[[str], None], timeout: float) -> None:
-    """Deletes the RayCluster's pods once KubeRay has seen the new spec: a KubeRay still on the old one
-    would make them again from the old template."""
-    def seen() -> bool:
-        live = api.get(ref) or {}
-        observed = (live.get("status") or {}).get("observedGeneration")
-        return observed is not None and observed >= live.get("metadata", {}).get("generation", 0)
+def _head_pod(api: KubeApi, ref: Ref) -> dict | None:
+    heads = [pod for pod in api.list_labelled("Pod", {RAY_CLUSTER_LABEL: ref.name, RAY_NODE_TYPE_LABEL: "head"},
+                                              ref.namespace) if not pod["metadata"].get("deletionTimestamp")]
+    return heads[0] if heads else None
 
-    _wait_for(seen, timeout, report, f"KubeRay to see the new spec of {ref}")
-    pods = api.list_labelled("Pod", {RAY_CLUSTER_LABEL: ref.name}, ref.namespace)
-    report(f"recreating the {len(pods)} pods of {ref}: this KubeRay has no upgradeStrategy (before v1.6) and "
-           "keeps running pods on their old template; no Ray job is pending or running")
-    for pod in pods:
-        api.delete(Ref("Pod", pod["metadata"]["name"], ref.namespace))
+
+def _annotation(pod: dict | None, key: str) -> str | None:
+    return ((pod or {}).get("metadata", {}).get("annotations") or {}).get(key)
+
+
+def pods_behind(ray_cluster: dict, pods: list[dict]) -> list[str]:
+    """The names of the pods (not on their way out) not made from the RayCluster's current template."""
+    digest = template_digest_of(ray_cluster)
+    if digest is None:
+        return []
+    return sorted(pod["metadata"]["name"] for pod in pods if not pod["metadata"].get("deletionTimestamp")
+                  and _annotation(pod, TEMPLATE_DIGEST) != digest)
+
+
+def _why_rlops_deletes(change: ObjectChange, head_before: dict | None, head: dict | None, waited: float) -> str | None:
+    """Why rlops deletes pods on an older template itself, or None while KubeRay is to (see the module's docstring)."""
+    if change.restarts_pods == "rlops":
+        return "this KubeRay has no upgradeStrategy (before v1.6) and keeps running pods on their old template"
+    if change.restarts_pods == "leftover":
+        return "an earlier apply stopped before they were recreated"
+    if head is not None and _annotation(head, TEMPLATE_DIGEST) != template_digest_of(change.desired):
+        if not _annotation(head, RECREATE_HASH):
+            return (f"the head pod {head['metadata']['name']} has no {RECREATE_HASH}: a KubeRay before v1.6 made it, "
+                    "and upgradeStrategy Recreate never replaces such a pod")
+        before, now = _annotation(head_before, KUBERAY_VERSION), _annotation(head, KUBERAY_VERSION)
+        if head_before is not None and before != now:
+            return (f"the Ray operator was upgraded ({KUBERAY_VERSION} {before} -> {now}): its first reconcile "
+                    "stamped its hash on the head pod and recreated nothing")
+    if waited >= KUBERAY_GRACE_SECONDS:
+        return f"KubeRay's upgradeStrategy Recreate did not start in {KUBERAY_GRACE_SECONDS:.0f}s"
+    return None
+
+
+def _recreate_pods(api: KubeApi, change: ObjectChange, report: Callable[[str], None], timeout: float,
+                   head_before: dict | None) -> None:
+    """Waits until a head pod and every other pod of the RayCluster carry its new template's digest, deleting
+    those on an older one when KubeRay will not (`_why_rlops_deletes`), again if KubeRay makes them from the
+    old spec (its cache behind the write). No observedGeneration: see the module's docstring."""
+    ref, digest, started = change.ref, template_digest_of(change.desired), time.monotonic()
+    said: set[str] = set()
+
+    def look() -> tuple[bool, str]:
+        pods = [pod for pod in api.list_labelled("Pod", {RAY_CLUSTER_LABEL: ref.name}, ref.namespace)
+                if not pod["metadata"].get("deletionTimestamp")]
+        behind = pods_behind(change.desired, pods)
+        heads = [pod for pod in pods if pod["metadata"]["labels"].get(RAY_NODE_TYPE_LABEL) == "head"]
+        current_head = any(_annotation(pod, TEMPLATE_DIGEST) == digest for pod in heads)
+        if not behind and (current_head or digest is None):
+            return True, f"{len(pods)} pods on the new template"
+        if not behind:
+            return False, "no head pod on the new template yet"
+        why = _why_rlops_deletes(change, head_before, heads[0] if heads else None, time.monotonic() - started)
+        if why is None:
+            return False, f"{len(behind)} of {len(pods)} pods on an older template; KubeRay recreates them"
+        if why not in said:
+            said.add(why)
+            report(f"recreating the {len(behind)} pods of {ref} on an older template ({why}); no Ray job is "
+                   "pending or running")
+        for name in behind:
+            api.delete(Ref("Pod", name, ref.namespace))
+        return False, f"deleted {len(behind)} pods on an older template ({why}); KubeRay makes them again"
+
+    done, seen = _wait_until(look, f"the pods of {ref} to be made from the new template", timeout, report)
+    if not done:
+        raise KubeError(f"gave up after {timeout:.0f}s waiting for the pods of {ref} to be made from the new "
+                        f"template: {seen}; a re-run of apply continues from here")
 
 
 def _wait_until(check: Callable[[], tuple[bool, str]], subject: str, timeout: float, report: Callable[[str], None],
@@ -350,15 +435,19 @@ class Readiness:
 def wait_ready(api: KubeApi, rendered: list[dict], report: Callable[[str], None], timeout: float,
                min_workers: dict[str, int] | None = None) -> None:
     """The gIB installer rolled out to every GPU node, then the RayCluster's head ready and at least
-    `min_workers` (per worker group) of its workers; progress, and a timeout that names what is not."""
+    `min_workers` (per worker group) of its workers, on its current template; progress, and a timeout that
+    names what is not."""
     started = time.monotonic()
     for ref in (Ref.of(obj) for obj in rendered if obj["kind"] in ("DaemonSet", "RayCluster")):
         def look(ref: Ref = ref) -> tuple[bool, str]:
-            live = api.get(ref) or {}
-            readiness = readiness_of(live, min_workers or {})
-            if readiness.ready and ref.kind == "RayCluster":
-                pods = pods_current(live, api.list_labelled("Pod", {RAY_CLUSTER_LABEL: ref.name}, ref.namespace))
-                readiness = Readiness(pods.ready, f"{readiness.what}; {pods.what}")
+            live = api.get(ref)
+            if live is None:
+                return False, "not found"
+            if ref.kind == "DaemonSet":
+                readiness = readiness_of(live, {})
+            else:
+                pods = api.list_labelled("Pod", {RAY_CLUSTER_LABEL: ref.name}, ref.namespace)
+                readiness = ray_cluster_readiness(live, pods, min_workers or {})
             return readiness.ready, readiness.what
 
         ready, seen = _wait_until(look, str(ref), timeout, report, started)
@@ -368,44 +457,81 @@ def wait_ready(api: KubeApi, rendered: list[dict], report: Callable[[str], None]
 
 
 def readiness_of(live: dict, min_workers: dict[str, int]) -> Readiness:
-    """From what the controllers publish about the object's current generation; a status about an older
-    generation (`observedGeneration` behind) says nothing about this one."""
+    """A DaemonSet's, from what its controller publishes about the current generation (it writes
+    `observedGeneration` with every status: pkg/controller/daemon); a status about an older generation says
+    nothing about this one. A RayCluster's: `ray_cluster_readiness`."""
     status = live.get("status") or {}
     generation = live.get("metadata", {}).get("generation")
     if status.get("observedGeneration") is None or (generation and status["observedGeneration"] < generation):
         return Readiness(False, f"the controller has not seen generation {generation} yet")
-    if live.get("kind") == "DaemonSet":
-        wanted = status.get("desiredNumberScheduled", 0)
-        updated, ready = status.get("updatedNumberScheduled", 0), status.get("numberReady", 0)
-        return Readiness(updated >= wanted and ready >= wanted,
-                         f"{min(updated, ready)} of {wanted} nodes installed with the current template")
-    return _ray_cluster_readiness(live, status, min_workers)
+    wanted = status.get("desiredNumberScheduled", 0)
+    updated, ready = status.get("updatedNumberScheduled", 0), status.get("numberReady", 0)
+    return Readiness(updated >= wanted and ready >= wanted,
+                     f"{min(updated, ready)} of {wanted} nodes installed with the current template")
 
 
 def pods_current(ray_cluster: dict, pods: list[dict]) -> Readiness:
     """Whether every pod of the cluster (not on its way out) was made from its current template: KubeRay
     does not replace running pods unless told to (see the module's docstring)."""
-    digest = template_digest_of(ray_cluster)
     live = [pod for pod in pods if not pod["metadata"].get("deletionTimestamp")]
-    old = [pod["metadata"]["name"] for pod in live
-           if (pod["metadata"].get("annotations") or {}).get(TEMPLATE_DIGEST) != digest]
-    if digest is None or not old:
+    old = pods_behind(ray_cluster, live)
+    if not old:
         return Readiness(True, f"{len(live)} pods on the current template")
-    return Readiness(False, f"{len(old)} of {len(live)} pods still run an older template ({', '.join(sorted(old))})")
+    return Readiness(False, f"{len(old)} of {len(live)} pods still run an older template ({', '.join(old)})")
 
 
-def _ray_cluster_readiness(live: dict, status: dict, min_workers: dict[str, int]) -> Readiness:
-    """KubeRay >= 1.3 publishes conditions (HeadPodReady) and readyWorkerReplicas; 1.1-1.2 only `state`,
-    which goes to ready once and stays (raycluster_controller.go calculateStatus)."""
-    groups = live.get("spec", {}).get("workerGroupSpecs", [])
-    needed = sum(min(g.get("replicas", 0), min_workers.get(g["groupName"], g.get("replicas", 0)))
-                 * g.get("numOfHosts", 1) for g in groups)
-    desired = status.get("desiredWorkerReplicas", sum(g.get("replicas", 0) * g.get("numOfHosts", 1) for g in groups))
-    conditions = {c["type"]: c for c in status.get("conditions", [])}
-    if "HeadPodReady" not in conditions:
-        return Readiness(status.get("state") == "ready", f"state {status.get('state', 'not reported')}")
-    head = conditions["HeadPodReady"]["status"] == "True"
-    ready = status.get("readyWorkerReplicas", status.get("availableWorkerReplicas", 0))
-    what = (f"head {'ready' if head else 'not ready (' + conditions['HeadPodReady'].get('reason', '') + ')'}, "
-            f"{ready} of {desired} workers ready, {needed} needed")
-    return Readiness(head and ready >= needed, what)
+def _pod_ready(pod: dict) -> bool:
+    """Running with the condition Ready=True (KubeRay's own IsRunningAndReady, utils/util.go)."""
+    status = pod.get("status") or {}
+    return status.get("phase") == "Running" and any(
+        c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions", []))
+
+
+def _pod_state(pod: dict) -> str:
+    status = pod.get("status") or {}
+    phase = status.get("phase") or "not started"
+    failing = [c for c in status.get("conditions", []) if c.get("status") == "False" and c.get("reason")]
+    if phase == "Running" and not _pod_ready(pod):
+        return "Running, not Ready" + (f" ({failing[-1]['reason']})" if failing else "")
+    return phase + (f" ({failing[0]['reason']})" if failing else "")
+
+
+def ray_cluster_readiness(live: dict, pods: list[dict], min_workers: dict[str, int]) -> Readiness:
+    """From the pods, the same on every KubeRay version: the head pod on the current template Running and Ready,
+    and per worker group at least min(replicas, min_workers) x numOfHosts workers on it Running and Ready. Not
+    `state` (1.1-1.2: ready only once every desired worker runs) nor `readyWorkerReplicas` or
+    `availableWorkerReplicas` (omitempty, written only with another change of status, and "available" counts
+    Running pods, not Ready ones). What KubeRay says of a failing reconcile (its ReplicaFailure condition, from
+    v1.3) is the cause given while the head is missing."""
+    digest = template_digest_of(live)
+    pods = [pod for pod in pods if not pod["metadata"].get("deletionTimestamp")]
+    current = [pod for pod in pods if digest is None or _annotation(pod, TEMPLATE_DIGEST) == digest]
+    heads = [pod for pod in current if pod["metadata"]["labels"].get(RAY_NODE_TYPE_LABEL) == "head"]
+    if heads and _pod_ready(heads[0]):
+        head = "head ready"
+    elif heads:
+        head = f"head pod {heads[0]['metadata']['name']} {_pod_state(heads[0])}"
+    else:
+        failures = [c for c in (live.get("status") or {}).get("conditions", [])
+                    if c.get("type") == "ReplicaFailure" and c.get("status") == "True"]
+        head = "no head pod on the current template" + (
+            f" (KubeRay: {failures[0].get('reason')}: {failures[0].get('message', '')})" if failures else "")
+    desired = needed = ready_total = 0
+    short, unready = [], 0
+    for group in live.get("spec", {}).get("workerGroupSpecs", []):
+        hosts, replicas = group.get("numOfHosts", 1), group.get("replicas", 0)
+        want = min(replicas, min_workers.get(group["groupName"], replicas)) * hosts
+        mine = [pod for pod in current if pod["metadata"]["labels"].get(RAY_NODE_TYPE_LABEL) == "worker"
+                and pod["metadata"]["labels"].get(RAY_GROUP_LABEL) == group["groupName"]]
+        ready = sum(1 for pod in mine if _pod_ready(pod))
+        unready += sum(1 for pod in mine if (pod.get("status") or {}).get("phase") == "Running" and not _pod_ready(pod))
+        desired, needed, ready_total = desired + replicas * hosts, needed + want, ready_total + ready
+        if ready < want:
+            short.append(group["groupName"])
+    what = f"{head}, {ready_total} of {desired} workers ready, {needed} needed"
+    if unready:
+        what += f" ({unready} running, not Ready yet)"
+    old = pods_behind(live, pods)
+    what += f"; {len(pods) - len(old)} pods on the current template" + (
+        f", {len(old)} on an older one ({', '.join(old)})" if old else "")
+    return Readiness(head == "head ready" and not short and not old, what)
