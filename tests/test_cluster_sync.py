@@ -433,21 +433,29 @@ def test_the_fake_api_server_refuses_a_missing_namespace_404_and_a_terminating_o
     assert immortal.value.status == 403 and "this namespace may not be deleted" in immortal.value.body
 
 
-def test_kuberay_makes_no_pod_whose_service_account_is_missing_and_says_why_in_an_event(fakes, capsys):
-    """ServiceAccount admission refuses the pod's create; KubeRay records FailedToCreateHeadPod on the RayCluster
-    and tries again later, and the pods come once the account is back."""
+def _applied_then_pods_without_their_account(kube):
+    """h200 applied, then its ServiceAccount deleted and its pods with it: KubeRay can make none (admission)."""
     from kubernetes import client
 
     from rlops.kube.cluster import KubeApi
     from rlops.kube.objects import Ref
 
-    gcp, kube = fakes
     assert cli.main(["apply", "h200"]) == 0
     api = KubeApi(client.ApiClient(client.Configuration(host=kube.url)))
     api.delete(Ref("ServiceAccount", "generic-ksa", "default"))
     for pod in kube.pods("ray-cluster"):
         api.delete(Ref("Pod", pod["metadata"]["name"], "default"))
     assert kube.pods("ray-cluster") == []
+    return api
+
+
+def test_kuberay_makes_no_pod_whose_service_account_is_missing_and_says_why_in_an_event(fakes, capsys):
+    """ServiceAccount admission refuses the pod's create; KubeRay records FailedToCreateHeadPod on the RayCluster
+    and tries again later, and the pods come once the account is back."""
+    from kubernetes import client
+
+    gcp, kube = fakes
+    api = _applied_then_pods_without_their_account(kube)
     events = client.CoreV1Api(api.api).list_namespaced_event("default", field_selector="involvedObject.kind=RayCluster")
     (event,) = [e for e in events.items if e.involved_object.name == "ray-cluster"]
     assert (event.type, event.reason) == ("Warning", "FailedToCreateHeadPod")
@@ -519,18 +527,8 @@ def test_a_head_that_does_not_run_holds_nothing_as_no_job_can_run_without_it(fak
     """With its ServiceAccount gone KubeRay cannot make the head pod (admission refuses it): the proxy has no
     endpoint (503) and no head pod runs, so no Ray job can. The change goes ahead; holding it would keep a
     cluster whose head cannot start from ever getting the template that fixes it."""
-    from kubernetes import client
-
-    from rlops.kube.cluster import KubeApi
-    from rlops.kube.objects import Ref
-
     gcp, kube = fakes
-    assert cli.main(["apply", "h200"]) == 0
-    api = KubeApi(client.ApiClient(client.Configuration(host=kube.url)))
-    api.delete(Ref("ServiceAccount", "generic-ksa", "default"))
-    for pod in kube.pods("ray-cluster"):
-        api.delete(Ref("Pod", pod["metadata"]["name"], "default"))
-    assert kube.pods("ray-cluster") == []
+    _applied_then_pods_without_their_account(kube)
     _new_image(specs)
     capsys.readouterr()
     assert cli.main(["apply", "h200"]) == 0, capsys.readouterr().err
