@@ -189,10 +189,19 @@ def _load(path: Path, base_dir: Path, loader: Loader):
         merged = OmegaConf.create({})
         for parent in parents:
             parent_path = Path(parent) if parent.startswith("/") else base_dir / parent
-            loaded = _load(parent_path, parent_path.parent if loader.parents_from_own_directory else base_dir, loader)
+            loaded = OmegaConf.create(_parent(parent_path, parent_path.parent if loader.parents_from_own_directory
+                                              else base_dir, loader))
             merged = _merge(merged, loaded, loader)
         config = _merge(merged, config, loader)
     return config
+
+
+@cache
+def _parent(path: Path, base_dir: Path, loader: Loader) -> dict:
+    """A parent config composed once: many recipes of a tag share their parents (grpo_math_1B.yaml and its own)."""
+    from omegaconf import OmegaConf
+
+    return OmegaConf.to_container(_load(path, base_dir, loader), resolve=False)
 
 
 def _merge(base, child, loader: Loader):
