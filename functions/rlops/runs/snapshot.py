@@ -23,18 +23,18 @@ from rlops.state.bucket import read_json, write_json_if
 def tick(site) -> list[dict]:
     """The manifests of new complete checkpoints, then what the recipes' `export:` policies want (`exports.tick`);
     the events."""
-    events = _relink(site)
-    events += _manifests_here(site) if site.checkpoints_here else _tick_on_cluster(site)
+    recent = {run: record for run, (record, _) in sorted(site.records.all().items())
+              if policy.recent(record, time.time())}  # read once for the relink and the manifests
+    events = _relink(site, recent)
+    events += _manifests_here(site, recent) if site.checkpoints_here else _tick_on_cluster(site)
     return events + exports.tick(site)
 
 
-def _relink(site) -> list[dict]:
+def _relink(site, recent: dict) -> list[dict]:
     """Manifests stored without their link in the run record (a tick died, or lost its record write, between
     the two writes): linked now, and their event published, since a stored manifest is never written again."""
-    events, now = [], time.time()
-    for run, (record, _) in sorted(site.records.all().items()):
-        if not policy.recent(record, now):
-            continue
+    events = []
+    for run, record in recent.items():
         for step, blob in sorted(site.records.manifest_objects(run).items()):
             if str(step) not in record.manifests:
                 content, _ = read_json(blob)
@@ -44,11 +44,9 @@ def _relink(site) -> list[dict]:
     return events
 
 
-def _manifests_here(site) -> list[dict]:
-    events, now = [], time.time()
-    for run, (record, _) in sorted(site.records.all().items()):
-        if not policy.recent(record, now):
-            continue
+def _manifests_here(site, recent: dict) -> list[dict]:
+    events = []
+    for run, record in recent.items():
         known = site.records.manifest_objects(run)
         for checkpoint in layout.complete(Path(record.checkpoint_dir)):
             try:
