@@ -25,11 +25,16 @@ def _endpoints():
     return Endpoints.from_environment()
 
 
+def _message(cloud_event) -> dict | None:
+    message = cloud_event.data.get("message") if isinstance(cloud_event.data, dict) else None
+    return message if isinstance(message, dict) else None
+
+
 def _data(cloud_event) -> bytes | None:
     """The Pub/Sub message's payload; None when the event carries none that decodes."""
-    message = cloud_event.data.get("message") if isinstance(cloud_event.data, dict) else None
+    message = _message(cloud_event)
     try:
-        return base64.b64decode(message.get("data", ""), validate=True) if isinstance(message, dict) else None
+        return base64.b64decode(message.get("data", ""), validate=True) if message is not None else None
     except (ValueError, TypeError):
         return None
 
@@ -43,7 +48,8 @@ def train(cloud_event) -> None:
     if data is None:
         emit("WARNING", "train message refused", reason="message.data: missing or not base64")
         return
-    handle(data, _endpoints())
+    message_id = _message(cloud_event).get("messageId")  # what a refusal is kept by, with the run's name
+    handle(data, _endpoints(), message_id if isinstance(message_id, str) else None)
 
 
 def _each_environment(cloud_event, what: str, act) -> None:

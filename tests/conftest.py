@@ -4,6 +4,7 @@ from pathlib import Path
 import pytest
 
 from fakes.gcs import fake_gcs
+from fakes.gcs_iam import GcsIam
 
 REPO = Path(__file__).resolve().parent.parent
 ENVIRONMENTS = REPO / "environments"
@@ -16,9 +17,18 @@ def environments_dir() -> Path:
 
 @pytest.fixture(scope="session")
 def gcs():
-    """fake-gcs-server for the state bucket, one for the session (STORAGE_EMULATOR_HOST is set while it runs)."""
-    with fake_gcs() as server:
-        yield server
+    """fake-gcs-server for the state bucket, one for the session, behind Cloud Storage's IAM (`server.gate`,
+    enforcing nothing until a test gives it a policy); STORAGE_EMULATOR_HOST names the gate while it runs, and
+    `server.url` is fake-gcs-server's own."""
+    import os
+
+    with fake_gcs() as server, GcsIam(None, server.url) as gate:
+        before, os.environ["STORAGE_EMULATOR_HOST"] = os.environ["STORAGE_EMULATOR_HOST"], gate.url
+        server.gate = gate
+        try:
+            yield server
+        finally:
+            os.environ["STORAGE_EMULATOR_HOST"] = before
 
 
 @pytest.fixture

@@ -61,16 +61,22 @@ def test_apply_h200_sends_what_the_seed_sets_and_a_second_plan_is_empty(fake, ca
     cluster = gke.CreateClusterRequest.from_json(json.dumps(cluster_request), ignore_unknown_fields=True).cluster
     assert cluster.addons_config.ray_operator_config.enabled
     assert cluster.addons_config.lustre_csi_driver_config.enabled
-    assert cluster.addons_config.lustre_csi_driver_config.enable_legacy_lustre_port
+    assert not cluster.addons_config.lustre_csi_driver_config.enable_legacy_lustre_port
     assert cluster.network_config.enable_multi_networking
+    # The regional cluster's system pool (the Ray head) in the zone of Lustre and the GPUs, not in three zones.
+    (system,) = cluster.node_pools
+    assert list(system.locations) == ["us-central1-b"]
+    assert fake.resources("node_pool")["default-pool"]["locations"] == ["us-central1-b"]
     assert cluster.network_config.datapath_provider == gke.DatapathProvider.ADVANCED_DATAPATH
 
     (lustre_request,) = bodies(fake, "POST", "/instances")
     lustre = lustre_v1.Instance.from_json(json.dumps(lustre_request), ignore_unknown_fields=True)
-    assert (lustre.capacity_gib, lustre.per_unit_storage_throughput, lustre.filesystem, lustre.gke_support_enabled) == (
-        18000, 500, "lustrefs", True)
+    assert (lustre.capacity_gib, lustre.per_unit_storage_throughput, lustre.filesystem) == (18000, 500, "lustrefs")
     (address,) = bodies(fake, "POST", "/global/addresses")
-    assert (address["purpose"], address["prefixLength"]) == ("VPC_PEERING", 20)
+    assert (address["purpose"], address["address"], address["prefixLength"]) == ("VPC_PEERING", "10.112.0.0", 20)
+    # Lustre's port from the peered range, as Google's steps open it, though the instance has no GKE support flag.
+    (lnet,) = [b for b in bodies(fake, "POST", "/global/firewalls") if b["name"] == "rl-lustre-lnet"]
+    assert (lnet["allowed"], lnet["sourceRanges"]) == ([{"IPProtocol": "tcp", "ports": ["988"]}], ["10.112.0.0/20"])
     (peering,) = bodies(fake, "POST", "/connections")
     assert peering["network"] == "projects/123456789012/global/networks/rl-net"
 
@@ -99,7 +105,7 @@ def test_environments_of_one_project_share_their_list_calls_and_keep_their_own_r
     assert sorted(r.query["network"].rsplit("/", 1)[1] for r in peerings) == ["rl-net", "three-net", "two-net"]
     plans = {p.split(":", 1)[0]: p for p in out.split("Plan for environment ")[1:]}
     assert plans["h200"].startswith("h200: 0 to create, 0 to update, 0 to replace, 0 to delete")
-    assert plans["h200-two"].startswith("h200-two: 18 to create")
+    assert plans["h200-two"].startswith("h200-two: 19 to create")
     assert "cluster/two-h200" in plans["h200-two"] and "rl-" not in plans["h200-two"]
 
 
@@ -142,6 +148,16 @@ def test_apply_b200_spot_without_gke_support_opens_the_lnet_port(fake):
     server = ipaddress.ip_address(instance["mountPoint"].split("@")[0])
     assert any(server in ipaddress.ip_network(source) for source in lnet[0]["sourceRanges"]), instance["mountPoint"]
     assert run("plan", "b200-spot", "--detailed-exitcode") == 0
+
+
+@pytest.mark.parametrize("env_name", ["h200", "b200-spot"])
+def test_no_request_carries_lustres_deprecated_gke_support_fields(fake, env_name):
+    """lustre_v1 Instance.gke_support_enabled ("Deprecated: No longer required for GKE instance creation") and GKE's
+    LustreCsiDriverConfig.enable_legacy_lustre_port (deprecated from node version 1.33.2-gke.4655000): the
+    fake accepts both, as Google still does; rlops sends neither."""
+    assert run("apply", env_name) == 0
+    sent = [json.dumps(r.body) for r in fake.requests if r.body]
+    assert sent and not [body for body in sent if "gkeSupportEnabled" in body or "enableLegacyLustrePort" in body]
 
 
 def test_apply_converges_with_30_percent_of_calls_failing(fake):
@@ -211,7 +227,7 @@ def test_a_permission_failure_stops_apply_naming_the_api_resource_and_permission
     fake.fail_next(1, status=403, match="POST /compute/v1/projects/rlops-h200-example/global/networks")
     assert run("apply", "h200") == 1
     err = capsys.readouterr().err
-    assert "compute: insert network" in err and "compute.networks.create" in err and "lacks a permission" in err
+    assert "compute: insert network" in err and "lacks compute.networks.create (in roles/compute.editor, roles/compute.networkAdmin or roles/compute.admin)" in err
     assert not applied("h200")  # so the next push tries again
     # What did get created is recorded, so the re-run only does the rest.
     assert run("apply", "h200") == 0

@@ -3,6 +3,7 @@ passes on the seeds' project and fails on a planted problem, and `apply` stops b
 when one fails."""
 
 import json
+import re
 
 import pytest
 
@@ -17,7 +18,7 @@ def _findings(capsys, env: str = "h200") -> tuple[int, dict[str, dict]]:
 
 def test_the_seeds_project_passes_every_check_and_says_what_it_did_not_check(cloud_fakes, capsys):
     code, found = _findings(capsys)
-    assert code == 0, found
+    assert code == 0, [f for f in found.values() if f["verdict"] == "fail"]
     verdicts = {check: verdict for check, verdict in found}
     assert verdicts["apis"] == "ok" and verdicts["reservation h200-reservation"] == "ok"
     assert verdicts["permissions"] == "ok" and verdicts["machine type a3-ultragpu-8g"] == "ok"
@@ -29,7 +30,7 @@ def test_the_seeds_project_passes_every_check_and_says_what_it_did_not_check(clo
     # Nothing applied yet: every network, subnetwork, firewall and the PSA range are new; the system pool's five
     # n2-highmem-80 nodes count against N2_CPUS; the reservation-backed GPU pool needs no more GPU quota.
     assert found[("quotas", "ok")]["found"] == (
-        "NETWORKS 3 of 15 free; SUBNETWORKS 9 of 175 free; FIREWALLS 1 of 200 free; GLOBAL_INTERNAL_ADDRESSES 1 of "
+        "NETWORKS 3 of 15 free; SUBNETWORKS 9 of 175 free; FIREWALLS 2 of 200 free; GLOBAL_INTERNAL_ADDRESSES 1 of "
         "5000 free; N2_CPUS 400 of 2400 free; gpu-pool: its reservation holds the GPU quota")
     gcp, _ = cloud_fakes
     assert not gcp.mutations(), "the doctor only reads"
@@ -40,7 +41,7 @@ def test_the_seeds_project_passes_every_check_and_says_what_it_did_not_check(clo
     (lambda gcp: gcp.disabled_services.add(("rlops-h200-example", "lustre.googleapis.com")), "apis",
      "not enabled: lustre.googleapis.com"),
     (lambda gcp: gcp.denied_permissions.add(("rlops-h200-example", "lustre.instances.create")), "permissions",
-     "the caller lacks lustre.instances.create (instances.create)"),
+     "the caller lacks lustre.instances.create (in roles/lustre.admin)"),
     (lambda gcp: gcp.machine_types_missing.add(("us-central1-b", "a3-ultragpu-8g")), "machine type a3-ultragpu-8g",
      "a3-ultragpu-8g is not offered in us-central1-b"),
     (lambda gcp: gcp.reservations.clear(), "reservation h200-reservation", "no reservation h200-reservation in "
@@ -59,7 +60,9 @@ def test_the_seeds_project_passes_every_check_and_says_what_it_did_not_check(clo
      "apply needs 400, 399 free of 399 in us-central1"),
     (lambda gcp: gcp.denied_permissions.add(("projects/rlops-h200-example/secrets/wandb-api-key",
                                              "secretmanager.versions.access")), "secret WANDB_API_KEY",
-     "the caller lacks secretmanager.versions.access on projects/rlops-h200-example/secrets/wandb-api-key"),
+     "the caller lacks secretmanager.versions.access (in roles/secretmanager.secretAccessor or roles/secretmanager.admin) "
+     "on "
+     "projects/rlops-h200-example/secrets/wandb-api-key"),
     (lambda gcp: gcp.lustre_zones.discard("us-central1-b"), "lustre-location",
      "Managed Lustre is not offered in us-central1-b (in us-central1: us-central1-a, us-central1-c)"),
     (lambda gcp: gcp._store["secret_version"].pop("projects/rlops-h200-example/secrets/hf-token/versions/latest"),
@@ -75,6 +78,17 @@ def test_each_planted_problem_fails_its_check_and_apply_stops_before_any_change(
     err = capsys.readouterr().err
     assert "doctor: " in err and "check(s) failed; nothing was changed" in err and said in err
     assert not gcp.mutations(), "apply sent a change after the doctor failed"
+
+
+def test_the_system_pools_vcpus_are_counted_in_every_zone_gke_puts_its_nodes(cloud_fakes, capsys):
+    """A node pool's counts are per zone: the doctor's need is what GKE makes of apply's request (the fake gives a
+    regional cluster's pool three zones where the request names none, as GKE does)."""
+    gcp, _ = cloud_fakes
+    code, found = _findings(capsys)
+    need = int(re.search(r"N2_CPUS (\d+) of", found[("quotas", "ok")]["found"])[1])
+    assert cli.main(["apply", "h200"]) == 0
+    pool = gcp.resources("node_pool")["default-pool"]
+    assert need == 80 * pool["autoscaling"]["maxNodeCount"] * len(pool["locations"])
 
 
 def test_after_apply_the_quotas_count_what_runs_and_only_what_is_new_is_needed(cloud_fakes, capsys):
@@ -108,7 +122,7 @@ def test_a_gke_version_the_channel_does_not_offer_fails_and_one_older_than_a_fea
 
 def test_a_psa_range_placed_on_a_subnetwork_already_there_fails_and_a_free_one_passes(cloud_fakes, specs, capsys):
     gcp, _ = cloud_fakes
-    assert _findings(capsys)[1][("psa-range", "ok")]["found"] == "/20, placed by Google in a free range"
+    assert _findings(capsys)[1][("psa-range", "ok")]["found"] == "10.112.0.0/20 is free on network rl-net"
     # Someone's subnetwork on the cluster's network, made before rlops applies (the console, another tool).
     assert cli.main(["apply", "h200"]) == 0
     capsys.readouterr()
@@ -118,13 +132,13 @@ def test_a_psa_range_placed_on_a_subnetwork_already_there_fails_and_a_free_one_p
                                                "regions/us-central1"})
     spec = specs / "h200.yaml"
     text = spec.read_text()
-    spec.write_text(text.replace("prefix_length: 20", "prefix_length: 20\n    address: 10.64.0.0"))
+    spec.write_text(text.replace("address: 10.112.0.0", "address: 10.64.0.0"))
     code, found = _findings(capsys)
     assert code == 1 and found[("psa-range", "fail")]["found"] == \
         "10.64.0.0/20 overlaps subnetwork theirs (10.64.8.0/24) on network rl-net"
     before = len(gcp.mutations())
     assert cli.main(["apply", "h200"]) == 1 and len(gcp.mutations()) == before
-    spec.write_text(text.replace("prefix_length: 20", "prefix_length: 20\n    address: 10.80.0.0"))
+    spec.write_text(text.replace("address: 10.112.0.0", "address: 10.80.0.0"))
     assert _findings(capsys)[1][("psa-range", "ok")]["found"] == "10.80.0.0/20 is free on network rl-net"
 
 
@@ -139,6 +153,9 @@ def test_an_applied_environment_without_its_functions_or_schedule_is_warned_of(c
     gcp.deploy("rlops-h200-example", "us-east4")
     code, found = _findings(capsys)
     assert found[("functions", "ok")]["found"] == "rlops-train, rlops-watch, rlops-snapshot, rlops-reap active"
+    # Cloud Functions lists in pages (the fake's are two long): the four are found only by reading them all.
+    listed = [r for r in gcp.requests if r.path.endswith("/locations/-/functions")]
+    assert any(r.query.get("pageToken") for r in listed)
     assert found[("schedule", "ok")]["found"] == "rlops-tick in us-east4, * * * * *"
     gcp.functions["projects/rlops-h200-example/locations/us-east4/functions/rlops-watch"]["state"] = "FAILED"
     gcp.scheduler_jobs["projects/rlops-h200-example/locations/us-east4/jobs/rlops-tick"]["state"] = "PAUSED"

@@ -817,7 +817,8 @@ def test_a_gke_run_waiting_for_its_gpu_workers_says_the_planted_cause_until_they
     assert [e["cause"] for e in said if e["type"] == "waiting"] == [cause]
 
 
-def test_rlops_train_publishes_a_gke_environments_message_to_its_train_topic(local, specs, monkeypatch, capsys):
+def test_rlops_train_publishes_a_gke_environments_message_to_its_train_topic(local, specs, state_buckets, monkeypatch,
+                                                                           capsys):
     from google.cloud import pubsub_v1
 
     from rlops import cli

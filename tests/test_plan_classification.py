@@ -134,18 +134,6 @@ CASES = [
     ("lustre-grow", "h200", [("capacity_gib: 18000", "capacity_gib: 36000")], {"lustre_instance/rl-lustre": U}, set()),
     ("lustre-throughput-tier", "h200", [("throughput_mb_per_tib: 500", "throughput_mb_per_tib: 1000")],
      {"lustre_instance/rl-lustre": R}, {"lustre_instance/rl-lustre"}),
-    # The add-on flag is mutable, GKE support on the instance is not; no legacy port means an LNet firewall,
-    # which needs the peered range where the spec says: a range Google picked is replaced, and its peering with it.
-    ("gke-support-off", "h200",
-     [("lustre_legacy_port: true", "lustre_legacy_port: false"), ("gke_support: true", "gke_support: false"),
-      ("prefix_length: 20", "prefix_length: 20\n    address: 10.112.0.0")],
-     {"cluster/rl-h200": U, "lustre_instance/rl-lustre": R, "firewall/rl-lustre-lnet": C,
-      "address/rl-lustre-range": R, "connection/rl-net": R},
-     {"lustre_instance/rl-lustre", "address/rl-lustre-range", "connection/rl-net"}),
-    ("gke-support-on", "b200-spot",
-     [("lustre_legacy_port: false", "lustre_legacy_port: true"), ("gke_support: false", "gke_support: true")],
-     {"cluster/ray-a4-gpu-spot": U, "lustre_instance/ray-a4-gpu-spot-lustre": R,
-      "firewall/ray-a4-gpu-spot-lustre-lnet": D}, {"lustre_instance/ray-a4-gpu-spot-lustre"}),
     # Additional networks are immutable on a node pool: a subnet replaced replaces the pool with it.
     ("gvnic-subnet-cidr", "h200", [("subnet_cidr: 192.168.0.0/24", "subnet_cidr: 192.168.9.0/24")],
      {"subnetwork/rl-gvnic-sub": R, "node_pool/gpu-pool": R}, {"subnetwork/rl-gvnic-sub", "node_pool/gpu-pool"}),
@@ -157,7 +145,8 @@ CASES = [
      {"node_pool/gpu-pool", "network/rl-gvnic-net", "subnetwork/rl-gvnic-sub"}),
     # The peering is re-made on the new range, and the Lustre instance peered into it with it.
     ("psa-prefix", "h200", [("prefix_length: 20", "prefix_length: 22")],
-     {"address/rl-lustre-range": R, "connection/rl-net": R, "lustre_instance/rl-lustre": R},
+     {"address/rl-lustre-range": R, "connection/rl-net": R, "lustre_instance/rl-lustre": R,
+      "firewall/rl-lustre-lnet": U},
      {"address/rl-lustre-range", "connection/rl-net", "lustre_instance/rl-lustre"}),
     ("psa-prefix-with-lnet-firewall", "b200-spot", [("prefix_length: 22 ", "prefix_length: 20 ")],
      {"address/ray-a4-gpu-spot-psa": R, "connection/ray-a4-gpu-spot-net-0": R,
@@ -166,7 +155,7 @@ CASES = [
     # Everything is built on the cluster network: an auto-mode switch takes the environment down to Lustre.
     ("auto-subnets", "h200", [("auto_subnets: true", "auto_subnets: false")],
      {"network/rl-net": R, "address/rl-lustre-range": R, "connection/rl-net": R, "cluster/rl-h200": R, **H200_POOLS,
-      "lustre_instance/rl-lustre": R},
+      "lustre_instance/rl-lustre": R, "firewall/rl-lustre-lnet": R},
      {"network/rl-net", "address/rl-lustre-range", "connection/rl-net", "cluster/rl-h200", *H200_POOLS,
       "lustre_instance/rl-lustre"}),
     ("rename-cluster", "h200", [("name: rl-h200\n", "name: rl-h200b\n")],
@@ -174,7 +163,8 @@ CASES = [
     ("rename-gpu-pool", "h200", [("name: gpu-pool", "name: gpu-pool-b")],
      {"node_pool/gpu-pool": D, "node_pool/gpu-pool-b": C}, {"node_pool/gpu-pool"}),
     ("rename-lustre", "h200", [("lustre:\n  name: rl-lustre\n", "lustre:\n  name: rl-lustre-b\n")],
-     {"lustre_instance/rl-lustre": D, "lustre_instance/rl-lustre-b": C}, {"lustre_instance/rl-lustre"}),
+     {"lustre_instance/rl-lustre": D, "lustre_instance/rl-lustre-b": C, "firewall/rl-lustre-lnet": D,
+      "firewall/rl-lustre-b-lnet": C}, {"lustre_instance/rl-lustre"}),
     ("add-gpu-pool", "h200", [SECOND_POOL, RECIPE_POOL], {"node_pool/gpu-pool-2": C}, set()),
     # Edits outside the cloud resources: nothing in the cloud changes.
     ("deletion-policy", "h200", [("deletion_policy: retain", "deletion_policy: delete")], {}, set()),
@@ -309,6 +299,31 @@ def test_changes_that_keep_lustre_need_no_permission():
     assert data_loss_refusals(plan, "retain", delete_data=False) == []
 
 
+# -- Lustre's GKE support: deprecated, kept for an instance that has it -----------------------
+
+GKE_SUPPORT = [("lustre_legacy_port: false", "lustre_legacy_port: true"), ("gke_support: false", "gke_support: true")]
+
+
+def test_an_instance_made_with_gke_support_keeps_its_legacy_port_and_6988_is_opened_for_it():
+    base = edit(seed("h200"), *GKE_SUPPORT)
+    assert not plan_edit("h200", base=base).has_changes
+    firewall = change_of(plan_edit("h200", base=base, live={}), "firewall/rl-lustre-lnet").resource
+    assert firewall.desired["allowed"] == [["tcp", "988", "6988"]]
+    # Turned off, the instance is made again (GKE support cannot change on it) and the legacy port closed.
+    plan = plan_edit("h200", *[(new, old) for old, new in GKE_SUPPORT], base=base)
+    assert plan.errors == []
+    assert actions(plan) == {"cluster/rl-h200": U, "lustre_instance/rl-lustre": R, "firewall/rl-lustre-lnet": U}
+    assert fields_of(plan, "firewall/rl-lustre-lnet") == [("allowed", [["tcp", "988", "6988"]], [["tcp", "988"]])]
+
+
+def test_gke_support_asked_of_an_instance_rlops_would_make_is_refused():
+    """rlops sends no deprecated gkeSupportEnabled: the instance would be made without it and replaced next time."""
+    for live in (None, {}):
+        plan = plan_edit("h200", *GKE_SUPPORT, live=live)
+        (error,) = plan.errors
+        assert error.startswith("lustre_instance/rl-lustre: lustre.gke_support: true describes an existing instance")
+
+
 # -- drift, ownership, leftovers -------------------------------------------------------------
 
 def drifted(name: str, key: str, **fields) -> dict[str, Live]:
@@ -323,6 +338,9 @@ def drifted(name: str, key: str, **fields) -> dict[str, Live]:
     ("cluster/rl-h200", {"ray_operator": False}, U, [("ray_operator", False, True)]),
     ("firewall/rl-gvnic-internal", {"source_ranges": ["0.0.0.0/0"]}, U, [("source_ranges", ["0.0.0.0/0"], ["192.168.0.0/16"])]),
     ("lustre_instance/rl-lustre", {"capacity_gib": 9000}, U, [("capacity_gib", 9000, 18000)]),
+    # A system pool an older rlops made in the region's three zones: moved to the environment's zone in place.
+    ("node_pool/default-pool", {"node_locations": ["us-central1-a", "us-central1-b", "us-central1-c"]}, U,
+     [("node_locations", ["us-central1-a", "us-central1-b", "us-central1-c"], ["us-central1-b"])]),
 ])
 def test_drift_in_the_console_is_planned_back_to_the_spec(key, drift, action, expected_fields):
     plan = plan_edit("h200", live=drifted("h200", key, **drift))
@@ -379,7 +397,7 @@ def test_what_rlops_owns_and_the_spec_dropped_is_deleted_and_what_it_does_not_ow
 def test_from_nothing_everything_is_created_and_the_system_pool_comes_with_the_cluster():
     plan = plan_edit("h200", live={})
     created = actions(plan)
-    assert set(created.values()) == {C} and len(created) == 18 and not plan.destructive
+    assert set(created.values()) == {C} and len(created) == 19 and not plan.destructive
     assert set(H200_RDMA) <= set(created) and "node_pool/gpu-pool" in created
     assert change_of(plan, "node_pool/default-pool").reason == "created by the cluster/rl-h200 create"
 

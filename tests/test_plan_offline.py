@@ -39,7 +39,7 @@ def test_an_unchanged_spec_has_no_changes_and_a_new_one_is_all_creates(repo, cap
     assert "No changes" in capsys.readouterr().out
     shutil.copy(repo / "environments" / "h200.yaml", repo / "environments" / "h200-two.yaml")
     assert cli.main(["plan", "h200-two", "--offline", "--base", "HEAD", "--format", "markdown"]) == 0
-    assert "**Plan: 18 to create, 0 to update, 0 to replace, 0 to delete.**" in capsys.readouterr().out
+    assert "**Plan: 19 to create, 0 to update, 0 to replace, 0 to delete.**" in capsys.readouterr().out
 
 
 def test_a_bad_revision_or_a_base_without_offline_is_a_clean_error(repo, capsys):

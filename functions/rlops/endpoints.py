@@ -21,6 +21,9 @@ class Endpoints:
     pubsub: str | None = None    # Google's Pub/Sub emulator, HOST:PORT (PUBSUB_EMULATOR_HOST)
     kube: str | None = None      # an API server at a URL, not through GKE's DNS endpoint (RLOPS_KUBE_API)
     github: str = GITHUB_API     # RLOPS_GITHUB_API
+    # GOOGLE_APPLICATION_CREDENTIALS: with fakes, whose credentials to send (a fake that enforces IAM knows its
+    # callers by them); unset, a fake is called anonymously. Google's APIs always get the default credentials.
+    credentials: str | None = None
 
     @classmethod
     def from_environment(cls, environ: Mapping[str, str] = os.environ) -> "Endpoints":
@@ -28,7 +31,8 @@ class Endpoints:
                    storage=environ.get("STORAGE_EMULATOR_HOST") or None,
                    pubsub=environ.get("PUBSUB_EMULATOR_HOST") or None,
                    kube=environ.get("RLOPS_KUBE_API") or None,
-                   github=(environ.get("RLOPS_GITHUB_API") or GITHUB_API).rstrip("/"))
+                   github=(environ.get("RLOPS_GITHUB_API") or GITHUB_API).rstrip("/"),
+                   credentials=environ.get("GOOGLE_APPLICATION_CREDENTIALS") or None)
 
     def with_emulators(self, storage: str | None, pubsub: str | None) -> "Endpoints":
         return replace(self, storage=storage or self.storage, pubsub=pubsub or self.pubsub)

@@ -13,7 +13,9 @@ from rlops import waiting as workers_waiting
 from rlops.cloud.ray_jobs import RayJobs
 from rlops.endpoints import Endpoints
 from rlops.errors import Failure
+from rlops.kube.cluster import kubernetes_needs
 from rlops.logs import emit
+from rlops.permissions import requires
 from rlops.spec.model import GcpEnvironment, LocalEnvironment
 from rlops.state.lock import Lock
 from rlops.state.pool import PoolState
@@ -118,8 +120,6 @@ def placement(env) -> tuple[str, dict[str, float]]:
 
 
 def open_site(name: str, env: LocalEnvironment | GcpEnvironment, endpoints: Endpoints) -> Site:
-    from rlops.state.bucket import client
-
     if isinstance(env, LocalEnvironment):
         from rlops.local.stack import LOCAL_PROJECT, Stack
 
@@ -134,8 +134,28 @@ def open_site(name: str, env: LocalEnvironment | GcpEnvironment, endpoints: Endp
         ray, project, scale, waiting = RayJobs(*gke.dashboard()), env.project.id, gke.scale, gke.waiting
         publish = _publisher(project, endpoints, emulated=False)
     lustre, resources = placement(env)
-    return Site(name, env, endpoints, ray, client(project, endpoints).bucket(env.state.bucket), publish, scale,
-                waiting, lustre, resources, checkpoints_here=isinstance(env, LocalEnvironment))
+    return Site(name, env, endpoints, ray, state_bucket(name, env, endpoints), publish, scale, waiting, lustre,
+                resources, checkpoints_here=isinstance(env, LocalEnvironment))
+
+
+def state_bucket(name: str, env: LocalEnvironment | GcpEnvironment, endpoints: Endpoints):
+    """The environment's state bucket, as its functions reach it: a local environment's in its stack's storage
+    emulator, which must be running (anywhere else would be a real bucket of the same name)."""
+    from rlops.state.bucket import client
+
+    if isinstance(env, GcpEnvironment):
+        return client(env.project.id, endpoints).bucket(env.state.bucket)
+    from rlops.local.stack import LOCAL_PROJECT, Stack
+
+    stack = Stack(name, env, lambda line: emit("INFO", line))
+    if "storage" not in stack.processes():
+        raise Failure(f"the local environment {name} is not up; run `rlops up {name}`")
+    return client(LOCAL_PROJECT, stack.endpoints(endpoints)).bucket(env.state.bucket)
+
+
+def run_records(name: str, env: LocalEnvironment | GcpEnvironment, endpoints: Endpoints) -> RunRecords:
+    """The environment's run records alone, for what needs neither its Ray head nor its cluster."""
+    return RunRecords(state_bucket(name, env, endpoints), env.state.prefix, name)
 
 
 class GkeCluster:
@@ -185,6 +205,7 @@ class GkeCluster:
                 if error:
                     raise ScaleFailed(f"node pool {pool.name}: resize to {size} nodes failed: {error}")
 
+    @requires(*kubernetes_needs(("pods", "events"), "list"))
     def waiting(self, pool_scaled_down: bool) -> str | None:
         """Why the RayCluster's GPU workers are not all up, from the pods, their events, the node pools and their
         reservations (each read only when a worker is missing); None when they are up, or there is no cluster."""

@@ -47,7 +47,7 @@ from urllib.parse import parse_qs, urlsplit
 import google_crc32c
 from google.rpc import code_pb2
 
-from fakes import google_apis
+from fakes import google_apis, iam
 from fakes.jsonhttp import JsonServer, reply
 
 KINDS = ("network", "subnetwork", "firewall", "address", "connection", "cluster", "node_pool", "lustre_instance",
@@ -61,6 +61,7 @@ _GKE_NAME = re.compile(r"[a-z]([-a-z0-9]{0,38}[a-z0-9])?")
 # it, the maximum). 0 is the Dynamic tier (Instance.perUnitStorageThroughput: "must not be set or must be set
 # to zero" with dynamicTierOptions.mode DEFAULT_CACHE).
 LUSTRE_PAGE_SIZE = 2  # the real default is larger; two makes every test with three instances page
+FUNCTIONS_PAGE_SIZE = 2  # the same for Cloud Functions: rlops's four span two pages
 _LUSTRE_TIERS = {1000: (9000, 1_530_000, 72_000, 10_008_000), 500: (18_000, 3_060_000, 144_000, 20_016_000),
                  250: (36_000, 6_120_000, 288_000, 40_032_000), 125: (72_000, 12_240_000, 72_000, 12_240_000),
                  0: (472_000, 84_016_000, 472_000, 84_016_000)}
@@ -73,13 +74,15 @@ _ADVANCED_DATAPATH = (2, "ADVANCED_DATAPATH")
 class ApiError(Exception):
     """An error answer, in Google's JSON error shape."""
 
-    def __init__(self, code: int, status: str, message: str, reason: str = "invalid"):
+    def __init__(self, code: int, status: str, message: str, reason: str = "invalid", details: list | None = None):
         super().__init__(message)
         self.code, self.status, self.message, self.reason = code, status, message, reason
+        self.details = details or []  # google.rpc detail messages (ErrorInfo, ...), each with its "@type"
 
     def body(self) -> dict:
-        return {"error": {"code": self.code, "message": self.message, "status": self.status,
-                          "errors": [{"reason": self.reason, "message": self.message, "domain": "global"}]}}
+        error = {"code": self.code, "message": self.message, "status": self.status,
+                 "errors": [{"reason": self.reason, "message": self.message, "domain": "global"}]}
+        return {"error": {**error, "details": self.details} if self.details else error}
 
 
 def not_found(what: str) -> ApiError:
@@ -112,11 +115,36 @@ def gke_busy(kind: str, operation: str, cluster: str) -> str:
 
 
 class OperationFailed(Exception):
-    """Raised when an operation finishes: it ends DONE with this error (google.rpc code and message)."""
+    """Raised when an operation finishes: it ends DONE with this error (google.rpc code and message; for Compute,
+    its error code, as QUOTA_EXCEEDED, with the Operation's errorDetails)."""
 
-    def __init__(self, code: int, message: str):
+    def __init__(self, code: int | str, message: str, details: list | None = None):
         super().__init__(message)
-        self.code, self.message = code, message
+        self.code, self.message, self.details = code, message, details or []
+
+
+def quota_error(api: str, project: str, metric: str, limit: float, region: str | None, requested: float = 0.0) -> ApiError:
+    """A request refused for quota, as the API answers it: Compute with 403 `quotaExceeded` ("Quota 'CPUS'
+    exceeded.  Limit: 24.0 in region us-central1."), GKE with 403 "Insufficient regional quota to satisfy
+    request" (the wordings users report, e.g. the Terraform Google provider's issues); both with the ErrorInfo of
+    google/api/error_reason.proto's RESOURCE_QUOTA_EXCEEDED (domain googleapis.com, the consumer, service, metric
+    and limit in its metadata)."""
+    where = f"in region {region}" if region else "globally"
+    limit_name = f"{metric}-per-project" + ("-region" if region else "")
+    info = {"@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": "RESOURCE_QUOTA_EXCEEDED",
+            "domain": "googleapis.com",
+            "metadata": {"consumer": f"projects/{project}", "service": "compute.googleapis.com",
+                         "quota_metric": f"compute.googleapis.com/{metric.lower()}", "quota_limit": limit_name}}
+    if api == "compute":
+        error = ApiError(403, "PERMISSION_DENIED", f"Quota '{metric}' exceeded.  Limit: {limit:.1f} {where}.",
+                         "quotaExceeded", [info])
+    else:
+        error = ApiError(403, "PERMISSION_DENIED", f"Insufficient regional quota to satisfy request: resource "
+                         f"\"{metric}\": request requires '{requested:.1f}' and is short '{requested - limit:.1f}'. "
+                         f"project has a quota of '{limit:.1f}' with '{limit:.1f}' available. View and manage quotas "
+                         f"at https://console.cloud.google.com/iam-admin/quotas?usage=USED&project={project}.",
+                         "forbidden", [info])
+    return error
 
 
 # -- the request log and operations -----------------------------------------------------------
@@ -130,6 +158,7 @@ class Request:
     user_agent: str           # User-Agent and x-goog-api-client, joined
     time: float               # time.time() at arrival
     raw_query: str = ""       # the query as sent (a repeated parameter, as Service Usage's `names`, is all there)
+    caller: str = ""          # the principal whose token it carried (when the fake enforces IAM)
 
 
 @dataclass
@@ -211,7 +240,7 @@ class FakeGcp:
         self._store: dict[str, dict[str, dict]] = {kind: {} for kind in KINDS}
         self._creating: dict[str, dict[str, dict]] = {kind: {} for kind in KINDS}  # Compute inserts not done yet
         self._operations: dict[str, Operation] = {}
-        self._fail_next: list[tuple[int | str, str | None]] = []
+        self._fail_next: list[tuple[int | str | ApiError, str | None]] = []
         self._failing_operations: list[tuple[str, OperationFailed]] = []
         self._holding = False
         self._lustre_hosts = itertools.count(3)
@@ -229,6 +258,8 @@ class FakeGcp:
         self.scheduler_jobs: dict[str, dict] = {}  # name projects/P/locations/L/jobs/J -> cloudscheduler v1 Job
         self.gpu_family_quota: dict[tuple[str, str, str], int] = {}  # (project, region, gpu_family) -> limit
         self.vms: list[dict] = []  # compute v1 Instances beside the GKE nodes (put_gpu_vm)
+        # Who may do what (tests/fakes/iam.py); None: every request is granted, as to a project's owner.
+        self.iam: iam.Iam | None = None
         self._routes = [(method, re.compile(pattern), handler) for method, pattern, handler in
                         self._compute_routes() + self._servicenetworking_routes() + self._gke_routes()
                         + self._lustre_routes() + self._secret_routes() + self._project_routes()
@@ -265,20 +296,23 @@ class FakeGcp:
         return {"compute": base, "container": f"{base}/gke", "lustre": f"{base}/lustre", "serviceusage": f"{base}/su",
                 "cloudresourcemanager": f"{base}/crm", "cloudfunctions": f"{base}/cf", "cloudscheduler": f"{base}/cs",
                 "cloudquotas": f"{base}/cq",
-                "servicenetworking": f"{base}/sn", "secretmanager": f"{base}/sm"}
+                "servicenetworking": f"{base}/sn", "secretmanager": f"{base}/sm", "iam": f"{base}/iam"}
 
     # -- test hooks -----------------------------------------------------------------------------
-    def fail_next(self, count: int, status: int = 503, match: str | None = None, busy: str | None = None) -> None:
-        """The next `count` requests whose "METHOD path" contains `match` fail with `status`; with `busy` (an
-        operationType), as GKE refuses a request while an operation of that kind runs."""
+    def fail_next(self, count: int, status: "int | ApiError" = 503, match: str | None = None,
+                  busy: str | None = None) -> None:
+        """The next `count` requests whose "METHOD path" contains `match` fail with `status` (the error a real API
+        answers with it, or this ApiError, as `quota_error` makes); with `busy` (an operationType), as GKE refuses a
+        request while an operation of that kind runs."""
         with self._lock:
             self._fail_next += [(status if busy is None else busy, match)] * count
 
-    def fail_operations(self, count: int, kind: str, code: int, message: str) -> None:
+    def fail_operations(self, count: int, kind: str, code: int | str, message: str, details: list | None = None) -> None:
         """The next `count` operations of `kind` (operationType) are accepted and then end DONE with this error,
-        as a resize that meets a stockout does."""
+        as a resize that meets a stockout does (Compute's: its error code and errorDetails, as an insert over
+        quota ends with QUOTA_EXCEEDED and a quotaInfo)."""
         with self._lock:
-            self._failing_operations += [(kind, OperationFailed(code, message))] * count
+            self._failing_operations += [(kind, OperationFailed(code, message, details))] * count
 
     def fail_transfers(self, count: int, copied: int, code: int = 13,
                        message: str = "Internal error while copying the object (injected)") -> None:
@@ -335,6 +369,9 @@ class FakeGcp:
     def _handle(self, http: BaseHTTPRequestHandler) -> None:
         parts = urlsplit(http.path)
         raw = http.rfile.read(int(http.headers.get("Content-Length") or 0))
+        if parts.path == "/token":
+            self._token(http, raw)
+            return
         query = {key: values[-1] for key, values in parse_qs(parts.query, keep_blank_values=True).items()}
         # GAPIC clients put their ClientInfo user agent in x-goog-api-client; discovery clients in User-Agent.
         agent = " ".join(filter(None, (http.headers.get("User-Agent"), http.headers.get("x-goog-api-client"))))
@@ -346,6 +383,8 @@ class FakeGcp:
         with self._lock:
             self.requests.append(request)
         try:
+            if self.iam is not None:
+                request.caller = self._caller(http.headers.get("Authorization"))
             if unreadable:
                 raise unreadable
             status, answer = 200, self._serve(request)
@@ -367,6 +406,8 @@ class FakeGcp:
             if violation.code == 404:
                 raise ApiError(404, "NOT_FOUND", str(violation), "notFound") from None
             raise invalid(str(violation)) from None
+        if self.iam is not None:
+            self._authorize(request)
         for method, pattern, handler in self._routes:
             match = pattern.fullmatch(request.path) if method == request.method else None
             if match:
@@ -383,9 +424,60 @@ class FakeGcp:
             for i, (status, match) in enumerate(self._fail_next):
                 if match is None or match in f"{request.method} {request.path}":
                     del self._fail_next[i]
-                    raise self._injected(status)
+                    raise status if isinstance(status, ApiError) else self._injected(status)
             if self.fail_rate and self._random.random() < self.fail_rate:
                 raise self._injected((429, 503)[next(self._faults) % 2])
+
+    # -- IAM ----------------------------------------------------------------------------------
+    def _token(self, http: BaseHTTPRequestHandler, raw: bytes) -> None:
+        """Google's OAuth token endpoint, for the JWT-bearer grant google-auth's service account credentials send
+        (RFC 7523; iam.Iam.credentials_file writes their key file)."""
+        form = {key: values[-1] for key, values in parse_qs(raw.decode()).items()}
+        if self.iam is None or form.get("grant_type") != "urn:ietf:params:oauth:grant-type:jwt-bearer":
+            reply(http, 400, {"error": "unsupported_grant_type"})
+            return
+        try:
+            reply(http, 200, self.iam.mint(form.get("assertion", "")))
+        except iam.Denied:
+            reply(http, 400, {"error": "invalid_grant", "error_description": "Bad Request"})
+
+    def _caller(self, authorization: str | None) -> str:
+        try:
+            return self.iam.caller(authorization)
+        except iam.Denied as denied:
+            raise ApiError(denied.code, denied.status, denied.message, "authError") from None
+
+    def _authorize(self, request: Request) -> None:
+        """The permissions Google checks for this method (iam.method_permissions), on the resource it names: a
+        secret version's secret, else the project; acting as the node service account a cluster or node pool
+        names needs iam.serviceAccounts.actAs on that account (cloud.google.com/kubernetes-engine/docs/how-to/
+        service-accounts, "Use a custom node service account")."""
+        method = google_apis.method_id(request.method, request.path)
+        if method is None:
+            return
+        names = re.search(r"projects/([^/:]+)", request.path)
+        project = f"projects/{names[1] if names else self.iam.project}"
+        secret = re.search(r"projects/[^/]+/secrets/[^/:]+", request.path)
+        resource = secret[0] if secret and ".versions." in method else project
+        domain = f"{method.split('.', 1)[0]}.googleapis.com"
+        try:
+            self.iam.check(request.caller, iam.method_permissions().get(method, ()), resource, domain)
+            body = request.body or {}
+            pools = [body["nodePool"]] if "nodePool" in body else (body.get("cluster") or {}).get("nodePools", [])
+            number = self._project_number(project.removeprefix("projects/"))
+            node_accounts = {pool.get("config", {}).get("serviceAccount") or self.default_node_account(number)
+                             for pool in pools}
+            for account in sorted(node_accounts) if method.endswith(".create") else ():
+                self.iam.check(request.caller, ("iam.serviceAccounts.actAs",),
+                               f"{project}/serviceAccounts/{account}", "iam.googleapis.com")
+        except iam.Denied as denied:
+            raise ApiError(denied.code, denied.status, denied.message, "forbidden", denied.details) from None
+
+    @staticmethod
+    def default_node_account(project_number: str) -> str:
+        """The Compute Engine default service account, which GKE's nodes run as when a pool names none (and
+        which the caller must then be able to act as, like any other)."""
+        return f"{project_number}-compute@developer.gserviceaccount.com"
 
     @staticmethod
     def _injected(status: int | str) -> ApiError:
@@ -399,9 +491,6 @@ class FakeGcp:
                             "'projects/rlops-h200-example/global/networks/rl-net' (injected)", "forbidden")
         if status == 400:
             return precondition("Cluster is running incompatible operation operation-injected.")
-        if status == 412:
-            return ApiError(412, "FAILED_PRECONDITION", "Quota 'NVIDIA_H200_GPUS' exceeded. Limit: 0.0 in region "
-                            "us-central1 (injected)", "quotaExceeded")
         return ApiError(status, "UNAVAILABLE", "The service is currently unavailable (injected)", "backendError")
 
     # -- operations -----------------------------------------------------------------------------
@@ -496,6 +585,11 @@ class FakeGcp:
             answer["endTime"] = _timestamp(operation.started + operation.seconds)
         if operation.scope.startswith("regions/"):
             answer["region"] = f"{COMPUTE}/projects/{project}/{operation.scope}"
+        if operation.done and operation.error:  # compute v1 Operation.error.errors[]: code, message, errorDetails
+            failure = operation.error
+            code = failure.code if isinstance(failure.code, str) else code_pb2.Code.Name(failure.code)
+            answer["error"] = {"errors": [{"code": code, "message": failure.message,
+                                           **({"errorDetails": failure.details} if failure.details else {})}]}
         return answer
 
     def _compute_operation(self, request, project, scope, op):
@@ -774,6 +868,7 @@ class FakeGcp:
             ("DELETE", cluster, self._delete_cluster),
             ("POST", cluster + r"/nodePools", self._create_node_pool),
             ("GET", pool, self._get_node_pool), ("DELETE", pool, self._delete_node_pool),
+            ("PUT", pool, self._update_node_pool),
             ("POST", pool + r":setAutoscaling", self._set_autoscaling), ("POST", pool + r":setSize", self._set_size),
             ("GET", location + r"/operations/(?P<op>[^/]+)", self._gke_operation),
             ("GET", location + r"/serverConfig", self._server_config),
@@ -842,6 +937,7 @@ class FakeGcp:
         link = f"{GKE}/projects/{project}/locations/{location}/clusters/{name}"
         for pool in pools:
             self._check_pool(pool, location, cluster)
+            pool.setdefault("locations", _default_zones(location, cluster))
         version = _gke_version(cluster.get("initialClusterVersion"), (cluster.get("releaseChannel") or {}).get("channel"))
         dns = cluster.setdefault("controlPlaneEndpointsConfig", {}).setdefault("dnsEndpointConfig", {})
         dns["endpoint"] = f"gke-{self._random.getrandbits(64):016x}.{location}.gke.goog"
@@ -876,9 +972,11 @@ class FakeGcp:
         name = pool.get("name", "")
         if not _GKE_NAME.fullmatch(name):
             raise invalid(f"Invalid node pool name '{name}'.")
+        # NodePool.locations (container v1): zones of the cluster's region, a zonal cluster's being its zone's.
+        region = _region_of(location)
         for zone in pool.get("locations", []):
-            if not (zone == location or zone.startswith(f"{location}-")):
-                raise invalid(f"Node pool location '{zone}' is not in the cluster's location '{location}'.")
+            if not re.fullmatch(rf"{re.escape(region)}-[a-z]", zone):
+                raise invalid(f"Node pool '{name}': location '{zone}' is not a zone of the cluster's region '{region}'.")
         config = pool.get("config", {})
         affinity = config.get("reservationAffinity", {})
         if affinity.get("consumeReservationType") in _SPECIFIC_RESERVATION:
@@ -960,6 +1058,7 @@ class FakeGcp:
             raise precondition(f"Cluster {cluster} is {found['status']}: node pools can be added when it is RUNNING.")
         pool = dict((request.body or {}).get("nodePool") or {})
         self._check_pool(pool, location, found)
+        pool.setdefault("locations", _default_zones(location, found))
         name = pool["name"]
         if name in self._store["node_pool"]:
             raise ApiError(409, "ALREADY_EXISTS", f"Already exists: {found.get('selfLink', cluster)}/nodePools/{name}.",
@@ -986,6 +1085,19 @@ class FakeGcp:
                               lambda: self._store["node_pool"].pop(pool, None))
         found["status"] = "STOPPING"
         return answer
+
+    def _update_node_pool(self, request, project, location, cluster, pool):
+        """container v1 nodePools.update, of which the fake models `locations`: GKE adds and removes nodes to match
+        (node counts are per zone), checked as at creation."""
+        found = self._pool(project, location, cluster, pool)
+        others = sorted(set(request.body or {}) - {"name", "locations"})
+        if others:
+            raise ApiError(501, "UNIMPLEMENTED", f"The fake's nodePools.update models only locations, not {others}.",
+                           "notImplemented")
+        zones = (request.body or {}).get("locations") or found.get("locations", [])
+        self._check_pool(dict(found, locations=zones), location, self._cluster(project, location, cluster))
+        return self._gke_op(project, location, cluster, "UPDATE_CLUSTER", found.get("selfLink", pool),
+                            lambda: found.update(locations=zones))
 
     def _set_autoscaling(self, request, project, location, cluster, pool):
         found = self._pool(project, location, cluster, pool)
@@ -1316,7 +1428,7 @@ class FakeGcp:
         asked = (request.body or {}).get("permissions", [])
         resource = f"projects/{project}/secrets/{secret}"
         held = [p for p in asked if (resource, p) not in self.denied_permissions and (project, p) not in
-                self.denied_permissions]
+                self.denied_permissions and (self.iam is None or self.iam.holds(request.caller, p, resource))]
         return {"permissions": held} if held else {}
 
     def _get_secret_version(self, request, version):
@@ -1417,10 +1529,17 @@ class FakeGcp:
                 ("GET", r"/cs/v1/(?P<name>projects/[^/]+/locations/[^/]+/jobs/[^/]+)", self._get_scheduler_job)]
 
     def _list_functions(self, request, project, location):
-        """cloudfunctions v2 ListFunctionsResponse; location "-" lists every location (the method's doc)."""
+        """cloudfunctions v2 ListFunctionsResponse, in pages (`nextPageToken` while more follow) of the request's
+        `pageSize`, else FUNCTIONS_PAGE_SIZE (small, so that a client that reads one page misses functions);
+        location "-" lists every location (the method's doc)."""
         prefix = f"projects/{project}/locations/" + ("" if location == "-" else f"{location}/")
         found = [function for name, function in sorted(self.functions.items()) if name.startswith(prefix)]
-        return {"functions": found} if found else {}
+        size = int(request.query.get("pageSize") or FUNCTIONS_PAGE_SIZE)
+        start = int(request.query.get("pageToken") or 0)
+        answer = {"functions": found[start:start + size]} if found[start:start + size] else {}
+        if start + size < len(found):
+            answer["nextPageToken"] = str(start + size)
+        return answer
 
     def _get_scheduler_job(self, request, name):
         if name not in self.scheduler_jobs:
@@ -1442,6 +1561,8 @@ class FakeGcp:
         compute = r"/compute/v1/projects/(?P<project>[^/]+)"
         return [("GET", r"/su/v1/projects/(?P<project>[^/]+)/services:batchGet", self._batch_get_services),
                 ("POST", r"/crm/v1/projects/(?P<project>[^/]+):testIamPermissions", self._test_permissions),
+                ("POST", r"/iam/v1/projects/(?P<project>[^/]+)/serviceAccounts/(?P<account>[^/:]+):testIamPermissions",
+                 self._test_account_permissions),
                 ("GET", compute + r"/zones/(?P<zone>[^/]+)/reservations/(?P<name>[^/]+)", self._get_reservation),
                 ("GET", compute + r"/global/networkProfiles/(?P<name>[^/]+)", self._get_network_profile),
                 ("GET", compute + r"/zones/(?P<zone>[^/]+)/machineTypes/(?P<name>[^/]+)", self._get_machine_type),
@@ -1529,7 +1650,16 @@ class FakeGcp:
         asked = (request.body or {}).get("permissions", [])
         if any("*" in permission for permission in asked):
             raise invalid("Permissions with wildcards (such as * or storage.*) are not allowed.")
-        held = [permission for permission in asked if (project, permission) not in self.denied_permissions]
+        held = [permission for permission in asked if (project, permission) not in self.denied_permissions
+                and (self.iam is None or self.iam.holds(request.caller, permission, f"projects/{project}"))]
+        return {"permissions": held} if held else {}
+
+    def _test_account_permissions(self, request, project, account):
+        """iam v1 TestIamPermissionsResponse for a service account (`projects/-/...` names the account's own
+        project): the asked permissions the caller holds on it, or on the project."""
+        asked = (request.body or {}).get("permissions", [])
+        resource = f"projects/{self.iam.project if self.iam and project == '-' else project}/serviceAccounts/{account}"
+        held = [p for p in asked if self.iam is None or self.iam.holds(request.caller, p, resource)]
         return {"permissions": held} if held else {}
 
     def _project_number(self, project: str) -> str:
@@ -1579,6 +1709,19 @@ LUSTRE_ZONES = ("us-central1-a", "us-central1-b", "us-central1-c", "us-east1-b",
 # The fake's default quota limits, [regional, global]: generous, so that only a test's limit is short.
 DEFAULT_QUOTA_LIMITS = ({"CPUS": 2400, "N2_CPUS": 2400, "IN_USE_ADDRESSES": 575, "PREEMPTIBLE_NVIDIA_H100_GPUS": 64},
                         {"NETWORKS": 15, "SUBNETWORKS": 175, "FIREWALLS": 200, "GLOBAL_INTERNAL_ADDRESSES": 5000})
+
+
+def _region_of(location: str) -> str:
+    """us-central1 of us-central1 and of us-central1-b."""
+    return re.sub(r"-[a-z]$", "", location)
+
+
+def _default_zones(location: str, cluster: dict) -> list[str]:
+    """A node pool's zones when its create names none: the cluster's `locations`, else a zonal cluster's zone, else
+    three zones of the region (GKE's default for a regional cluster; which three is GKE's choice)."""
+    if cluster.get("locations"):
+        return list(cluster["locations"])
+    return [location] if _region_of(location) != location else [f"{location}-{zone}" for zone in "abc"]
 
 
 def _timestamp(epoch: float | None = None) -> str:

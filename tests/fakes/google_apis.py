@@ -3,7 +3,7 @@ definitions as the installed client libraries ship them:
 
 - Discovery documents bundled with google-api-python-client (googleapiclient/discovery_cache/documents):
   compute.v1, container.v1, servicenetworking.v1, secretmanager.v1, serviceusage.v1, cloudresourcemanager.v1,
-  cloudfunctions.v2, cloudscheduler.v1
+  cloudfunctions.v2, cloudscheduler.v1, iam.v1
   (`REVISIONS` lists their revisions).
   The URL must match a method's `flatPath` under the document's `servicePath`; query parameters must be
   the method's or the document's system parameters (a `$` prefix allowed, as in `$alt`); the body must
@@ -31,7 +31,7 @@ DOCUMENTS = Path(googleapiclient.__file__).parent / "discovery_cache" / "documen
 # The fake's URL prefix of each API (FakeGcp.endpoints) -> its discovery document.
 DISCOVERY = {"/compute/": "compute.v1", "/gke/": "container.v1", "/sn/": "servicenetworking.v1",
              "/sm/": "secretmanager.v1", "/su/": "serviceusage.v1", "/crm/": "cloudresourcemanager.v1",
-             "/cf/": "cloudfunctions.v2", "/cs/": "cloudscheduler.v1"}
+             "/cf/": "cloudfunctions.v2", "/cs/": "cloudscheduler.v1", "/iam/": "iam.v1"}
 _INTEGER_FORMATS = {"int32", "uint32", "int64", "uint64"}
 _OUTPUT_ONLY = re.compile(r"^\s*(\[Output Only\]|Output only\.|\[Output only\])", re.IGNORECASE)
 
@@ -95,14 +95,44 @@ def check(method: str, path: str, query: dict[str, str], body) -> None:
                      query, body)
 
 
+def _discovery_method(name: str, http_method: str, path: str) -> Method | None:
+    candidates = [m for m in methods(name) if m.http_method == http_method and m.pattern.fullmatch(path)]
+    # Several templates can match one URL (a literal segment is also a {variable}); the most literal wins.
+    return max(candidates, key=lambda m: len(m.pattern.pattern.replace("[^/:]+", ""))) if candidates else None
+
+
+# google.cloud.lustre.v1.Lustre's and Cloud Quotas' RPCs -> the REST method ids Google's IAM pages name them by.
+_RPC_IDS = {"ListInstances": "instances.list", "GetInstance": "instances.get", "CreateInstance": "instances.create",
+            "UpdateInstance": "instances.patch", "DeleteInstance": "instances.delete",
+            "ExportData": "instances.exportData", "ImportData": "instances.importData",
+            "GetQuotaInfo": "services.quotaInfos.get", "ListQuotaInfos": "services.quotaInfos.list"}
+
+
+def method_id(http_method: str, path: str) -> str | None:
+    """The id of the REST method a fake-GCP URL calls (as the discovery documents and IAM's tables name it), or
+    None for one this module does not know."""
+    for prefix, name in DISCOVERY.items():
+        if path.startswith(prefix):
+            method = _discovery_method(name, http_method, path[len(prefix) - 1:] if prefix != "/compute/" else path)
+            return method.id if method else None
+    for prefix, api, known in (("/lustre", "lustre", lustre_methods), ("/cq", "cloudquotas", cloudquotas_methods)):
+        if path.startswith(prefix + "/"):
+            rest = path[len(prefix):]
+            if re.fullmatch(r"/v1/projects/[^/]+/locations/[^/]+/operations/[^/]+", rest):
+                return f"{api}.projects.locations.operations.get"
+            if re.fullmatch(r"/v1/projects/[^/]+/locations", rest):
+                return f"{api}.projects.locations.list"
+            rpc = next((m.name for m in known() if m.http_method == http_method and m.pattern.fullmatch(rest)), None)
+            return f"{api}.projects.locations.{_RPC_IDS[rpc]}" if rpc in _RPC_IDS else None
+    return None
+
+
 def _check_discovery(name: str, http_method: str, path: str, query: dict, body) -> None:
     doc = document(name)
-    candidates = [m for m in methods(name) if m.http_method == http_method and m.pattern.fullmatch(path)]
-    if not candidates:
+    method = _discovery_method(name, http_method, path)
+    if method is None:
         raise Violation(f"The requested URL {http_method} {path} was not found on this server: it matches no method "
                         f"of {name} (discovery revision {doc['revision']}).", 404)
-    # Several templates can match one URL (a literal segment is also a {variable}); the most literal wins.
-    method = max(candidates, key=lambda m: len(m.pattern.pattern.replace("[^/:]+", "")))
     for key, value in query.items():
         parameter = method.query.get(key) or doc["parameters"].get(key.lstrip("$")) or doc["parameters"].get(key)
         if parameter is None:

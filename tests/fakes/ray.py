@@ -1,6 +1,10 @@
 """Ray's job table in simulated time, for the control plane's tests: jobs submitted through rlops's own submission,
 each started, printing and ending on a script, reported as Ray's job API reports them (status, error type, start and
 end times in ms, the job's output, the gate's `[rlops-resume]` line first), and the nodes that joined.
+
+A stop is Ray's `stop_job`: True for a pending or running job, False for one that has ended, a 404 for an id Ray
+does not know; the job ends STOPPED `stop_seconds` later (Ray's supervisor sends SIGTERM, then SIGKILL after
+RAY_JOB_STOP_WAIT_TIME_S), with its output up to then.
 """
 
 import json
@@ -16,8 +20,9 @@ class Clock:
 
 
 class SimulatedRay:
-    def __init__(self, clock: Clock):
+    def __init__(self, clock: Clock, stop_seconds: float = 0.0):
         self.clock, self.jobs, self.scripts, self.node_starts = clock, {}, {}, []
+        self.stop_seconds, self.stopped, self.stops = stop_seconds, {}, []
 
     def script(self, submission_id: str, start: float, steps: list[tuple[float, int]], end: float,
                status: str = "SUCCEEDED", error_type: str | None = None, resumed: int | None = None) -> None:
@@ -36,23 +41,47 @@ class SimulatedRay:
         request, submitted = self.jobs[submission_id]
         return self.scripts[submission_id], submitted, self.clock()
 
+    def _end(self, submission_id: str) -> tuple[float, str, str | None]:
+        """When the job ends, with which status and error type: as scripted, or stopped before that."""
+        script, submitted, _ = self._at(submission_id)
+        ended = submitted + script["end"]
+        stopped = self.stopped.get(submission_id)
+        if stopped is not None and stopped < ended:
+            return stopped, "STOPPED", None
+        return ended, script["status"], script["error_type"]
+
+    def _job(self, submission_id: str) -> SimpleNamespace:
+        request, submitted = self.jobs[submission_id]
+        script, _, now = self._at(submission_id)
+        started = submitted + script["start"]
+        ended, final, error_type = self._end(submission_id)
+        status = final if now >= ended else "PENDING" if now < started else "RUNNING"
+        return SimpleNamespace(
+            submission_id=submission_id, status=status, message="", metadata=request.metadata,
+            error_type=error_type if now >= ended else None, start_time=int(submitted * 1000),
+            end_time=int(ended * 1000) if now >= ended else None,
+            driver_node_id="node-1" if now >= started else None)
+
     def all(self) -> list:
-        listed = []
-        for submission_id, (request, submitted) in self.jobs.items():
-            script, _, now = self._at(submission_id)
-            started, ended = submitted + script["start"], submitted + script["end"]
-            status = "PENDING" if now < started else "RUNNING" if now < ended else script["status"]
-            listed.append(SimpleNamespace(
-                submission_id=submission_id, status=status, message="", metadata=request.metadata,
-                error_type=script["error_type"] if now >= ended else None, start_time=int(submitted * 1000),
-                end_time=int(ended * 1000) if now >= ended else None,
-                driver_node_id="node-1" if now >= started else None))
-        return listed
+        return [self._job(submission_id) for submission_id in self.jobs]
+
+    def find(self, submission_id: str):
+        return self._job(submission_id) if submission_id in self.jobs else None
+
+    def stop(self, submission_id: str) -> bool:
+        if submission_id not in self.jobs:
+            raise RuntimeError(f"Request failed with status code 404: Job {submission_id} does not exist.")
+        self.stops.append(submission_id)
+        if self._job(submission_id).status not in ("PENDING", "RUNNING"):
+            return False
+        self.stopped.setdefault(submission_id, self.clock() + self.stop_seconds)
+        return True
 
     def logs(self, submission_id: str) -> str:
         script, submitted, now = self._at(submission_id)
         if now < submitted + script["start"]:
             return ""
+        now = min(now, self.stopped.get(submission_id, now))  # a stopped job prints nothing after its stop
         point = {"step": script["resumed"], "set_aside": [], "verified": True, "at": submitted + script["start"]}
         lines = ["[rlops-resume] " + json.dumps(point)]
         if script["resumed"] is not None:

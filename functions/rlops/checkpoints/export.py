@@ -13,6 +13,7 @@ from pathlib import Path
 
 from rlops import paths
 from rlops.checkpoints import manifest
+from rlops.permissions import calls
 
 
 def objects_prefix(destination: str, step: int) -> str:
@@ -32,6 +33,7 @@ def differences(listed: dict[str, tuple[int, str]], content: dict) -> dict[str, 
             "changed": sorted(name for name in set(expected) & set(listed) if listed[name] != expected[name])}
 
 
+@calls("storage.objects.insert")
 def upload(bucket, destination: str, checkpoint: Path, content: dict) -> None:
     """Every file of the manifest; the client checks each upload's crc32c."""
     prefix = objects_prefix(destination, content["step"])
@@ -40,11 +42,13 @@ def upload(bucket, destination: str, checkpoint: Path, content: dict) -> None:
         bucket.blob(prefix + name).upload_from_filename(str(source), checksum="crc32c")
 
 
+@calls("storage.objects.insert")
 def upload_manifest(bucket, destination: str, content: dict) -> None:
     bucket.blob(manifest_object(destination, content["step"])).upload_from_string(
         json.dumps(content, indent=1, sort_keys=True), content_type="application/json")
 
 
+@calls("storage.objects.get")
 def download(bucket, destination: str, content: dict, target: Path) -> None:
     """The export of `content`'s step into the directory `target`, which appears only once every file is there and
     matches the manifest: the files land in `target`'s sibling `.importing-NAME` first, renamed into place at
@@ -66,6 +70,7 @@ def download(bucket, destination: str, content: dict, target: Path) -> None:
     staging.rename(target)
 
 
+@calls("storage.objects.list")
 def verify(bucket, destination: str, content: dict) -> dict[str, list[str]]:
     """The export of `content`'s step under `destination`, against it: one listing, no download."""
     prefix = objects_prefix(destination, content["step"])

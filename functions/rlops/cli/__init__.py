@@ -16,7 +16,10 @@ from rlops.errors import Failure
 
 
 def build_parser() -> Parser:
+    from rlops import __version__
+
     parser = Parser(prog="rlops", description="GitOps for GRPO post-training on GKE.")
+    parser.add_argument("--version", action="version", version=f"rlops {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
     infra.add_commands(commands)
     runs.add_commands(commands)

@@ -1,4 +1,4 @@
-"""The infrastructure commands: validate, schema, plan, apply, destroy, render, unlock."""
+"""The infrastructure commands: validate, schema, environments, plan, apply, destroy, render, unlock."""
 
 import argparse
 import json
@@ -48,6 +48,36 @@ def _validate(args: argparse.Namespace) -> int:
     return Exit.OK
 
 
+def _environments(args: argparse.Namespace) -> int:
+    from rlops.spec.describe import pool_line, summary
+    from rlops.spec.load import load
+
+    files = environments.spec_files()
+    if not files:
+        print(f"rlops environments: no *.yaml files in {environments.directory()}", file=sys.stderr)
+        return Exit.ERROR
+    listed = []
+    for path in files:
+        loaded = load(path)
+        if loaded.environment is None:  # listed all the same: a spec being written is still one of them
+            listed.append({"name": loaded.name, "file": str(path), "problems": [str(p) for p in loaded.problems]})
+        else:
+            listed.append({**summary(loaded.name, loaded.environment), "file": str(path)})
+    if args.format == "json":
+        print(json.dumps(listed, indent=1))
+        return Exit.OK
+    rows = [("ENVIRONMENT", "WHERE", "GPU POOLS")]
+    for entry in listed:
+        if "problems" in entry:
+            rows.append((entry["name"], "-", f"invalid ({len(entry['problems'])} problem(s)): rlops validate "
+                                             f"{entry['file']}"))
+        else:
+            rows.append((entry["name"], entry["where"], "; ".join(map(pool_line, entry["gpu_pools"]))))
+    widths = [max(len(row[i]) for row in rows) for i in range(2)]
+    print("\n".join(f"{row[0].ljust(widths[0])}  {row[1].ljust(widths[1])}  {row[2]}" for row in rows))
+    return Exit.OK
+
+
 def _schema(args: argparse.Namespace) -> int:
     from rlops.spec.load import json_schema
 
@@ -92,12 +122,20 @@ def _plan(args: argparse.Namespace) -> int:
 
 
 def _doctor(args: argparse.Namespace) -> int:
-    from rlops.provision import doctor
+    from rlops.provision import accounts, doctor
 
     env = cloud_environment(args.environment, "doctor")
-    findings = doctor.examine(env, Connection.to(args.endpoints), bucket(env, args.endpoints))
+    needs = () if args.as_account == "none" else accounts.account(args.as_account).needs()
+    findings = doctor.examine(env, Connection.to(args.endpoints), bucket(env, args.endpoints), needs)
     sys.stdout.write(doctor.render(findings, args.format))
     return Exit.ERROR if doctor.failed(findings) else Exit.OK
+
+
+def _iam(args: argparse.Namespace) -> int:
+    from rlops.provision import accounts
+
+    sys.stdout.write(accounts.render(args.format))
+    return Exit.OK
 
 
 def _apply(args: argparse.Namespace) -> int:
@@ -113,9 +151,10 @@ def _apply(args: argparse.Namespace) -> int:
     if args.skip_doctor:
         say("doctor: skipped (--skip-doctor): apply may fail part way on what it would have found")
     else:
-        from rlops.provision import doctor
+        from rlops.provision import accounts, doctor
 
-        findings = doctor.examine(env, Connection.to(args.endpoints), bucket(env, args.endpoints))
+        findings = doctor.examine(env, Connection.to(args.endpoints), bucket(env, args.endpoints),
+                                  accounts.account("apply").needs())
         stopping = doctor.failed(findings)
         if stopping:
             sys.stderr.write(doctor.render(stopping))
@@ -204,6 +243,10 @@ def add_commands(commands) -> None:
     schema = commands.add_parser("schema", help="print the JSON Schema of an environment spec")
     schema.set_defaults(run=_schema)
 
+    listing = commands.add_parser("environments", help="the environment specs found: where each runs, its GPU pools")
+    listing.add_argument("--format", choices=("text", "json"), default="text")
+    listing.set_defaults(run=_environments)
+
     plan = commands.add_parser("plan", help="what apply would change, resource by resource")
     plan.add_argument("environments", nargs="+", metavar="ENV", help="environment names (or spec paths)")
     plan.add_argument("--offline", action="store_true", help="plan from the spec alone, without reading the cloud")
@@ -233,6 +276,15 @@ def add_commands(commands) -> None:
     doctor = environment_command(commands, "doctor", _doctor, "check, before apply, what would make it fail part "
                                                               "way: APIs, reservations, network profile, bucket, secrets")
     doctor.add_argument("--format", choices=("text", "markdown", "json"), default="text")
+    doctor.add_argument("--as", dest="as_account", default="apply", metavar="ACCOUNT",
+                        choices=("apply", "plan", "plan-live", "train", "watch", "snapshot", "reap", "none"),
+                        help="test the caller for this rlops account's permissions (`rlops iam`; default apply; "
+                             "none: test no permissions, as the plan pipeline's table does)")
+
+    iam = commands.add_parser("iam", help="each rlops service account's roles: the smallest predefined roles "
+                                          "granting what its code calls")
+    iam.add_argument("--format", choices=("text", "markdown", "json"), default="text")
+    iam.set_defaults(run=_iam)
 
     destroy = environment_command(
         commands, "destroy", _destroy, "delete what rlops created, in reverse order (Lustre is kept)")

@@ -19,8 +19,9 @@ def _fetch(args) -> int:
 
     root = git.top(Path.cwd())
     shallow = git.run("rev-parse", "--is-shallow-repository", cwd=root).strip() == "true"
-    git.run("fetch", "--quiet", *(["--unshallow"] if shallow else []), "origin", *args.refs, cwd=root,
-         env=git_credentials())
+    origin = git.run("remote", "get-url", "origin", cwd=root).strip()
+    git.run("fetch", "--quiet", "--no-recurse-submodules", *(["--unshallow"] if shallow else []), "origin", *args.refs,
+            cwd=root, env=git_credentials(origin))
     print(f"fetched origin {' '.join(args.refs) or '(all branches)'}" + (", whole history" if shallow else ""))
     return Exit.OK
 

@@ -1,4 +1,4 @@
-"""The CLI for the local stack and training runs: up, down, train, watch, status, logs."""
+"""The CLI for the local stack and training runs: up, down, train, watch, status, logs, cancel."""
 
 import argparse
 import json
@@ -49,7 +49,8 @@ def _typed(text: str):
 
 
 def _train(args) -> int:
-    from rlops.runs import message
+    from rlops import sites
+    from rlops.runs import message, train
     from rlops.spec.model import LocalEnvironment
 
     _, env_name, env = load_spec(args.environment)
@@ -70,6 +71,16 @@ def _train(args) -> int:
     if args.dry_run:
         print(_would_submit(env_name, env, parsed, settings))
         return Exit.OK
+    hint = f"follow it with: rlops status {args.environment} --run {args.run_name} --follow"
+    try:
+        earlier = train.submitted_before(sites.run_records(env_name, env, args.endpoints), parsed, settings)
+    except train.RunNameTaken as taken:
+        raise Failure(f"not sent: {taken}") from None
+    if earlier is not None:
+        print(f"run {args.run_name} of {env_name}: already submitted with these settings ({earlier.state}, attempt "
+              f"{earlier.current.attempt}); nothing sent")
+        print(hint)
+        return Exit.OK
     if isinstance(env, LocalEnvironment):
         how = _send_local(_local_stack(args.environment, "train"), data, args.endpoints)
     else:
@@ -78,7 +89,7 @@ def _train(args) -> int:
         sent = pubsub.publish(args.endpoints, env.project.id, pubsub.TRAIN_TOPIC, payload)
         how = f"published to {pubsub.TRAIN_TOPIC} (message {sent})"
     print(f"train message for run {args.run_name} of {env_name}: {how}")
-    print(f"follow it with: rlops status {args.environment} --run {args.run_name} --follow")
+    print(hint)
     return Exit.OK
 
 
@@ -172,15 +183,19 @@ def _reap(args) -> int:
 def _status(args) -> int:
     from dataclasses import asdict
 
+    from rlops import sites
     from rlops.runs.policy import TERMINAL
     from rlops.runs.report import set_aside_said
+    from rlops.runs.train import refusals_shown
 
-    site = _site(args.environment, args.endpoints)
+    _, env_name, env = load_spec(args.environment)
+    records = sites.run_records(env_name, env, args.endpoints)
     shown = None
     while True:
-        rows = [record for record, _ in site.records.all().values() if args.run_name in (None, record.run)]
+        rows = [record for record, _ in records.all().values() if args.run_name in (None, record.run)]
+        refusals = refusals_shown(records, args.run_name, rows[0] if rows else None) if args.run_name else []
         states = [(r.run, r.state, len(r.attempts), r.step, r.last_checkpoint, r.waiting) for r in rows]
-        if states != shown:
+        if (states, refusals) != shown:
             if rows:
                 print(_table(rows), flush=True)
                 for record in rows:
@@ -189,14 +204,20 @@ def _status(args) -> int:
                     aside = set_aside_said([asdict(attempt) for attempt in record.attempts])
                     if aside:
                         print(f"{record.run}: {aside}", flush=True)
-            else:
+            elif not refusals:
                 print(f"waiting for run {args.run_name}" if args.run_name else f"no runs in {args.environment}",
                       flush=True)
-            shown = states
+            for refusal in refusals:
+                at = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(refusal.at))
+                print(f"{refusal.run}: train message {refusal.message} refused at {at}: {refusal.reason}", flush=True)
+            shown = states, refusals
         done = rows and all(r.state in TERMINAL for r in rows)
-        if not args.follow or (args.run_name and done):
+        never_started = not rows and refusals  # the function refused its message: nothing will come
+        if not args.follow or (args.run_name and done) or never_started:
             break
         time.sleep(args.interval)
+    if never_started:
+        return Exit.ERROR
     if args.run_name and not rows:
         print(f"no run {args.run_name} in {args.environment}", file=sys.stderr)
         return Exit.ERROR
@@ -272,6 +293,8 @@ def _logs(args) -> int:
     attempt = attempts.get(args.attempt or max(attempts))
     if attempt is None:
         raise Failure(f"run {args.run_name} has attempts {sorted(attempts)}, not {args.attempt}")
+    if args.follow:
+        return _follow(site, args.run_name, attempt)
     try:
         text = site.ray.logs(attempt.submission_id)
     except RuntimeError as error:  # the node that ran it is gone: the copy the watcher kept, if it ended
@@ -282,6 +305,42 @@ def _logs(args) -> int:
         print(f"(Ray no longer has this output; the copy kept when attempt {attempt.attempt} ended)",
               file=sys.stderr)
     sys.stdout.write(text)
+    return Exit.OK
+
+
+def _follow(site, run: str, attempt) -> int:
+    from rlops.runs.follow import follow
+
+    def write(text: str) -> None:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+
+    print(f"(attempt {attempt.attempt} of {run}, {attempt.submission_id}; Ctrl-C stops following, not the run)",
+          file=sys.stderr, flush=True)
+    try:
+        ended = follow(site, run, attempt, write)
+    except KeyboardInterrupt:
+        return 130  # a shell's code for a command ended by SIGINT
+    print(f"(attempt {attempt.attempt} of {run} ended: {ended})", file=sys.stderr)
+    return Exit.OK if ended == "SUCCEEDED" else Exit.ERROR
+
+
+def _cancel(args) -> int:
+    from rlops.cloud.ray_jobs import ACTIVE
+    from rlops.runs.cancel import STOP_WAIT_SECONDS, cancel
+
+    done = cancel(_site(args.environment, args.endpoints), args.run_name, args.requested_by)
+    if not done.cancelled:
+        print(f"run {done.run} of {args.environment} had already ended ({done.before}); nothing to cancel")
+        return Exit.OK
+    if done.job is None:
+        job = "Ray does not know it"
+    elif done.job in ACTIVE:
+        job = f"still {done.job} in Ray after {STOP_WAIT_SECONDS:.0f}s; each watch tick asks Ray to stop it again"
+    else:
+        job = done.job
+    print(f"run {done.run} of {args.environment} cancelled (it was {done.before}); attempt {done.attempt}'s job "
+          f"{done.submission_id}: {job}")
     return Exit.OK
 
 
@@ -323,6 +382,14 @@ def add_commands(commands) -> None:
     logs = environment_command(commands, "logs", _logs, "a run's output (its latest attempt's Ray job logs)")
     logs.add_argument("run_name", type=run_name, metavar="RUN")
     logs.add_argument("--attempt", type=int)
+    logs.add_argument("--follow", action="store_true",
+                      help="keep printing the attempt's new output until its job ends (exit 0 only if it succeeded)")
+
+    cancel = environment_command(
+        commands, "cancel", _cancel, "stop a run's Ray job and record it CANCELLED: never resumed; its name stays "
+                                     "taken")
+    cancel.add_argument("run_name", type=run_name, metavar="RUN")
+    cancel.add_argument("--requested-by", default=os.environ.get("USER") or "rlops-cli", metavar="WHO")
 
     report = environment_command(
         commands, "report", _report, "a run's report: reward, step time and checkpoint plots (PNG) and a markdown "

@@ -19,6 +19,7 @@ from google.api_core.gapic_v1.client_info import ClientInfo
 
 from rlops.endpoints import Endpoints
 from rlops.errors import Failure
+from rlops.permissions import lacking_permission
 from rlops.resource_shapes import Live, Resource
 
 OWNER_MARK = "rlops-managed-by=rlops"
@@ -60,8 +61,8 @@ class Connection:
     @classmethod
     def to(cls, endpoints: Endpoints) -> "Connection":
         """Google's APIs with application default credentials, or, where `endpoints.apis` names a fake, no
-        credentials at all."""
-        if endpoints.apis:
+        credentials at all unless some are configured (`endpoints.credentials`)."""
+        if endpoints.apis and not endpoints.credentials:
             from google.auth.credentials import AnonymousCredentials
             return cls(credentials=AnonymousCredentials(), endpoints=endpoints)
         return cls(endpoints=endpoints)
@@ -220,12 +221,25 @@ def _as_api_core(error: Exception) -> Exception:
     return converted
 
 
+QUOTA_HINT = "a quota is exhausted: ask for more in the console (IAM & Admin > Quotas) or use another region"
+
+
+def is_quota(error: Exception) -> bool:
+    """Refused for quota, however the API answers it: Compute's 403 `quotaExceeded`, GKE's 403 "Insufficient
+    regional quota", the ErrorInfo reason google/api/error_reason.proto gives it; never a missing permission."""
+    reasons = {getattr(error, "reason", None)} | {
+        item.get("reason") for item in getattr(error, "errors", None) or () if isinstance(item, dict)}
+    message = getattr(error, "message", None) or str(error)
+    return bool(reasons & {"RESOURCE_QUOTA_EXCEEDED", "quotaExceeded"}) or "quota" in message.lower()
+
+
 def explain(api: str, what: str, error: Exception) -> str:
     message = getattr(error, "message", None) or str(error)
-    if "quota" in message.lower():
-        hint = "a quota is exhausted: ask for more in the console (IAM & Admin > Quotas) or use another region"
+    if is_quota(error):
+        hint = QUOTA_HINT
     elif isinstance(error, (gexc.PermissionDenied, gexc.Forbidden)):
-        hint = "the caller lacks a permission (named in the message), or the API is not enabled in the project"
+        hint = lacking_permission(error) or ("the caller lacks a permission (named in the message), or the API is "
+                                             "not enabled in the project")
     elif isinstance(error, gexc.NotFound):
         hint = "it does not exist (or the API is not enabled in the project)"
     elif isinstance(error, (gexc.Conflict, gexc.AlreadyExists)):

@@ -6,7 +6,9 @@ list read, the get, the delete, waiting on an operation) is `_ComputeKind`.
 
 from google.cloud import compute_v1
 
-from rlops.cloud.base import Connection, Pending, Read, Target, call, from_projects, get_or_none, last_segment
+from rlops.cloud.base import (QUOTA_HINT, Connection, Pending, Read, Target, call, from_projects, get_or_none,
+                              last_segment)
+from rlops.permissions import calls
 from rlops.resource_shapes import Live, Resource
 
 API = "compute"
@@ -16,7 +18,9 @@ class _ComputeKind:
     kind: str
     client_class: type
     argument: str          # the resource's name in the client's calls: network=, firewall=, ...
+    collection: str        # its REST collection, as IAM's tables name its methods (compute.COLLECTION.insert)
     regional: bool = False
+    operations = "globalOperations"
 
     def __init__(self, target: Target, connection: Connection):
         self.target = target
@@ -46,10 +50,12 @@ class _ComputeKind:
                                                   else None for name in names})
                 for region, names in groups.items()]
 
+    @calls("compute.{collection}.list")
     def _list(self, region: str | None) -> dict:
         where = {"project": self.target.project, **({"region": region} if self.regional else {})}
         return {item.name: item for item in call(API, f"list {self.kind}s", lambda: list(self.client.list(**where)))}
 
+    @calls("compute.{collection}.get")
     def read(self, kind: str, name: str, fields: dict) -> Live | None:
         found = get_or_none(API, f"get {kind} {name}", self.client.get, **self._where(fields), **{self.argument: name})
         return None if found is None else self.live(found)
@@ -58,6 +64,7 @@ class _ComputeKind:
         raise NotImplementedError
 
     # -- create / update / delete -----------------------------------------------------------
+    @calls("compute.{collection}.insert", "compute.{operations}.get")
     def _insert(self, resource: Resource, body) -> Pending:
         where = self._where(resource.desired)
         operation = call(API, f"insert {self.kind} {resource.name}", self.client.insert, **where,
@@ -67,6 +74,7 @@ class _ComputeKind:
     def update(self, resource: Resource, changed: list[str]) -> Pending:
         raise ValueError(f"{self.kind} has no in-place update")  # the plan replaces these
 
+    @calls("compute.{collection}.delete", "compute.{operations}.get")
     def delete(self, kind: str, name: str, fields: dict) -> Pending:
         where = self._where(fields)
         return self._operation(call(API, f"delete {kind} {name}", self.client.delete, **where,
@@ -82,7 +90,7 @@ class _ComputeKind:
 
 
 class Networks(_ComputeKind):
-    kind, client_class, argument = "network", compute_v1.NetworksClient, "network"
+    kind, client_class, argument, collection = "network", compute_v1.NetworksClient, "network", "networks"
 
     def live(self, item: compute_v1.Network) -> Live:
         return Live({"auto_create_subnetworks": item.auto_create_subnetworks, "mtu": item.mtu,
@@ -99,6 +107,7 @@ class Networks(_ComputeKind):
             body.network_profile = d["network_profile"]
         return self._insert(resource, body)
 
+    @calls("compute.networks.patch", "compute.globalOperations.get")
     def update(self, resource: Resource, changed: list[str]) -> Pending:
         d, name = resource.desired, resource.name
         body = compute_v1.Network(mtu=d["mtu"], routing_config=compute_v1.NetworkRoutingConfig(routing_mode=d["routing_mode"]))
@@ -108,7 +117,8 @@ class Networks(_ComputeKind):
 
 
 class Subnetworks(_ComputeKind):
-    kind, client_class, argument, regional = "subnetwork", compute_v1.SubnetworksClient, "subnetwork", True
+    kind, client_class, argument, collection = "subnetwork", compute_v1.SubnetworksClient, "subnetwork", "subnetworks"
+    regional, operations = True, "regionOperations"
 
     def live(self, item: compute_v1.Subnetwork) -> Live:
         return Live({"network": last_segment(item.network), "region": last_segment(item.region),
@@ -122,7 +132,7 @@ class Subnetworks(_ComputeKind):
 
 
 class Firewalls(_ComputeKind):
-    kind, client_class, argument = "firewall", compute_v1.FirewallsClient, "firewall"
+    kind, client_class, argument, collection = "firewall", compute_v1.FirewallsClient, "firewall", "firewalls"
 
     def live(self, item: compute_v1.Firewall) -> Live:
         allowed = [[rule.I_p_protocol, *rule.ports] for rule in item.allowed]
@@ -136,6 +146,7 @@ class Firewalls(_ComputeKind):
             name=resource.name, description=self.target.description, network=self._network_url(d["network"]),
             direction=d["direction"], source_ranges=d["source_ranges"], allowed=_allowed(d["allowed"])))
 
+    @calls("compute.firewalls.patch", "compute.globalOperations.get")
     def update(self, resource: Resource, changed: list[str]) -> Pending:
         d, name = resource.desired, resource.name
         # `name` is required in a patch body too (compute.v1 discovery: Firewall.name annotations.required).
@@ -146,7 +157,7 @@ class Firewalls(_ComputeKind):
 
 
 class Addresses(_ComputeKind):
-    kind, client_class, argument = "address", compute_v1.GlobalAddressesClient, "address"
+    kind, client_class, argument, collection = "address", compute_v1.GlobalAddressesClient, "address", "globalAddresses"
 
     def live(self, item: compute_v1.Address) -> Live:
         return Live({"network": last_segment(item.network), "purpose": item.purpose,
@@ -155,12 +166,11 @@ class Addresses(_ComputeKind):
 
     def create(self, resource: Resource) -> Pending:
         d = resource.desired
-        body = compute_v1.Address(name=resource.name, description=self.target.description,
-                                  network=self._network_url(d["network"]), purpose=d["purpose"],
-                                  address_type=d["address_type"], prefix_length=d["prefix_length"])
-        if d.get("address"):  # the range's base: the LNet firewall admits this range, so Google may not pick another
-            body.address = d["address"]
-        return self._insert(resource, body)
+        # The range's base is the spec's: the LNet firewall admits this range, so Google may not pick another.
+        return self._insert(resource, compute_v1.Address(
+            name=resource.name, description=self.target.description, network=self._network_url(d["network"]),
+            purpose=d["purpose"], address_type=d["address_type"], prefix_length=d["prefix_length"],
+            address=d["address"]))
 
 
 HANDLERS = (Networks, Subnetworks, Firewalls, Addresses)
@@ -170,7 +180,9 @@ def _status(operation: compute_v1.Operation) -> tuple[bool, str | None]:
     if operation.status != compute_v1.Operation.Status.DONE:
         return False, None
     if operation.error and operation.error.errors:
-        return True, "; ".join(f"{e.code}: {e.message}" for e in operation.error.errors)
+        said = "; ".join(f"{e.code}: {e.message}" for e in operation.error.errors)
+        quota = any(e.code == "QUOTA_EXCEEDED" for e in operation.error.errors)
+        return True, f"{said} ({QUOTA_HINT})" if quota else said
     return True, None
 
 
@@ -178,6 +190,7 @@ def _allowed(rules: list[list[str]]) -> list[compute_v1.Allowed]:
     return [compute_v1.Allowed(I_p_protocol=rule[0], ports=rule[1:]) for rule in rules]
 
 
+@calls("compute.reservations.get")
 def reservation(connection: Connection, project: str, zone: str, name: str) -> compute_v1.Reservation | None:
     """A zone's reservation, None when there is none of that name."""
     client = connection.gapic(API, compute_v1.ReservationsClient)

@@ -5,6 +5,7 @@ through the one list of the location's clusters (each carries its node pools), w
 once for every environment of the project.
 """
 
+from collections.abc import Callable
 from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 
@@ -12,11 +13,15 @@ from google.api_core import exceptions as gexc
 from google.cloud import container_v1 as gke
 
 from rlops.cloud.base import Connection, Pending, Read, Target, call, get_or_none, last_segment
+from rlops.permissions import Need, Scope, calls
 from rlops.resource_shapes import Live, Resource
 
 API = "container"
 RECENT_OPERATION = timedelta(hours=1)  # an older failure of a node pool's operation no longer says why it waits
 RESERVATION_KEY = "compute.googleapis.com/reservation-name"
+# A cluster or node pool that names a node service account is created only by a caller who may act as it
+# (cloud.google.com/kubernetes-engine/docs/how-to/service-accounts).
+ACT_AS_NODES = (Need("iam.serviceAccounts.actAs", Scope.NODE_SERVICE_ACCOUNT),)
 _SETTLED = {gke.Cluster.Status.RUNNING, gke.Cluster.Status.ERROR, gke.Cluster.Status.DEGRADED}
 _POOL_SETTLED = {gke.NodePool.Status.RUNNING, gke.NodePool.Status.RUNNING_WITH_ERROR, gke.NodePool.Status.ERROR}
 
@@ -52,6 +57,7 @@ class _Gke:
     def _pick(self, found: dict[str, gke.Cluster], wanted: list[tuple[str, str, dict]]) -> dict[str, Live | None]:
         raise NotImplementedError
 
+    @calls("container.projects.locations.clusters.list")
     def _clusters(self) -> dict[str, gke.Cluster]:
         def listed() -> list[gke.Cluster]:
             answer = self.client.list_clusters(parent=self._location)
@@ -118,7 +124,8 @@ class _Gke:
             "max_nodes": pool.autoscaling.max_node_count if pool.autoscaling.enabled else None,
         }, self.target.owns_labels(config.resource_labels))
 
-    def _sequence(self, name: str, updates: list) -> Pending:
+    def _sequence(self, description: str, updates: list[tuple[str, Callable[[], gke.Operation]]]) -> Pending:
+        """Each (what, start) in turn, the next started once the last is done: GKE runs one operation per cluster."""
         remaining = list(updates)
         current: list[Pending] = []
 
@@ -130,12 +137,11 @@ class _Gke:
                 current.clear()
             if not remaining:
                 return True, None
-            what, update = remaining.pop(0)
-            current.append(self._wait(call(API, f"update {what} of cluster {name}", self.client.update_cluster,
-                                           name=self._cluster_path(name), update=update)))
+            what, start = remaining.pop(0)
+            current.append(self._wait(call(API, what, start)))
             return False, None
 
-        return Pending(f"cluster {name} updates", poll)
+        return Pending(description, poll)
 
     # -- request pieces ---------------------------------------------------------------------
     def _node_pool(self, name: str, d: dict, labels: dict) -> gke.NodePool:
@@ -168,6 +174,8 @@ class _Gke:
 
     @staticmethod
     def _addons(d: dict) -> gke.AddonsConfig:
+        # enable_legacy_lustre_port is deprecated too: false (left out of the request) but for an existing
+        # instance made with gke-support-enabled, which "requires" it on every node version (its proto comment).
         return gke.AddonsConfig(
             ray_operator_config=gke.RayOperatorConfig(enabled=d["ray_operator"]),
             lustre_csi_driver_config=gke.LustreCsiDriverConfig(enabled=d["lustre_csi_driver"],
@@ -199,10 +207,12 @@ class Clusters(_Gke):
         return {f"cluster/{name}": self._cluster_live(found[name], fields) if name in found else None
                 for _, name, fields in wanted}
 
+    @calls("container.projects.locations.clusters.get")
     def read(self, kind: str, name: str, fields: dict) -> Live | None:
         cluster = get_or_none(API, f"get cluster {name}", self.client.get_cluster, name=self._cluster_path(name))
         return None if cluster is None else self._cluster_live(cluster, fields)
 
+    @calls("container.projects.locations.clusters.create", "container.projects.locations.operations.get", also=ACT_AS_NODES)
     def create(self, resource: Resource) -> Pending:
         d = resource.desired
         cluster = gke.Cluster(
@@ -220,6 +230,7 @@ class Clusters(_Gke):
         return self._wait(call(API, f"create cluster {resource.name}", self.client.create_cluster,
                                parent=self._location, cluster=cluster))
 
+    @calls("container.projects.locations.clusters.update", "container.projects.locations.operations.get")
     def update(self, resource: Resource, changed: list[str]) -> Pending:
         d, name = resource.desired, resource.name
         # GKE applies one desired_* field per update call, so each changed group is its own operation.
@@ -236,8 +247,12 @@ class Clusters(_Gke):
             updates.append(("DNS endpoint", gke.ClusterUpdate(desired_control_plane_endpoints_config=self._endpoints(d))))
         if "min_master_version" in changed:
             updates.append(("version", gke.ClusterUpdate(desired_master_version=d["min_master_version"])))
-        return self._sequence(name, updates)
+        path = self._cluster_path(name)
+        return self._sequence(f"cluster {name} updates", [
+            (f"update {what} of cluster {name}", lambda update=update: self.client.update_cluster(name=path, update=update))
+            for what, update in updates])
 
+    @calls("container.projects.locations.clusters.delete", "container.projects.locations.operations.get")
     def delete(self, kind: str, name: str, fields: dict) -> Pending:
         return self._wait(call(API, f"delete cluster {name}", self.client.delete_cluster, name=self._cluster_path(name)))
 
@@ -254,27 +269,40 @@ class NodePools(_Gke):
                                          if pool in live else None)
         return read
 
+    @calls("container.projects.locations.clusters.nodePools.get")
     def read(self, kind: str, name: str, fields: dict) -> Live | None:
         path = self._pool_path(name, fields.get("cluster"))
         pool = get_or_none(API, f"get node pool {name}", self.client.get_node_pool, name=path)
         return None if pool is None else self._pool_live(pool, fields, path)
 
+    @calls("container.projects.locations.clusters.nodePools.create", "container.projects.locations.operations.get", also=ACT_AS_NODES)
     def create(self, resource: Resource) -> Pending:
         d = resource.desired
         operation = call(API, f"create node pool {resource.name}", self.client.create_node_pool,
                          parent=self._cluster_path(d["cluster"]), node_pool=self._node_pool(resource.name, d, resource.labels))
         return self._wait(operation)
 
+    @calls("container.projects.locations.clusters.nodePools.update", "container.projects.locations.clusters.nodePools.setAutoscaling", "container.projects.locations.operations.get")
     def update(self, resource: Resource, changed: list[str]) -> Pending:
         d, name = resource.desired, resource.name
-        request = gke.SetNodePoolAutoscalingRequest(name=self._pool_path(name, d["cluster"]), autoscaling=self._autoscaling(d))
-        return self._wait(call(API, f"set autoscaling of node pool {name}", self.client.set_node_pool_autoscaling,
-                               request=request))
+        path, updates = self._pool_path(name, d["cluster"]), []
+        if "node_locations" in changed:
+            # `locations` alone, as the Terraform Google provider sends it: GKE adds and removes nodes to match.
+            request = gke.UpdateNodePoolRequest(name=path, locations=d["node_locations"])
+            updates.append((f"move node pool {name} to {', '.join(d['node_locations'])}",
+                            lambda request=request: self.client.update_node_pool(request=request)))
+        if {"autoscaling", "min_nodes", "max_nodes"} & set(changed):
+            request = gke.SetNodePoolAutoscalingRequest(name=path, autoscaling=self._autoscaling(d))
+            updates.append((f"set autoscaling of node pool {name}",
+                            lambda request=request: self.client.set_node_pool_autoscaling(request=request)))
+        return self._sequence(f"node pool {name} updates", updates)
 
+    @calls("container.projects.locations.clusters.nodePools.delete", "container.projects.locations.operations.get")
     def delete(self, kind: str, name: str, fields: dict) -> Pending:
         return self._wait(call(API, f"delete node pool {name}", self.client.delete_node_pool,
                                name=self._pool_path(name, fields.get("cluster"))))
 
+    @calls("container.projects.locations.clusters.nodePools.get", "container.projects.locations.operations.list")
     def problems(self, names: list[str]) -> dict[str, str]:
         """What GKE says is wrong with each of these node pools: its error status and conditions (a stockout, a
         quota), else the error of its latest operation if that failed within the hour (a resize that met a
@@ -304,6 +332,7 @@ class NodePools(_Gke):
                     found[name] = f"its last operation ({latest.operation_type.name}) failed: {latest.error.message}"
         return found
 
+    @calls("container.projects.locations.clusters.nodePools.setSize", "container.projects.locations.operations.get")
     def resize(self, name: str, node_count: int) -> Pending:
         """The reaper's and the wake's resize: at once, not through the cluster autoscaler."""
         return self._wait(call(API, f"resize node pool {name} to {node_count}", self.client.set_node_pool_size,

@@ -26,15 +26,19 @@ class GitHubError(Failure):
     pass
 
 
-def git_credentials() -> dict[str, str]:
-    """Environment for git that sends GITHUB_TOKEN as GitHub's HTTP Basic credentials (`x-access-token`), through
-    git's GIT_CONFIG_* variables, so it is in no URL, argument or remote config; git never prompts."""
+def git_credentials(remote: str) -> dict[str, str]:
+    """Environment for git that sends GITHUB_TOKEN as GitHub's HTTP Basic credentials (`x-access-token`) to the
+    host of `remote` alone (`http.https://github.com/.extraHeader`: not to a submodule's or a redirect's host),
+    through git's GIT_CONFIG_* variables, so it is in no URL, argument or remote config; git never prompts."""
     token = os.environ.get("GITHUB_TOKEN")
     if not token:
         raise GitHubError("GITHUB_TOKEN is not set (in Cloud Build: availableSecrets from Secret Manager); a private "
                           "repository's history cannot be fetched without it")
+    host = re.match(r"[a-z][a-z0-9+.-]*://[^/]+/", remote)
+    if host is None:
+        raise GitHubError(f"origin is {remote!r}, not an http(s) URL: the token is sent to an HTTP host only")
     basic = base64.b64encode(f"x-access-token:{token}".encode()).decode()
-    return {"GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "http.extraHeader",
+    return {"GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": f"http.{host[0]}.extraHeader",
             "GIT_CONFIG_VALUE_0": f"Authorization: Basic {basic}", "GIT_TERMINAL_PROMPT": "0"}
 
 

@@ -8,6 +8,7 @@ from google.cloud import lustre_v1
 from google.protobuf import field_mask_pb2
 
 from rlops.cloud.base import Connection, Pending, Read, Target, call, get_or_none, last_segment
+from rlops.permissions import calls
 from rlops.resource_shapes import Live, Resource
 
 API = "lustre"
@@ -36,6 +37,7 @@ class LustreAdapter:
                                                  if name in found else None for name, fields in named})
                 for zone, named in zones.items()]
 
+    @calls("lustre.projects.locations.instances.list")
     def _instances(self, zone: str) -> dict[str, lustre_v1.Instance]:
         def listed():
             pager = self.client.list_instances(parent=self._parent(zone))
@@ -48,6 +50,7 @@ class LustreAdapter:
 
         return {last_segment(instance.name): instance for instance in call(API, f"list instances in {zone}", listed)}
 
+    @calls("lustre.projects.locations.instances.get")
     def read(self, kind: str, name: str, fields: dict) -> Live | None:
         instance = get_or_none(API, f"get instance {name}", self.client.get_instance,
                                name=self._path(name, fields["zone"]))
@@ -67,16 +70,19 @@ class LustreAdapter:
                      "mount_point": instance.mount_point or None},
                     self.target.owns_labels(instance.labels), settling=settling)
 
+    @calls("lustre.projects.locations.instances.create", "lustre.projects.locations.operations.get")
     def create(self, resource: Resource) -> Pending:
         d = resource.desired
+        # No gke_support_enabled: "Deprecated: No longer required for GKE instance creation" (lustre_v1 Instance).
         instance = lustre_v1.Instance(
             capacity_gib=d["capacity_gib"], per_unit_storage_throughput=d["per_unit_storage_throughput"],
             filesystem=d["filesystem"], network=f"projects/{self.target.project}/global/networks/{d['network']}",
-            gke_support_enabled=d["gke_support_enabled"], labels=resource.labels)
+            labels=resource.labels)
         operation = call(API, f"create instance {resource.name}", self.client.create_instance,
                          parent=self._parent(d["zone"]), instance=instance, instance_id=resource.name)
         return _pending(f"create Lustre instance {resource.name}", operation)
 
+    @calls("lustre.projects.locations.instances.patch", "lustre.projects.locations.operations.get")
     def update(self, resource: Resource, changed: list[str]) -> Pending:
         d = resource.desired
         instance = lustre_v1.Instance(name=self._path(resource.name, d["zone"]), capacity_gib=d["capacity_gib"])
@@ -84,6 +90,7 @@ class LustreAdapter:
                          update_mask=field_mask_pb2.FieldMask(paths=["capacity_gib"]))
         return _pending(f"grow Lustre instance {resource.name}", operation)
 
+    @calls("lustre.projects.locations.instances.delete", "lustre.projects.locations.operations.get")
     def delete(self, kind: str, name: str, fields: dict) -> Pending:
         operation = call(API, f"delete instance {name}", self.client.delete_instance, name=self._path(name, fields["zone"]))
         return _pending(f"delete Lustre instance {name}", operation)
@@ -124,6 +131,7 @@ class Transfers:
         self.client = connection.gapic(API, lustre_v1.LustreClient)
         self.instance = f"projects/{project}/locations/{zone}/instances/{instance}"
 
+    @calls("lustre.projects.locations.instances.exportData")
     def export(self, lustre_path: str, gcs_uri: str) -> str:
         """Start copying the directory `lustre_path` (from the file system's root) under `gcs_uri`; the operation's
         name."""
@@ -131,12 +139,14 @@ class Transfers:
                                               gcs_path=lustre_v1.GcsPath(uri=gcs_uri), request_id=str(uuid.uuid4()))
         return call(API, f"export {lustre_path} to {gcs_uri}", self.client.export_data, request=request).operation.name
 
+    @calls("lustre.projects.locations.instances.importData")
     def import_(self, gcs_uri: str, lustre_path: str) -> str:
         request = lustre_v1.ImportDataRequest(name=self.instance, gcs_path=lustre_v1.GcsPath(uri=gcs_uri),
                                               lustre_path=lustre_v1.LustrePath(path=lustre_path),
                                               request_id=str(uuid.uuid4()))
         return call(API, f"import {gcs_uri} to {lustre_path}", self.client.import_data, request=request).operation.name
 
+    @calls("lustre.projects.locations.operations.get")
     def state(self, operation: str) -> TransferState:
         found = call(API, f"poll {operation}", self.client.get_operation, request={"name": operation})
         counters = lustre_v1.TransferCounters()

@@ -8,6 +8,7 @@ transport over an insecure channel to the emulator.
 import json
 
 from rlops.endpoints import Endpoints
+from rlops.permissions import Need, Scope, calls
 
 TRAIN_TOPIC = "rlops-train"
 EVENTS_TOPIC = "rlops-events"
@@ -24,6 +25,7 @@ def _emulated(endpoints: Endpoints, transport_class) -> dict:
     return {"transport": transport_class(channel=grpc.insecure_channel(target=endpoints.pubsub))}
 
 
+@calls(also=(Need("pubsub.topics.publish", Scope.EVENTS_TOPIC),))
 def publish(endpoints: Endpoints, project: str, topic: str, payload: dict, **attributes: str) -> str:
     """Publish `payload` as JSON; the message id, once the server has it."""
     from google.cloud import pubsub_v1

@@ -103,6 +103,11 @@ class RayJobs:
     def logs(self, submission_id: str) -> str:
         return self.client.get_job_logs(submission_id)
 
+    def stop(self, submission_id: str) -> bool:
+        """Ask Ray to stop the job (SIGTERM, then SIGKILL after Ray's grace period; the job ends STOPPED a moment
+        later); True if it was pending or running, False if it had already ended."""
+        return self.client.stop_job(submission_id)
+
     def tail(self, submission_id: str, driver_node_id: str, lines: int) -> str:
         """The last `lines` lines of the job's output, read on the driver's node (the job API reads them all).
 

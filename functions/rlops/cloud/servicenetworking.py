@@ -1,6 +1,7 @@
 """Private service access peering (servicenetworking v1 through google-api-python-client: there is no GAPIC library)."""
 
 from rlops.cloud.base import Connection, Pending, Read, Target, call, last_segment, read_each
+from rlops.permissions import calls
 from rlops.resource_shapes import Live, Resource
 
 API = "servicenetworking"
@@ -21,6 +22,7 @@ class ServiceNetworkingAdapter:
     def reads(self, wanted: list[tuple[str, str, dict]]) -> list[Read]:
         return read_each(self, API, wanted)  # the list of connections is per network: nothing to share
 
+    @calls("servicenetworking.services.connections.list")
     def read(self, kind: str, name: str, fields: dict) -> Live | None:
         request = self.client.services().connections().list(parent=SERVICE, network=self._network(name))
         found = call(API, f"list connections of {name}", request.execute).get("connections", [])
@@ -34,12 +36,14 @@ class ServiceNetworkingAdapter:
         # A peering has no labels or description; rlops knows its own from the state record.
         return Live({"network": last_segment(found[0].get("network")), "reserved_peering_ranges": ranges}, owned=False)
 
+    @calls("servicenetworking.services.connections.create", "servicenetworking.operations.get")
     def create(self, resource: Resource) -> Pending:
         body = {"network": self._network(resource.desired["network"]),
                 "reservedPeeringRanges": resource.desired["reserved_peering_ranges"]}
         request = self.client.services().connections().create(parent=SERVICE, body=body)
         return self._wait(call(API, f"connect {resource.name}", request.execute))
 
+    @calls("servicenetworking.services.connections.list", "servicenetworking.services.connections.patch", "servicenetworking.operations.get")
     def update(self, resource: Resource, changed: list[str]) -> Pending:
         network = self._network(resource.desired["network"])
         listing = self.client.services().connections().list(parent=SERVICE, network=network)
@@ -51,6 +55,7 @@ class ServiceNetworkingAdapter:
             name=f"{SERVICE}/connections/-", force=True, updateMask="reservedPeeringRanges", body=body)
         return self._wait(call(API, f"update ranges of {resource.name}", request.execute))
 
+    @calls("servicenetworking.services.connections.deleteConnection", "servicenetworking.operations.get")
     def delete(self, kind: str, name: str, fields: dict) -> Pending:
         request = self.client.services().connections().deleteConnection(
             name=f"{SERVICE}/connections/servicenetworking-googleapis-com", body={"consumerNetwork": self._network(name)})

@@ -22,6 +22,17 @@ from kubernetes import client
 from rlops.endpoints import Endpoints
 from rlops.errors import Failure
 from rlops.kube.objects import KINDS, Ref
+from rlops.permissions import Need, requires
+
+# The Kubernetes API through GKE's IAM (cloud.google.com/kubernetes-engine/docs/reference/api-permissions):
+# container.RESOURCE.VERB, custom resources (RayCluster, Network, GKENetworkParamSet) as thirdPartyObjects.
+APPLIED = ("namespaces", "serviceAccounts", "secrets", "persistentVolumes", "persistentVolumeClaims", "daemonSets",
+           "thirdPartyObjects", "customResourceDefinitions")
+
+
+def kubernetes_needs(kinds: str | tuple[str, ...], *verbs: str) -> tuple[Need, ...]:
+    return tuple(Need(f"container.{kind}.{verb}") for kind in ((kinds,) if isinstance(kinds, str) else kinds)
+                 for verb in verbs)
 
 FIELD_MANAGER = "rlops"
 # The reaper's and the wake's writes of worker replicas: an update under their own name, so the
@@ -86,6 +97,7 @@ def access(dns_endpoint: str | None, endpoints: Endpoints) -> tuple[str, BearerT
     return f"https://{dns_endpoint}", token
 
 
+@requires(*kubernetes_needs("services", "get", "proxy"))
 def ray_dashboard(dns_endpoint: str | None, namespace: str, ray_cluster: str,
                   endpoints: Endpoints) -> tuple[str, dict[str, str]]:
     """(URL, headers) of a RayCluster's Ray dashboard through the API server's service proxy (KubeRay's
@@ -161,6 +173,7 @@ class KubeApi:
     def get(self, ref: Ref) -> dict | None:
         return self._call("GET", self._path(ref))
 
+    @requires(*kubernetes_needs(APPLIED, "list"))
     def list_labelled(self, kind: str, labels: dict[str, str], namespace: str = "",
                       fields: dict[str, str] | None = None) -> list[dict]:
         """The objects of `kind` with these labels (in `namespace`, or in all) and, if given, these field values
@@ -172,11 +185,13 @@ class KubeApi:
         listed = self._call("GET", self._path(Ref(kind, "", namespace), collection=True), query)
         return [dict(item, kind=kind) for item in (listed or {}).get("items", [])]
 
+    @requires(*kubernetes_needs(APPLIED, "get", "create", "update"))
     def apply(self, obj: dict, dry_run: bool = False) -> dict:
         """Server-side apply as rlops; `dry_run`: what the server would make of it, changing nothing."""
         query = {"fieldManager": FIELD_MANAGER, "force": "true", **({"dryRun": "All"} if dry_run else {})}
         return self._call("PATCH", self._path(Ref.of(obj)), query, body=obj, content_type="application/apply-patch+yaml")
 
+    @requires(*kubernetes_needs("thirdPartyObjects", "get", "update"))
     def set_worker_replicas(self, ref: Ref, sizes: dict[str, int]) -> bool:
         """The reaper's and the wake's write: worker groups' replicas, by JSON patch. Each replace is preceded
         by a `test` of the group's name at that index, so a list reordered since the read changes nothing
@@ -195,5 +210,6 @@ class KubeApi:
                        content_type="application/json-patch+json")
         return True
 
+    @requires(*kubernetes_needs(APPLIED, "delete"))
     def delete(self, ref: Ref) -> None:
         self._call("DELETE", self._path(ref))

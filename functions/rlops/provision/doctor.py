@@ -34,24 +34,12 @@ from google.cloud import compute_v1
 
 from rlops.cloud import compute
 from rlops.cloud.base import CloudError, Connection, call, get_or_none
+from rlops.permissions import Need, Scope, calls, roles_granting, said_with_roles
 from rlops.provision.service import CloudEnvironment
 
 # The APIs `apply` calls, by the service names Service Usage knows them by.
 SERVICES = ("compute.googleapis.com", "container.googleapis.com", "lustre.googleapis.com",
             "servicenetworking.googleapis.com", "secretmanager.googleapis.com", "storage.googleapis.com")
-
-
-# What `apply` asks of the caller on the project, by the requests that need each (IAM's permissions reference).
-PERMISSIONS = {
-    "compute.networks.create": "networks.insert", "compute.subnetworks.create": "subnetworks.insert",
-    "compute.firewalls.create": "firewalls.insert", "compute.globalAddresses.createInternal": "the PSA range",
-    "servicenetworking.services.addPeering": "the private services access peering",
-    "container.clusters.create": "clusters.create", "container.clusters.update": "node pools and cluster updates",
-    "lustre.instances.create": "instances.create",
-}
-# Not asked of the project: the token secrets' and the state bucket's permissions, which the README grants on
-# them alone. The secrets are tested on each secret (`_secrets`); the bucket's first write is apply's lock,
-# which fails before any change is made.
 
 
 @dataclass(frozen=True)
@@ -62,13 +50,12 @@ class Finding:
     fix: str = ""
 
 
-def examine(env: CloudEnvironment, connection: Connection, bucket) -> list[Finding]:
-    """Every check, in parallel; a check that cannot read what it needs fails saying why."""
-    checks = [_apis, _permissions, _machine_types, _reservations, _network_profile, _secrets, _quotas, _gke_version,
-              _lustre_location, _psa_range, _gpu_quota, _state_bucket, _deployment]
-    with ThreadPoolExecutor(max_workers=len(checks)) as pool, ThreadPoolExecutor(max_workers=16) as reading:
-        reads = _Reads(connection, bucket, reading)
-        futures = [pool.submit(_guarded, check, env, reads) for check in checks]
+def examine(env: CloudEnvironment, connection: Connection, bucket, needs: tuple[Need, ...] = ()) -> list[Finding]:
+    """Every check, in parallel; a check that cannot read what it needs fails saying why. `needs`: the permissions
+    to test the caller for (`accounts.account("rlops-apply").needs()` before an apply); none, none tested."""
+    with ThreadPoolExecutor(max_workers=len(CHECKS)) as pool, ThreadPoolExecutor(max_workers=16) as reading:
+        reads = _Reads(connection, bucket, reading, needs)
+        futures = [pool.submit(_guarded, check, env, reads) for check in CHECKS]
         return [finding for future in futures for finding in future.result()]
 
 
@@ -76,8 +63,9 @@ class _Reads:
     """What the checks read: the connection and the state bucket, and the API reads they share, each made once
     however many checks ask for it, and all of one check's at once (`all`)."""
 
-    def __init__(self, connection: Connection, bucket, pool: ThreadPoolExecutor):
+    def __init__(self, connection: Connection, bucket, pool: ThreadPoolExecutor, needs: tuple[Need, ...]):
         self.connection, self.bucket, self._pool = connection, bucket, pool
+        self.needs = needs
         self._started: dict[str, Future] = {}
         self._lock = threading.Lock()
 
@@ -115,6 +103,7 @@ def _guarded(check, env: CloudEnvironment, reads: _Reads) -> list[Finding]:
         return [Finding(name, "fail", f"could not check: {error}", "see the error; `rlops doctor` again")]
 
 
+@calls("serviceusage.services.batchGet")
 def _apis(env: CloudEnvironment, reads: _Reads) -> list[Finding]:
     client = reads.connection.discovery("serviceusage", "v1")
     parent = f"projects/{env.spec.project.id}"
@@ -128,21 +117,33 @@ def _apis(env: CloudEnvironment, reads: _Reads) -> list[Finding]:
     return [Finding("apis", "ok", f"enabled: {', '.join(SERVICES)}")]
 
 
+@calls("cloudresourcemanager.projects.testIamPermissions")
 def _permissions(env: CloudEnvironment, reads: _Reads) -> list[Finding]:
-    """The caller's permissions on the project (Resource Manager `projects.testIamPermissions`): the subset held."""
+    """The caller's permissions on the project (Resource Manager `projects.testIamPermissions`, at most 100 a
+    request): those of `reads.needs` granted on the project. The secrets' and the state bucket's are tested on
+    them (`_secrets`, `_state_bucket`)."""
+    wanted = sorted({n.permission for n in reads.needs if n.scope == Scope.PROJECT})
+    if not wanted:
+        return []
     client = reads.connection.discovery("cloudresourcemanager", "v1")
-    request = client.projects().testIamPermissions(resource=env.spec.project.id,
-                                                    body={"permissions": sorted(PERMISSIONS)})
-    held = set(call("cloudresourcemanager", "test the caller's permissions", request.execute).get("permissions", []))
-    missing = sorted(set(PERMISSIONS) - held)
+    held: set[str] = set()
+    for first in range(0, len(wanted), 100):
+        request = client.projects().testIamPermissions(resource=env.spec.project.id,
+                                                        body={"permissions": wanted[first:first + 100]})
+        held |= set(call("cloudresourcemanager", "test the caller's permissions", request.execute)
+                    .get("permissions", []))
+    missing = [p for p in wanted if p not in held]
     if missing:
-        return [Finding("permissions", "fail", "the caller lacks " + ", ".join(
-            f"{permission} ({PERMISSIONS[permission]})" for permission in missing),
-            "grant a role that holds them (e.g. roles/compute.networkAdmin, roles/container.admin, roles/lustre.admin, "
-            "roles/servicenetworking.networksAdmin) to the account apply runs as")]
-    return [Finding("permissions", "ok", f"the caller holds the {len(PERMISSIONS)} permissions apply needs")]
+        return [Finding("permissions", "fail", "the caller lacks " + _with_roles(missing),
+                        "grant those roles on the project to the account apply runs as (`rlops iam` lists them)")]
+    return [Finding("permissions", "ok", f"the caller holds the {len(wanted)} permissions apply needs on the project")]
 
 
+def _with_roles(permissions: list[str]) -> str:
+    return ", ".join(said_with_roles(p) for p in permissions)
+
+
+@calls("compute.machineTypes.get")
 def _machine_types(env: CloudEnvironment, reads: _Reads) -> list[Finding]:
     """Each GPU pool's machine type is offered in the zone (compute `machineTypes.get`: 404 where it is not), with
     the accelerators the pool asks for."""
@@ -168,6 +169,7 @@ def _machine_types(env: CloudEnvironment, reads: _Reads) -> list[Finding]:
     return found
 
 
+@calls("compute.reservations.get")
 def _reservations(env: CloudEnvironment, reads: _Reads) -> list[Finding]:
     spec, found = env.spec, []
     for pool in spec.gpu_pools:
@@ -202,12 +204,14 @@ def _reservations(env: CloudEnvironment, reads: _Reads) -> list[Finding]:
     return found
 
 
+@calls("compute.projects.get", "compute.regions.get", "compute.machineTypes.get", "compute.networks.list",
+       "compute.subnetworks.list", "compute.firewalls.list", "compute.globalAddresses.list")
 def _quotas(env: CloudEnvironment, reads: _Reads) -> list[Finding]:
     """Compute's project and regional quotas (limit less usage: what already runs is counted) against what apply
     would add: the networks, subnetworks, firewalls and PSA range the project does not hold yet, and the system
-    pool's vCPUs at its maximum (its family's metric, where Compute lists one). The GPU pools: a reservation's
-    VMs hold their quota already; Compute's quota list has no H200 or B200 metric (the Cloud Quotas API counts
-    those: `_gpu_quota`)."""
+    pool's vCPUs at its maximum in each of its zones (its family's metric, where Compute lists one). The GPU
+    pools: a reservation's VMs hold their quota already; Compute's quota list has no H200 or B200 metric (the
+    Cloud Quotas API counts those: `_gpu_quota`)."""
     spec = env.spec
     project, region = spec.project.id, spec.region
     machine = spec.cluster.system_pool.machine_type
@@ -224,10 +228,12 @@ def _quotas(env: CloudEnvironment, reads: _Reads) -> list[Finding]:
     quotas.update({(region, q.metric): q for q in got[f"region {region}"].quotas})
     system = spec.cluster.system_pool
     family = f"{system.machine_type.split('-')[0].upper()}_CPUS"
+    # A node pool's counts are per zone: max_nodes in each of its zones.
+    zones = len(next(r.desired["node_locations"] for r in env.desired if r.key == f"node_pool/{system.name}"))
+    nodes = (system.autoscaling.max_nodes if system.autoscaling else system.initial_nodes) * zones
     needs = {("the project", "NETWORKS"): new["network"], ("the project", "SUBNETWORKS"): new["subnetwork"],
              ("the project", "FIREWALLS"): new["firewall"], ("the project", "GLOBAL_INTERNAL_ADDRESSES"): new["address"],
-             (region, family if (region, family) in quotas else "CPUS"):
-                 got[f"machine type {machine}"].guest_cpus * (system.autoscaling.max_nodes if system.autoscaling else system.initial_nodes)}
+             (region, family if (region, family) in quotas else "CPUS"): got[f"machine type {machine}"].guest_cpus * nodes}
     found, covered = [], []
     for (scope, metric), need in needs.items():
         quota = quotas.get((scope, metric))
@@ -250,6 +256,8 @@ GPU_FAMILY_QUOTA = "GPUS-PER-GPU-FAMILY-per-project-region"
 GONE = ("TERMINATED", "STOPPED", "SUSPENDED")  # VMs that hold no GPU quota
 
 
+@calls("cloudquotas.projects.locations.services.quotaInfos.get", "compute.instances.aggregatedList",
+       "compute.reservations.aggregatedList")
 def _gpu_quota(env: CloudEnvironment, reads: _Reads) -> list[Finding]:
     """The GPUs of the pools no reservation backs, at `max_nodes`, within the region's GPU family quota (Cloud
     Quotas' GPUS-PER-GPU-FAMILY-per-project-region) less what is used: the GPUs of the family's VMs in the region
@@ -319,6 +327,7 @@ MINIMUM_GKE = {"the Ray operator add-on": "1.29.8-gke.1054000", "RDMA on a3-ultr
                "RDMA on a4-highgpu-8g": "1.32.2-gke.1475000"}
 
 
+@calls("container.projects.locations.getServerConfig")
 def _gke_version(env: CloudEnvironment, reads: _Reads) -> list[Finding]:
     """The spec's GKE version (or its release channel's default) is offered in the region (GKE getServerConfig),
     and it is at least the version each feature the spec uses needs."""
@@ -353,6 +362,7 @@ def _version_key(version: str) -> tuple[int, ...]:
     return tuple(int(part) for part in re.findall(r"\d+", version))
 
 
+@calls("lustre.projects.locations.list")
 def _lustre_location(env: CloudEnvironment, reads: _Reads) -> list[Finding]:
     """Managed Lustre is offered in the environment's zone (the Lustre API's locations). The tier needs no read:
     each of the four throughput tiers is offered wherever Lustre is, and the spec admits only those."""
@@ -373,14 +383,13 @@ def _lustre_location(env: CloudEnvironment, reads: _Reads) -> list[Finding]:
                     "per TiB")]
 
 
+@calls("compute.globalAddresses.list", "compute.subnetworks.list")
 def _psa_range(env: CloudEnvironment, reads: _Reads) -> list[Finding]:
-    """A PSA range the spec places itself (`private_service_access.address`) overlaps nothing already on the
-    cluster's network: another peering range, or a subnetwork (Compute refuses the address otherwise, after the
-    networks are made). Unplaced, Google picks a free range."""
+    """The PSA range the spec places (`private_service_access.address`) overlaps nothing already on the cluster's
+    network: another peering range, or a subnetwork (Compute refuses the address otherwise, after the networks
+    are made)."""
     spec = env.spec
     psa = spec.networks.private_service_access
-    if psa.address_cidr is None:
-        return [Finding("psa-range", "ok", f"/{psa.prefix_length}, placed by Google in a free range")]
     wanted, network = ipaddress.IPv4Network(psa.address_cidr), spec.networks.cluster.name
     lists = {kind: reads.listed(spec, kind) for kind in ("address", "subnetwork")}
     got = reads.all(dict(lists.values()))
@@ -392,10 +401,11 @@ def _psa_range(env: CloudEnvironment, reads: _Reads) -> list[Finding]:
                if cidr and wanted.overlaps(ipaddress.IPv4Network(cidr, strict=False))]
     if clashes:
         return [Finding("psa-range", "fail", f"{wanted} overlaps {', '.join(clashes)} on network {network}",
-                        "move networks.private_service_access.address to a free range, or unset it for Google to pick")]
+                        "move networks.private_service_access.address to a free range")]
     return [Finding("psa-range", "ok", f"{wanted} is free on network {network}")]
 
 
+@calls("compute.networkProfiles.get")
 def _network_profile(env: CloudEnvironment, reads: _Reads) -> list[Finding]:
     spec = env.spec
     profile = spec.rdma_profile
@@ -408,9 +418,10 @@ def _network_profile(env: CloudEnvironment, reads: _Reads) -> list[Finding]:
     return [Finding("network-profile", "ok", f"{profile} exists")]
 
 
+@calls("secretmanager.projects.secrets.versions.get", "secretmanager.projects.secrets.testIamPermissions")
 def _secrets(env: CloudEnvironment, reads: _Reads) -> list[Finding]:
     """Each secret version the spec names exists and is enabled (its metadata, never its value), and the caller
-    may read its value (`testIamPermissions` on the secret: granted there or on the project)."""
+    holds what it needs on the secret (`testIamPermissions` there: granted on the secret or the project)."""
     from google.cloud import secretmanager
 
     client = reads.connection.gapic("secretmanager", secretmanager.SecretManagerServiceClient)
@@ -418,14 +429,15 @@ def _secrets(env: CloudEnvironment, reads: _Reads) -> list[Finding]:
     refs = sorted(env.spec.secrets.items())
     versions = [reads.start(ref.secret_manager, "secretmanager", lambda ref=ref: client.get_secret_version(
         name=ref.secret_manager), missing_ok=True) for _, ref in refs]
+    wanted = sorted({n.permission for n in reads.needs if n.scope == Scope.SECRET})
     permissions = [reads.start(f"the caller's permissions on {_secret_of(ref)}", "secretmanager",
                                lambda ref=ref: client.test_iam_permissions(
-                                   request={"resource": _secret_of(ref), "permissions": [READ_SECRET]}))
+                                   request={"resource": _secret_of(ref), "permissions": wanted})) if wanted else None
                    for _, ref in refs]
-    answers = [(name, ref, version.result(), READ_SECRET in held.result().permissions)
+    answers = [(name, ref, version.result(), [p for p in wanted if p not in held.result().permissions] if held else [])
                for (name, ref), version, held in zip(refs, versions, permissions)]
     found = []
-    for name, ref, version, may_read in answers:
+    for name, ref, version, lacking in answers:
         secret = _secret_of(ref)
         if version is None:
             found.append(Finding(f"secret {name}", "fail", f"{ref.secret_manager} does not exist",
@@ -434,41 +446,56 @@ def _secrets(env: CloudEnvironment, reads: _Reads) -> list[Finding]:
         elif version.state != version.State.ENABLED:
             found.append(Finding(f"secret {name}", "fail", f"{ref.secret_manager} is {version.state.name}",
                                  "enable the version, or add a new one"))
-        elif not may_read:
-            found.append(Finding(f"secret {name}", "fail", f"the caller lacks {READ_SECRET} on {secret}: apply copies "
-                                 "its value into the cluster's Secret", f"gcloud secrets add-iam-policy-binding "
+        elif lacking:
+            found.append(Finding(f"secret {name}", "fail", f"the caller lacks {_with_roles(lacking)} on {secret}: apply "
+                                 "reads its value into the cluster's Secret", f"gcloud secrets add-iam-policy-binding "
                                  f"{secret.split('/')[3]} --project={env.spec.project.id} --member=... "
-                                 "--role=roles/secretmanager.secretAccessor"))
+                                 f"--role={roles_granting(lacking[0])[0]}"))
         else:
             found.append(Finding(f"secret {name}", "ok", f"{ref.secret_manager} is enabled, and the caller may read it"))
     return found
-
-
-READ_SECRET = "secretmanager.versions.access"
 
 
 def _secret_of(ref) -> str:
     return ref.secret_manager.split("/versions/")[0]
 
 
+@calls("storage.buckets.testIamPermissions")
 def _state_bucket(env: CloudEnvironment, reads: _Reads) -> list[Finding]:
+    """The bucket exists and the caller holds what it needs there (`testIamPermissions`, which any caller may
+    ask); its versioning is read only where the caller may read the bucket's metadata (storage.buckets.get: not
+    in the object roles apply needs)."""
     bucket = reads.bucket
-    try:
-        bucket.reload()
-    except gexc.NotFound:
+    wanted = sorted({n.permission for n in reads.needs if n.scope == Scope.BUCKET})
+    held = get_or_none("storage", f"test the caller's permissions on gs://{bucket.name}", bucket.test_iam_permissions,
+                       [*wanted, VERSIONING_READ])
+    if held is None:
         return [Finding("state-bucket", "fail", f"no bucket {bucket.name}",
                         f"gcloud storage buckets create gs://{bucket.name} --uniform-bucket-level-access")]
-    found = [Finding("state-bucket", "ok", f"{bucket.name} exists")]
-    if not bucket.versioning_enabled:
-        found.append(Finding("state-bucket", "warn", "object versioning is off: an overwritten record cannot be "
-                             "recovered", f"gcloud storage buckets update gs://{bucket.name} --versioning"))
+    lacking = [p for p in wanted if p not in held]
+    if lacking:
+        return [Finding("state-bucket", "fail", f"the caller lacks {_with_roles(lacking)} on gs://{bucket.name}",
+                        f"gcloud storage buckets add-iam-policy-binding gs://{bucket.name} --member=... "
+                        f"--role={roles_granting(lacking[0])[0]}")]
+    found = [Finding("state-bucket", "ok", f"{bucket.name} exists" + ", and the caller holds what apply needs there"
+                     * bool(wanted))]
+    held = set(held)
+    if VERSIONING_READ in held:
+        bucket.reload()
+        if not bucket.versioning_enabled:
+            found.append(Finding("state-bucket", "warn", "object versioning is off: an overwritten record cannot be "
+                                 "recovered", f"gcloud storage buckets update gs://{bucket.name} --versioning"))
     return found
+
+
+VERSIONING_READ = "storage.buckets.get"
 
 
 FUNCTIONS = tuple(f"rlops-{target}" for target in ("train", "watch", "snapshot", "reap"))  # cloudbuild/deploy.yaml
 TICK_JOB = "rlops-tick"
 
 
+@calls("cloudfunctions.projects.locations.functions.list", "cloudscheduler.projects.locations.jobs.get")
 def _deployment(env: CloudEnvironment, reads: _Reads) -> list[Finding]:
     """For an environment apply has made: rlops's functions are deployed and ACTIVE (Cloud Functions, every
     location) and the schedule that ticks them exists and is ENABLED (Cloud Scheduler, the functions'
@@ -485,8 +512,11 @@ def _deployment(env: CloudEnvironment, reads: _Reads) -> list[Finding]:
         return []
     project = env.spec.project.id
     functions = reads.connection.discovery("cloudfunctions", "v2").projects().locations().functions()
-    listed = call("cloudfunctions", "list the project's functions",
-                  functions.list(parent=f"projects/{project}/locations/-").execute).get("functions", [])
+    listed, request = [], functions.list(parent=f"projects/{project}/locations/-")
+    while request is not None:  # in pages: one alone may miss rlops's functions
+        page = call("cloudfunctions", "list the project's functions", request.execute)
+        listed += page.get("functions", [])
+        request = functions.list_next(request, page)
     ours = {function["name"].rsplit("/", 1)[-1]: function for function in listed
             if function["name"].rsplit("/", 1)[-1] in FUNCTIONS}
     deploy = f"the deploy pipeline (cloudbuild/deploy.yaml) in {project}"
@@ -514,6 +544,30 @@ def _deployment(env: CloudEnvironment, reads: _Reads) -> list[Finding]:
     else:
         found.append(Finding("schedule", "ok", f"{TICK_JOB} in {location}, {job.get('schedule')}"))
     return found
+
+
+@calls("compute.projects.get", "iam.projects.serviceAccounts.testIamPermissions")
+def _node_account(env: CloudEnvironment, reads: _Reads) -> list[Finding]:
+    """The caller may act as the account the nodes run as (GKE refuses to create a cluster or node pool
+    otherwise): the Compute Engine default service account, as the spec names none."""
+    wanted = sorted({n.permission for n in reads.needs if n.scope == Scope.NODE_SERVICE_ACCOUNT})
+    if not wanted:
+        return []
+    project = reads.all({"project": reads.compute(compute_v1.ProjectsClient, "get", project=env.spec.project.id)})
+    account = f"{project['project'].id}-compute@developer.gserviceaccount.com"
+    request = reads.connection.discovery("iam", "v1").projects().serviceAccounts().testIamPermissions(
+        resource=f"projects/-/serviceAccounts/{account}", body={"permissions": wanted})
+    held = set(call("iam", f"test the caller's permissions on {account}", request.execute).get("permissions", []))
+    lacking = [p for p in wanted if p not in held]
+    if lacking:
+        return [Finding("node-service-account", "fail", f"the caller lacks {_with_roles(lacking)} on {account}, "
+                        "which the cluster's nodes run as", f"gcloud iam service-accounts add-iam-policy-binding "
+                        f"{account} --member=... --role={roles_granting(lacking[0])[0]}")]
+    return [Finding("node-service-account", "ok", f"the caller may act as {account}")]
+
+
+CHECKS = (_apis, _permissions, _node_account, _machine_types, _reservations, _network_profile, _secrets, _quotas, _gke_version,
+          _lustre_location, _psa_range, _gpu_quota, _state_bucket, _deployment)
 
 
 def failed(findings: list[Finding]) -> list[Finding]:

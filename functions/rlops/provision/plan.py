@@ -108,6 +108,13 @@ def build_plan(environment: str, desired: list[Resource], live: dict[str, Live])
     for change in plan.changes:
         if change.action == Action.REPLACE:
             change.destructive = KINDS[change.kind].destructive
+        if change.kind == "lustre_instance" and change.action in (Action.CREATE, Action.REPLACE) \
+                and change.resource.desired.get("gke_support_enabled"):
+            # rlops sends no deprecated gkeSupportEnabled: the instance would be made without it, and the next plan
+            # would replace it. The spec's flag describes an instance that exists.
+            plan.errors.append(f"{change.key}: lustre.gke_support: true describes an existing instance made with "
+                               "the deprecated gke-support-enabled, and rlops makes none; for a new instance set "
+                               "lustre.gke_support and cluster.addons.lustre_legacy_port to false")
     return plan
 
 

@@ -41,8 +41,9 @@ KINDS = {k.name: k for k in [
         "lustre_legacy_port": M, "lustre_multi_nic": M, "dns_endpoint": M}, True),
     Kind("node_pool", {
         "cluster": I, "machine_type": I, "disk_size_gb": I, "accelerator_type": I, "accelerator_count": I,
-        "gpu_driver_version": I, "reservation": I, "spot": I, "additional_networks": I, "node_locations": I,
-        "autoscaling": M, "min_nodes": M, "max_nodes": M}, True),
+        "gpu_driver_version": I, "reservation": I, "spot": I, "additional_networks": I,
+        # GKE changes a pool's zones in place (nodePools.update `locations`), adding or removing nodes.
+        "node_locations": M, "autoscaling": M, "min_nodes": M, "max_nodes": M}, True),
     Kind("lustre_instance", {
         "zone": I, "capacity_gib": G, "per_unit_storage_throughput": I, "filesystem": I, "network": I,
         "gke_support_enabled": I}, True),
@@ -85,16 +86,21 @@ def build(env_name: str, env: GcpEnvironment) -> list[Resource]:
     graph += [
         resource("address", psa.range_name, {"network": cluster_net, "purpose": "VPC_PEERING",
                                              "address_type": "INTERNAL", "prefix_length": psa.prefix_length,
-                                             "address": psa.address},  # None: Google picks the range
+                                             "address": psa.address},
                  [f"network/{cluster_net}"]),
         resource("connection", cluster_net, {"network": cluster_net, "reserved_peering_ranges": [psa.range_name]},
                  [f"address/{psa.range_name}"]),
     ]
-    if not env.lustre.gke_support:
-        # Without GKE support the Lustre servers call back on the default LNet port 988 (seed-inventory G10).
-        graph.append(resource("firewall", f"{env.lustre.name}-lnet", {
-            "network": cluster_net, "direction": "INGRESS", "source_ranges": [psa.address_cidr],
-            "allowed": [["tcp", "988"]]}, [f"network/{cluster_net}"]))
+    # The Lustre servers reach the nodes from the peered range, whatever the GKE support. Google's steps open
+    # tcp:988,tcp:6988 from it for either case (the VPC setup of GKE's Managed Lustre guides, as in
+    # AI-Hypercomputer/xpk's Lustre docs); which port is used, per "Lustre communication ports" of
+    # docs.cloud.google.com/managed-lustre/docs/lustre-csi-driver-new-volume: 988 from GKE 1.33.2-gke.4780000 on,
+    # 6988 (the legacy port) on older nodes and, on every node version, for an instance made with
+    # gke-support-enabled. This rule opens the port in use, 6988 too only where that legacy port is.
+    ports = ["988", "6988"] if env.lustre.gke_support else ["988"]
+    graph.append(resource("firewall", f"{env.lustre.name}-lnet", {
+        "network": cluster_net, "direction": "INGRESS", "source_ranges": [psa.address_cidr],
+        "allowed": [["tcp", *ports]]}, [f"network/{cluster_net}"]))
     cluster = env.cluster
     system = cluster.system_pool
     graph.append(resource("cluster", cluster.name, {
@@ -122,6 +128,7 @@ def build(env_name: str, env: GcpEnvironment) -> list[Resource]:
     graph.append(resource("lustre_instance", env.lustre.name, {
         "zone": env.zone, "capacity_gib": env.lustre.capacity_gib,
         "per_unit_storage_throughput": env.lustre.throughput_mb_per_tib, "filesystem": env.lustre.filesystem,
+        # Compared with the live instance, never sent: Google deprecated it, and rlops creates none with it.
         "network": cluster_net, "gke_support_enabled": env.lustre.gke_support}, [f"connection/{cluster_net}"]))
     return graph
 
@@ -132,7 +139,9 @@ def _system_pool_fields(env: GcpEnvironment) -> dict:
     return {"name": system.name, "cluster": env.cluster.name, "machine_type": system.machine_type,
             "disk_size_gb": system.disk_size_gb,
             "accelerator_type": None, "accelerator_count": 0, "gpu_driver_version": None, "reservation": None,
-            "spot": False, "additional_networks": [], "node_locations": None,
+            # A regional cluster's pool is in three zones unless told, each with the node counts below; the Ray head
+            # it holds belongs in the zone of the Lustre instance and the GPUs.
+            "spot": False, "additional_networks": [], "node_locations": [env.zone],
             "initial_node_count": system.initial_nodes, "autoscaling": scaling is not None,
             "min_nodes": scaling.min_nodes if scaling else None, "max_nodes": scaling.max_nodes if scaling else None}
 

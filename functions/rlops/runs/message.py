@@ -14,6 +14,7 @@ from rlops.spec.model import DNS_LABEL, OverrideKey, Scalar
 
 MAX_BYTES = 64 * 1024
 RunName = Annotated[StrictStr, Field(pattern=DNS_LABEL, min_length=1, max_length=40)]
+EnvironmentName = Annotated[StrictStr, Field(pattern=DNS_LABEL, min_length=1, max_length=30)]
 
 
 class Poison(Exception):
@@ -23,7 +24,7 @@ class Poison(Exception):
 class TrainMessage(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    environment: Annotated[StrictStr, Field(pattern=DNS_LABEL, min_length=1, max_length=30)]
+    environment: EnvironmentName
     recipe: Annotated[StrictStr, Field(pattern=DNS_LABEL, min_length=1, max_length=63)]
     run: RunName
     overrides: dict[OverrideKey, Scalar] = Field(default_factory=dict, max_length=64)
@@ -47,6 +48,27 @@ def parse(data: bytes) -> TrainMessage:
         first = error.errors()[0]
         where = ".".join(str(part) for part in first["loc"]) or "message"
         raise Poison(f"{where}: {first['msg']} ({error.error_count()} problem(s))") from None
+
+
+class _Addressee(BaseModel):
+    environment: EnvironmentName
+    run: RunName
+
+
+def addressee(data: bytes) -> tuple[str, str] | None:
+    """(environment, run) of a message refused as a whole, when both are names a valid message could carry: where
+    its refusal can be kept. None for anything else."""
+    try:
+        content = json.loads(data) if len(data) <= MAX_BYTES else None
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(content, dict):
+        return None
+    try:
+        named = _Addressee.model_validate({key: content.get(key) for key in ("environment", "run")})
+    except ValidationError:
+        return None
+    return named.environment, named.run
 
 
 def settings(message: TrainMessage, recipe) -> dict:

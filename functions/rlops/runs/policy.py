@@ -11,7 +11,7 @@ training code itself is final.
 from dataclasses import dataclass
 
 from rlops.cloud.ray_jobs import JobView
-from rlops.state.run_records import TERMINAL, AttemptFailure, RunRecord
+from rlops.state.run_records import TERMINAL, Attempt, AttemptFailure, RunRecord
 
 NODE_DEATH_SLACK_MS = 60_000  # the driver notices a lost actor a little after the node is gone
 # Ray's job list may not show a job submitted a moment ago; after this, a job the head does not know is lost.
@@ -57,12 +57,16 @@ def resubmittable(record: RunRecord, kind: str, resume_budget: int) -> bool:
 
 
 def seen(record: RunRecord, job: JobView | None, now: float) -> JobView | None:
-    """The current attempt's job as the watcher should take it: a job the head has forgotten (a restarted head
-    keeps no job table) is a failed one whose nodes went away; None while it may just not be listed yet."""
-    current = record.current
-    if job is not None or now - current.submitted_at < LISTING_GRACE_SECONDS:
-        return job
-    return JobView(current.submission_id, "FAILED", FORGOTTEN, "JOB_SUPERVISOR_ACTOR_DIED")
+    """The current attempt's job as the watcher should take it: as listed, or `forgotten`."""
+    return job if job is not None else forgotten(record.current, now)
+
+
+def forgotten(attempt: Attempt, now: float) -> JobView | None:
+    """An attempt whose job Ray does not list: a job the head has forgotten (a restarted head keeps no job table)
+    is a failed one whose nodes went away; None while it may just not be listed yet."""
+    if now - attempt.submitted_at < LISTING_GRACE_SECONDS:
+        return None
+    return JobView(attempt.submission_id, "FAILED", FORGOTTEN, "JOB_SUPERVISOR_ACTOR_DIED")
 
 
 def needs_nodes(record: RunRecord, job: JobView | None) -> bool:

@@ -8,12 +8,12 @@ import functools
 import time
 from pathlib import Path
 
-from rlops.cloud.ray_jobs import JobView, RayError
+from rlops.cloud.ray_jobs import ACTIVE, JobView, RayError
 from rlops.logs import emit
 from rlops.reaper.reap import wake
 from rlops.runs import jobs, policy, progress
 from rlops.sites import Site
-from rlops.state.run_records import Attempt, AttemptFailure, HistoryEntry, RunRecord, new
+from rlops.state.run_records import CANCELLED, Attempt, AttemptFailure, HistoryEntry, RunRecord, new
 
 TAIL_LINES = 2000  # NeMo RL prints a few dozen lines a step: a tick sees the last dozens of steps
 
@@ -88,6 +88,8 @@ def _publish_report(site: Site, record: RunRecord) -> str | None:
 def _advance(site: Site, record: RunRecord, attempts: dict[int, JobView], nodes: _Nodes) -> list[dict]:
     """Bring `record` up to date with Ray; the state changes it went through."""
     now = time.time()
+    if record.state == CANCELLED:
+        return _settle_cancelled(site, record, attempts, nodes, now)
     known = {a.attempt for a in record.attempts}
     closed = []
     for number in sorted(set(attempts) - known):  # an attempt submitted by a tick whose record write lost
@@ -136,16 +138,49 @@ def _close_superseded(record: RunRecord, attempts: dict[int, JobView], nodes: _N
     current = record.current
     if current.state in policy.TERMINAL and current.ended_at is not None:
         return []
-    job = attempts.get(current.attempt) or policy.seen(record, None, now + policy.LISTING_GRACE_SECONDS)
+    job = attempts.get(current.attempt) or policy.forgotten(current, now + policy.LISTING_GRACE_SECONDS)
+    _end(record, current, job, nodes, now)
+    return [{"attempt": current.attempt, "state": current.state,
+             "reason": "recorded late: a later attempt was submitted"}]
+
+
+def _settle_cancelled(site: Site, record: RunRecord, attempts: dict[int, JobView], nodes: _Nodes,
+                      now: float) -> list[dict]:
+    """A cancelled run (`runs/cancel.py`) is never resumed: a job of it that Ray still has pending or running (a
+    resubmission by a tick whose record write lost to the cancel, or a stop Ray has not carried out yet) is asked to
+    stop again, and each attempt is ended as Ray ended it, with its output kept."""
+    known = {a.attempt for a in record.attempts}
+    for number in sorted(set(attempts) - known):
+        record.attempts.append(Attempt(number, attempts[number].submission_id, now))
+    recipe = site.env.recipes.get(record.recipe)
+    changes = []
+    for attempt in record.attempts:
+        job = attempts.get(attempt.attempt) or policy.forgotten(attempt, now)
+        if attempt.ended_at is not None or job is None:
+            continue
+        if job.status in ACTIVE:
+            site.ray.stop(job.submission_id)
+            continue
+        if job.start_time:
+            text = _update_progress(site, record, attempt, job, recipe.runner if recipe else "trl")
+            if text:
+                site.records.save_log(record.run, attempt.attempt, text)
+        _end(record, attempt, job, nodes, now)
+        changes.append({"attempt": attempt.attempt, "state": attempt.state, "reason": "the run was cancelled"})
+    return changes
+
+
+def _end(record: RunRecord, attempt: Attempt, job: JobView, nodes: _Nodes, now: float) -> None:
+    """The attempt ended as Ray says it ended (a job still listed as running counts as failed: it is superseded),
+    with its failure's kind."""
     state = job.status if job.status in policy.TERMINAL else "FAILED"
-    current.state = state
-    current.ended_at = (job.end_time or now * 1000) / 1000
-    if state != "SUCCEEDED" and current.failure is None:
+    attempt.state = state
+    attempt.ended_at = (job.end_time or now * 1000) / 1000
+    if state != "SUCCEEDED" and attempt.failure is None:
         kind = policy.failure_kind(job, nodes.get() if job.status == "FAILED" else [],
-                                   gate_said=current.resume_point is not None)
-        current.failure = AttemptFailure(kind, job.error_type, (job.message or "")[-500:])
-    record.history.append(HistoryEntry(now, current.attempt, state))
-    return [{"attempt": current.attempt, "state": state, "reason": "recorded late: a later attempt was submitted"}]
+                                   gate_said=attempt.resume_point is not None)
+        attempt.failure = AttemptFailure(kind, job.error_type, (job.message or "")[-500:])
+    record.history.append(HistoryEntry(now, attempt.attempt, state))
 
 
 def _waiting(site: Site, record: RunRecord, job: JobView | None, transition, nodes: _Nodes) -> list[dict]:

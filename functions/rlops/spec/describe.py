@@ -39,3 +39,25 @@ def describe(name: str, env: GcpEnvironment | LocalEnvironment) -> list[str]:
                      f"checkpoints in {recipe.checkpoint_root}/RUN")
     lines.append(f"  idle: after {env.idle.timeout} without jobs, scale down {', '.join(env.idle.scale_down)}")
     return lines
+
+
+def summary(name: str, env: GcpEnvironment | LocalEnvironment) -> dict:
+    """What `rlops environments` lists of one: where it runs, and each GPU pool's machine type and size."""
+    if isinstance(env, LocalEnvironment):
+        pool = env.local.gpu_pool
+        return {"name": name, "provider": "local", "where": "local",
+                "gpu_pools": [{"name": pool.name, "machine_type": None, "nodes": pool.workers, "gpus": 0,
+                               "capacity": f"Ray worker node(s) with the {pool.resource} resource",
+                               "counts_as": pool.counts_as.machine_type}]}
+    return {"name": name, "provider": "gcp", "where": f"{env.project.id}/{env.region}",
+            "gpu_pools": [{"name": pool.name, "machine_type": pool.machine_type, "nodes": pool.autoscaling.max_nodes,
+                           "gpus": pool.autoscaling.max_nodes * pool.accelerator.count,
+                           "capacity": f"reservation {pool.reservation}" if pool.reservation else "spot"}
+                          for pool in env.gpu_pools]}
+
+
+def pool_line(pool: dict) -> str:
+    """One GPU pool of `summary`, as `rlops environments` prints it."""
+    if pool["machine_type"] is None:
+        return f"{pool['name']}: {pool['nodes']} {pool['capacity']}, counted as {pool['counts_as']}"
+    return f"{pool['name']}: {pool['machine_type']} x {pool['nodes']} ({pool['gpus']} GPUs at most), {pool['capacity']}"

@@ -124,7 +124,8 @@ class PrivateServiceAccess(Spec):
     range_name: GcpName
     prefix_length: StrictInt = Field(20, ge=16, le=24, description="Size of the range Managed Lustre is peered into.")
     address: _text(IPV4) | None = Field(
-        None, description="First address of the range; unset lets Google pick. Needed when lustre.gke_support is false.")
+        None, description="First address of the range. Required: the Lustre firewall admits this range, so rlops "
+        "places it rather than Google.")
 
     @property
     def address_cidr(self) -> str | None:
@@ -155,7 +156,8 @@ class ClusterAddons(Spec):
     ray_operator: StrictBool = True
     lustre_csi_driver: StrictBool = True
     lustre_legacy_port: StrictBool = Field(
-        True, description="Needed on every node version to reach a Lustre instance with gke_support.")
+        False, description="Deprecated by GKE (enableLegacyLustrePort): LNet on port 6988, needed on every node "
+        "version to reach an existing Lustre instance made with gke_support; goes with lustre.gke_support.")
     lustre_multi_nic: StrictBool = Field(
         False, description="Off, and sent as such: GKE 1.35.2-gke.1842000+ turns the Lustre CSI driver's multi-NIC "
         "on by default, which needs every standard NIC of a node in one VPC, and the GPU nodes' second gVNIC NIC is "
@@ -223,7 +225,10 @@ class Lustre(Spec):
     capacity_gib: StrictInt = Field(ge=9000)
     throughput_mb_per_tib: Literal[125, 250, 500, 1000]
     filesystem: _text(LUSTRE_FILESYSTEM, 8)
-    gke_support: StrictBool = Field(True, description="Goes with cluster.addons.lustre_legacy_port.")
+    gke_support: StrictBool = Field(
+        False, description="The instance exists and was made with gke-support-enabled (deprecated in the Lustre API, "
+        "as the codelab's scripts still make it): it serves LNet on port 6988. rlops never creates such an instance; "
+        "goes with cluster.addons.lustre_legacy_port.")
     deletion_policy: Literal["retain", "delete"] = Field(
         "retain", description="retain: destroy never deletes the instance and its checkpoints.")
 

@@ -165,10 +165,11 @@ def lustre_tier(env: GcpEnvironment) -> Iterator[Finding]:
             f"at {speed} MB/s/TiB capacity goes in steps of {step} GiB "
             f"({'from ' + str(tier.minimum) if step == tier.minimum else 'above ' + str(tier.threshold)}); "
             f"use {lower} or {lower + step}")
-    if not lustre.gke_support and env.networks.private_service_access.address is None:
+    if env.networks.private_service_access.address is None:
         yield ("networks", "private_service_access"), (
-            "without lustre.gke_support the Lustre servers reach the nodes on port 988 from the peered range, and the "
-            "firewall for it needs that range; set address (e.g. 10.112.0.0)")
+            "the Lustre servers reach the nodes from the peered range, and the firewall for it needs that range; set "
+            "address (e.g. 10.112.0.0; for a range Google placed already, its address: gcloud compute addresses "
+            "describe RANGE --global --format='value(address)')")
     if lustre.gke_support != env.cluster.addons.lustre_legacy_port:
         yield ("lustre", "gke_support"), (
             f"gke_support is {str(lustre.gke_support).lower()} but cluster.addons.lustre_legacy_port is "

@@ -6,12 +6,17 @@ from google.api_core import exceptions as gexc
 from google.cloud import storage
 
 from rlops.endpoints import Endpoints
+from rlops.errors import Failure
+from rlops.permissions import lacking_permission
 
 
 def client(project: str | None, endpoints: Endpoints) -> storage.Client:
     if endpoints.storage:
+        import google.auth
         from google.auth.credentials import AnonymousCredentials
-        return storage.Client(project=project or "local", credentials=AnonymousCredentials(),
+
+        credentials = google.auth.default()[0] if endpoints.credentials else AnonymousCredentials()
+        return storage.Client(project=project or "local", credentials=credentials,
                               client_options={"api_endpoint": endpoints.storage})
     return storage.Client(project=project)
 
@@ -21,6 +26,13 @@ def of_environment(spec, endpoints: Endpoints):
     return client(spec.project.id, endpoints).bucket(spec.state.bucket)
 
 
+class Forbidden(Failure):
+    """The state bucket refused the caller (a Failure: said, not a traceback)."""
+
+    def __init__(self, what: str, error: Exception):
+        super().__init__(f"storage: {what}: {lacking_permission(error) or 'forbidden'}: {error}")
+
+
 def read_json(blob: storage.Blob) -> tuple[dict | None, int]:
     """(content, generation) of the object's live version; (None, 0) when the object does not exist."""
     blob = blob.bucket.blob(blob.name)  # a Blob that saw a generation asks for that one, which a newer write removed
@@ -28,14 +40,19 @@ def read_json(blob: storage.Blob) -> tuple[dict | None, int]:
         data = blob.download_as_bytes()
     except gexc.NotFound:
         return None, 0
+    except (gexc.Forbidden, gexc.PermissionDenied) as error:
+        raise Forbidden(f"read gs://{blob.bucket.name}/{blob.name}", error) from error
     return json.loads(data), blob.generation
 
 
 def write_json(blob: storage.Blob, content: dict, if_generation_match: int) -> int:
     """Write only if the object is still at `if_generation_match` (0: does not exist yet); new generation.
     Raises PreconditionFailed when someone wrote in between."""
-    blob.upload_from_string(json.dumps(content, indent=1, sort_keys=True), content_type="application/json",
-                            if_generation_match=if_generation_match)
+    try:
+        blob.upload_from_string(json.dumps(content, indent=1, sort_keys=True), content_type="application/json",
+                                if_generation_match=if_generation_match)
+    except (gexc.Forbidden, gexc.PermissionDenied) as error:
+        raise Forbidden(f"write gs://{blob.bucket.name}/{blob.name}", error) from error
     return blob.generation
 
 

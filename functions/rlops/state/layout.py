@@ -9,6 +9,7 @@
     PREFIX/environments/ENV/runs/RUN/attempt-N.metrics.json   its per-step series
     PREFIX/environments/ENV/runs/RUN/manifests/step-N.json    a complete checkpoint's manifest
     PREFIX/environments/ENV/runs/RUN/report/FILE              the run's report (markdown, PNGs)
+    PREFIX/environments/ENV/refusals/RUN/MESSAGE.json         why the train function refused a message for RUN
 """
 
 from dataclasses import dataclass
@@ -70,3 +71,10 @@ class Layout:
 
     def report(self, run: str, name: str = "") -> str:
         return f"{self.runs}{run}/report/{name}"
+
+    def refusals(self, run: str) -> str:
+        """The folder of a run's refused train messages. Outside runs/, which every watch tick lists whole."""
+        return f"{self.folder}refusals/{run}/"
+
+    def refusal(self, run: str, message: str) -> str:
+        return f"{self.refusals(run)}{message}.json"

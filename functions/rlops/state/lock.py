@@ -26,6 +26,7 @@ from google.api_core import exceptions as gexc
 from rlops.errors import Failure
 from rlops.state.bucket import write_json
 from rlops.state.layout import Layout
+from rlops.permissions import calls
 
 
 class LockHeld(Failure):
@@ -36,6 +37,7 @@ class LockLost(Failure):
     """The lock expired or was taken while its holder still worked: the holder stops before its next change."""
 
 
+@calls("storage.objects.get", "storage.objects.insert", "storage.objects.delete")
 class Lock:
     def __init__(self, bucket, prefix: str, environment: str, ttl_seconds: float = 900, operation: str = "apply"):
         self.blob = bucket.blob(Layout(prefix, environment).lock)
@@ -157,6 +159,7 @@ def _read(blob) -> tuple[dict | None, int, datetime | None]:
     return json.loads(data), fresh.generation, fresh.updated
 
 
+@calls("storage.objects.get", "storage.objects.delete")
 def force_unlock(bucket, prefix: str, environment: str) -> dict | None:
     """Remove the lock as it was read (a holder's refresh in between keeps it); what it said, or None."""
     blob = bucket.blob(Layout(prefix, environment).lock)

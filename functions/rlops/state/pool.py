@@ -8,6 +8,7 @@ from dataclasses import asdict, dataclass
 from rlops.state.bucket import read_json, write_json_if
 from rlops.state.layout import Layout
 from rlops.state.run_records import readable
+from rlops.permissions import calls
 
 VERSION = 1
 TRANSITIONS_KEPT = 2000  # a scale-down and a wake an hour for almost six weeks; `rlops cost` says what it knows from
@@ -51,6 +52,7 @@ class PoolStatus:
         return (*self.transitions, (at, to))[-TRANSITIONS_KEPT:]
 
 
+@calls("storage.objects.get", "storage.objects.insert")
 class PoolState:
     def __init__(self, bucket, prefix: str, environment: str):
         self.blob = bucket.blob(Layout(prefix, environment).pool)

@@ -7,8 +7,10 @@ from google.api_core import exceptions as gexc
 from rlops.errors import Failure
 from rlops.state.bucket import read_json, write_json
 from rlops.state.layout import Layout
+from rlops.permissions import calls
 
 
+@calls("storage.objects.get", "storage.objects.insert")
 class ResourceRecord:
     """`{key: {"fields": ..., "depends_on": [...]}}`, kept in the state bucket, written after every step."""
 
@@ -18,6 +20,7 @@ class ResourceRecord:
         self.resources: dict[str, dict] = {}
         self.generation = 0
 
+    @calls("storage.objects.get")
     def load(self) -> "ResourceRecord":
         if self.blob is not None:
             content, self.generation = read_json(self.blob)
@@ -44,6 +47,7 @@ class ResourceRecord:
                                "re-run it (the lock should have prevented this)") from error
 
 
+@calls("storage.objects.get", "storage.objects.insert", "storage.objects.delete")
 class AppliedSpec:
     """Which spec an environment's last complete apply carried out (`applied.json`).
 

@@ -1,5 +1,6 @@
 """Run records: typed, and kept in the state bucket as `PREFIX/environments/ENV/runs/RUN.json`, one per run,
-with each attempt's per-step series and its kept output beside it.
+with each attempt's per-step series and its kept output beside it; and why the train function refused a message
+for a run (`refusals/RUN/`).
 
 A record holds the run's request, its attempts (one Ray job each), its state and the transitions
 that led there, and its progress (step, reward, last complete checkpoint). The JSON form carries
@@ -17,6 +18,7 @@ from google.api_core import exceptions as gexc
 
 from rlops.state.bucket import read_json, write_json_if
 from rlops.state.layout import Layout
+from rlops.permissions import calls
 
 LOG_TAIL_BYTES = 256 * 1024
 VERSION = 1
@@ -26,8 +28,10 @@ class UnknownVersion(ValueError):
     pass
 
 
+# A run's state only, never a Ray job's: `rlops cancel` ended it, and nothing resumes it.
+CANCELLED = "CANCELLED"
+TERMINAL = ("SUCCEEDED", "FAILED", "STOPPED", CANCELLED)  # a run or attempt in one of these has ended
 
-TERMINAL = ("SUCCEEDED", "FAILED", "STOPPED")  # a run or attempt in one of these has ended
 
 @dataclass
 class AttemptFailure:
@@ -95,6 +99,24 @@ class RunRecord:
         return cls(**values)
 
 
+@dataclass
+class Refusal:
+    """Why the train function refused a message for a run: kept where `rlops status --run` looks, since the
+    function's log line is in Cloud Logging, which the sender may not read."""
+
+    run: str
+    message: str   # the Pub/Sub message id (or the message's digest): a redelivery is the same refusal
+    reason: str
+    at: float
+
+    def to_json(self) -> dict:
+        return {"version": VERSION, **asdict(self)}
+
+    @classmethod
+    def from_json(cls, content: dict) -> "Refusal":
+        return cls(**readable(cls, content, f"refusal of a message for run {content.get('run')!r}", VERSION))
+
+
 def readable(cls, content: dict, what: str, version: int) -> dict:
     """The fields of `content` that dataclass `cls` has, once `content` is of a version this code reads (one
     without a version was written before versions, in the first one's shape)."""
@@ -122,6 +144,7 @@ def new(job_meta: dict, submission_id: str, submitted_at: float) -> RunRecord:
                      history=[HistoryEntry(submitted_at, number, "PENDING")])
 
 
+@calls("storage.objects.get", "storage.objects.insert", "storage.objects.list")
 class RunRecords:
     def __init__(self, bucket, prefix: str, environment: str):
         self.bucket, self.layout = bucket, Layout(prefix, environment)
@@ -181,6 +204,15 @@ class RunRecords:
             return self.bucket.blob(self.layout.attempt_log(run, attempt)).download_as_text()
         except gexc.NotFound:
             return None
+
+    def refuse(self, refusal: Refusal) -> None:
+        """Keep a refusal, once per message: a redelivered message's refusal is already there."""
+        write_json_if(self.bucket.blob(self.layout.refusal(refusal.run, refusal.message)), refusal.to_json(), 0)
+
+    def refusals(self, run: str) -> list[Refusal]:
+        """The run's refused messages, oldest first."""
+        found = [read_json(blob)[0] for blob in self.bucket.list_blobs(prefix=self.layout.refusals(run))]
+        return sorted((Refusal.from_json(content) for content in found if content is not None), key=lambda r: r.at)
 
     def all(self) -> dict[str, tuple[RunRecord, int]]:
         records = {}

@@ -1,0 +1,151 @@
+"""Who needs what: each rlops service account, the code it runs, and the smallest predefined roles that let it.
+
+An account's permissions are what that code declares (`rlops.permissions.calls` on the adapters' functions);
+its roles are the generally available predefined roles that grant them with the fewest permissions in all,
+per place they are granted (the project, the token secrets, the state bucket, a service account). `rlops iam`
+prints this table and the README's is its markdown output; the doctor tests the caller against `apply`'s.
+"""
+
+from dataclasses import dataclass
+
+from rlops.cloud import compute, container, lustre, pubsub, secretmanager, servicenetworking
+from rlops.checkpoints import export
+from rlops.kube.cluster import KubeApi, ray_dashboard
+from rlops.permissions import Need, Scope, declared, needs_of_methods, roles, smallest_roles
+from rlops.provision import doctor
+from rlops.state.lock import Lock
+from rlops.state.pool import PoolState
+from rlops.state.resources import AppliedSpec, ResourceRecord
+from rlops.state.run_records import RunRecords
+
+# A pipeline's own log lines (Cloud Build writes them as the build's service account).
+BUILD_LOGS = (Need("logging.logEntries.create"),)
+# The functions' path to their cluster: its DNS endpoint, then the Ray head through the API server.
+CLUSTER_AND_RAY = (container.Clusters.read, ray_dashboard)
+RUN_STATE = (RunRecords, PoolState, Lock, pubsub.publish)
+
+
+@dataclass(frozen=True)
+class Grant:
+    role: str
+    scope: Scope
+    permissions: tuple[str, ...]   # of what the account needs, those this role is there for
+
+
+@dataclass(frozen=True)
+class Account:
+    key: str           # what `rlops doctor --as` and `rlops iam --account` call it
+    name: str
+    runs: str          # where it runs
+    does: str          # what its code does, for the table
+    code: tuple = ()   # functions and classes whose declarations count
+    extra: tuple[Need, ...] = ()
+
+    def needs(self) -> tuple[Need, ...]:
+        return tuple(sorted(set(declared(*self.code)) | set(self.extra)))
+
+    def grants(self) -> list[Grant]:
+        found = []
+        for scope in Scope:
+            wanted = {n.permission for n in self.needs() if n.scope == scope}
+            for role in smallest_roles(wanted) if wanted else ():
+                found.append(Grant(role, scope, tuple(sorted(wanted & roles()[role].permissions))))
+        return found
+
+
+# `gcloud` in cloudbuild/deploy.yaml: topics, subscriptions and their IAM, the functions (their source upload,
+# their Cloud Run service's invoker binding), the tick schedule; deploying a function to run as an account, or
+# to build as one, is acting as that account.
+DEPLOY_METHODS = (
+    "pubsub.projects.topics.get", "pubsub.projects.topics.create", "pubsub.projects.topics.getIamPolicy",
+    "pubsub.projects.topics.setIamPolicy", "pubsub.projects.subscriptions.get",
+    "pubsub.projects.subscriptions.create", "pubsub.projects.subscriptions.patch",
+    "pubsub.projects.subscriptions.getIamPolicy", "pubsub.projects.subscriptions.setIamPolicy",
+    "cloudfunctions.projects.locations.functions.get", "cloudfunctions.projects.locations.functions.create",
+    "cloudfunctions.projects.locations.functions.patch", "cloudfunctions.projects.locations.functions.generateUploadUrl",
+    "cloudfunctions.projects.locations.operations.get", "run.projects.locations.services.getIamPolicy",
+    "run.projects.locations.services.setIamPolicy", "cloudscheduler.projects.locations.jobs.get",
+    "cloudscheduler.projects.locations.jobs.create", "cloudscheduler.projects.locations.jobs.patch")
+
+ACCOUNTS = (
+    Account("apply", "rlops-apply", "cloudbuild/apply.yaml",
+            "creates the networks, firewall rules, peering, cluster, pools and Lustre; writes the Kubernetes objects "
+            "and fills the token Secret; keeps the resource record, the applied commit and the lock; the doctor's "
+            "reads before the first change",
+            code=(*compute.HANDLERS, *container.HANDLERS, lustre.LustreAdapter,
+                  servicenetworking.ServiceNetworkingAdapter, secretmanager.access, KubeApi.apply,
+                  KubeApi.list_labelled, KubeApi.delete, Lock, ResourceRecord, AppliedSpec, *doctor.CHECKS),
+            extra=BUILD_LOGS),
+    Account("plan", "rlops-plan", "cloudbuild/plan.yaml",
+            "reads the GitHub token to post the plan comment; changes nothing",
+            code=(secretmanager.access,), extra=BUILD_LOGS),
+    Account("plan-live", "rlops-plan (with _LIVE_PLAN=true)", "cloudbuild/plan.yaml",
+            "also reads what a live plan compares against, and the doctor's table",
+            code=(secretmanager.access, *((kind, "_list") for kind in compute.HANDLERS), container.Clusters._clusters,
+                  lustre.LustreAdapter._instances,
+                  servicenetworking.ServiceNetworkingAdapter.read, ResourceRecord.load, *doctor.CHECKS),
+            extra=BUILD_LOGS),
+    Account("train", "rlops-train", "the train function",
+            "checks a message, wakes the GPU pool, submits the run's Ray job; run records, events",
+            code=(*RUN_STATE, *CLUSTER_AND_RAY, container.NodePools.resize, KubeApi.set_worker_replicas)),
+    Account("watch", "rlops-watch", "the watch function",
+            "follows the runs' Ray jobs, resumes preempted ones, says why workers wait; run records, events",
+            code=(*RUN_STATE, *CLUSTER_AND_RAY, container.NodePools.resize, KubeApi.set_worker_replicas,
+                  container.NodePools.problems, compute.reservation, KubeApi.list_labelled)),
+    Account("snapshot", "rlops-snapshot", "the snapshot function",
+            "submits the hashing job, stores manifests, exports checkpoints with Lustre's exportData",
+            code=(*RUN_STATE, *CLUSTER_AND_RAY, lustre.Transfers.export, lustre.Transfers.state, export.verify,
+                  export.upload_manifest)),
+    Account("reap", "rlops-reap", "the reap function",
+            "scales an idle GPU pool's RayCluster workers and node pool to zero",
+            code=(*RUN_STATE, *CLUSTER_AND_RAY, container.NodePools.resize, KubeApi.set_worker_replicas)),
+    Account("deploy", "rlops-deploy", "cloudbuild/deploy.yaml",
+            "deploys the functions to run as their accounts, the topics, subscriptions and schedule",
+            extra=(*needs_of_methods(DEPLOY_METHODS), Need("iam.serviceAccounts.actAs", Scope.FUNCTION_ACCOUNTS),
+                   *BUILD_LOGS)),
+)
+
+
+def account(key: str) -> Account:
+    found = {a.key: a for a in ACCOUNTS}
+    if key not in found:
+        raise KeyError(f"no rlops account {key!r}; the accounts: {', '.join(found)}")
+    return found[key]
+
+
+_WHERE = {Scope.PROJECT: "", Scope.SECRET: "on the token secrets and rlops-github-token",
+          Scope.BUCKET: "on the state bucket", Scope.NODE_SERVICE_ACCOUNT: "on the node service account",
+          Scope.EVENTS_TOPIC: "on the rlops-events topic", Scope.FUNCTION_ACCOUNTS: "on the functions' accounts"}
+
+
+def _roles_said(grants: list[Grant], code: bool) -> str:
+    quote = (lambda text: f"`{text}`") if code else (lambda text: text)
+    said = []
+    for scope in Scope:
+        here = [quote(g.role) for g in grants if g.scope == scope]
+        if here:
+            said.append(", ".join(here) + (f" {_WHERE[scope]}" if _WHERE[scope] else ""))
+    return "; ".join(said)
+
+
+def render(fmt: str) -> str:
+    """The accounts table: `text`, `markdown` (the README's) or `json` (with every permission and why)."""
+    import json
+
+    if fmt == "json":
+        return json.dumps([{"account": a.name, "key": a.key, "runs": a.runs, "does": a.does,
+                            "grants": [{"role": g.role, "on": g.scope.value, "for": list(g.permissions)}
+                                       for g in a.grants()],
+                            "permissions": [{"permission": n.permission, "on": n.scope.value} for n in a.needs()]}
+                           for a in ACCOUNTS], indent=2) + "\n"
+    if fmt == "markdown":
+        rows = ["| account | runs | roles (on the project unless said) | why |", "| --- | --- | --- | --- |"]
+        rows += [f"| `{a.name}` | {a.runs} | {_roles_said(a.grants(), True)} | {a.does} |" for a in ACCOUNTS]
+        return "\n".join(rows) + "\n"
+    lines = []
+    for a in ACCOUNTS:
+        lines.append(f"{a.name} ({a.runs}): {a.does}")
+        for g in a.grants():
+            where = f" {_WHERE[g.scope]}" if _WHERE[g.scope] else ""
+            lines.append(f"  {g.role}{where}: {', '.join(g.permissions)}")
+    return "\n".join(lines) + "\n"
