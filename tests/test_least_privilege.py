@@ -6,15 +6,24 @@ one of its roles the first call that needs it fails naming the permission and th
 import json
 import re
 import textwrap
-from pathlib import Path
+import time
+from pathlib import Path, PurePosixPath
 
 import pytest
 
 from fakes.iam import Iam, service_account
-from rlops import cli
-from rlops.cloud import base
+from fakes.ray import Clock, SimulatedRay
+from rlops import cli, sites
+from rlops.cloud import base, compute
+from rlops.endpoints import Endpoints
+from rlops.errors import Failure
 from rlops.permissions import Scope, roles
 from rlops.provision import accounts
+from rlops.reaper import reap
+from rlops.checkpoints import manifest
+from rlops.runs import exports, message, train, watch
+from rlops.state.bucket import of_environment, write_json
+from rlops.state.pool import PoolStatus
 
 REPO = Path(__file__).resolve().parent.parent
 PROJECT = "rlops-h200-example"
@@ -41,6 +50,7 @@ class Enforced:
         """Calls from now on are made as account `key`, holding its roles (but `without`)."""
         account = accounts.account(key)
         member = service_account(account.name.split()[0], PROJECT)
+        self.iam.forget(member)
         for grant in account.grants():
             if grant.role != without:
                 for resource in self.resources(grant.scope):
@@ -52,10 +62,10 @@ class Enforced:
 
 @pytest.fixture
 def enforced(cloud_fakes, gcs, specs, tmp_path, monkeypatch):
-    gcp, _ = cloud_fakes
+    gcp, kube = cloud_fakes
     gate = gcs.gate
     monkeypatch.setattr(base, "RETRY", base.RetryPolicy(attempts=3, base_seconds=0.01, cap_seconds=0.05))
-    gcp.iam = gate.iam = Iam(PROJECT)
+    gcp.iam = gate.iam = kube.iam = Iam(PROJECT)
     try:
         yield Enforced(gcp, gcp.iam, tmp_path, monkeypatch)
     finally:
@@ -92,3 +102,212 @@ def test_without_any_one_of_its_roles_apply_stops_before_its_first_change_naming
     assert any(granted == role for _, granted in lacking) or all(
         permission in roles()[role].permissions for permission, _ in lacking), said
     assert enforced.gcp.mutations() == [], "apply changed something"
+
+
+# -- the functions' accounts, on a GKE site as the functions open it ----------------------------------------------
+# Ray is simulated (its jobs are not IAM's business: the Ray head is reached through the API server, whose GKE IAM
+# permissions `rlops iam` declares but tests/fakes/kube.py does not check); everything on Google's side is real.
+
+class Functions:
+    """h200 applied as rlops-apply; `site(key)` opens it as the functions do, calling as account `key`."""
+
+    def __init__(self, enforced: Enforced):
+        self.enforced, self.clock = enforced, Clock(time.time())
+        self.ray, self.events = SimulatedRay(self.clock), []
+
+    def site(self, key: str, without: str | None = None):
+        self.member = self.enforced.act_as(key, without)
+        endpoints = Endpoints.from_environment()
+        env = sites.load_environment("h200")
+        cluster = sites.GkeCluster("h200", env, endpoints)
+        lustre_root, resources = sites.placement(env)
+        self.cluster = cluster
+        return sites.Site("h200", env, endpoints, self.ray, of_environment(env, endpoints), self.events.append,
+                          cluster.scale, cluster.waiting, lustre_root, resources, checkpoints_here=False)
+
+    def mine(self, suffix: str) -> list:
+        return [r for r in self.enforced.gcp.mutations() if r.caller == self.member and r.path.endswith(suffix)]
+
+
+@pytest.fixture
+def functions(enforced, gcs, specs, capsys):
+    spec = specs / "h200.yaml"  # a reaped pool to wake: the reaper scales the reservation's pool down when told to
+    spec.write_text(spec.read_text().replace("  scale_down: [ray-workers, node-pools]\n",
+                                             "  scale_down: [ray-workers, node-pools]\n  scale_reserved: true\n", 1))
+    enforced.act_as("apply")
+    assert cli.main(["apply", "h200"]) == 0, capsys.readouterr().err
+    enforced.gcp.storage_endpoint = gcs.url  # the Lustre service's own copies, as its service agent
+    return Functions(enforced)
+
+
+def reaped(site) -> None:
+    """The pool as the reaper leaves it: scaled down, long idle."""
+    long_ago = time.time() - 7 * 24 * 3600
+    assert site.pool.write(PoolStatus(scaled_down=True, since=long_ago, created_at=long_ago), 0)
+
+
+def train_message(site, run: str):
+    request = message.parse(json.dumps({"environment": "h200", "recipe": "gemma3-27b-gsm8k", "run": run,
+                                        "overrides": {}, "requested_by": "tests"}).encode())
+    return request, message.settings(request, message.recipe_of(request, site.env))
+
+
+def lacking_in(error: Exception) -> set[tuple[str, str]]:
+    return set(re.findall(r"([a-z]+(?:\.[A-Za-z]+)+) \(in (roles/[\w.]+)", str(error)))
+
+
+def test_train_wakes_a_reaped_pool_as_rlops_train(functions):
+    site = functions.site("train")
+    reaped(site)
+    assert train.accept(site, *train_message(site, "woken")) == "submitted"
+    assert functions.mine(":setSize"), "the wake resized the GPU pool"
+    assert not site.pool.read()[0].scaled_down and site.records.get("woken")[0] is not None
+
+
+def checked_roles(key: str, but: tuple[str, ...] = ()) -> list[str]:
+    """An account's roles but those on the events topic (Google's Pub/Sub emulator, which publishes here, has no
+    IAM: cloud.google.com/pubsub/docs/emulator, "does not support ... IAM") and the build logs' (Cloud Build
+    writes them; no pipeline runs on Cloud Build here), and `but`."""
+    return [g.role for g in accounts.account(key).grants() if g.scope != Scope.EVENTS_TOPIC
+            and g.role != "roles/logging.logWriter" and g.role not in but]
+
+
+@pytest.mark.parametrize("role", checked_roles("train"))
+def test_train_without_any_one_of_its_roles_fails_naming_it_and_submits_nothing(functions, role):
+    site = functions.site("train")
+    reaped(site)  # as the reaper, whose account may
+    site = functions.site("train", without=role)
+    with pytest.raises(Failure) as failed:
+        train.accept(site, *train_message(site, "woken"))
+    assert any(permission in roles()[role].permissions for permission, _ in lacking_in(failed.value)), failed.value
+    assert functions.ray.jobs == {}
+
+
+def test_reap_scales_an_idle_pool_down_as_rlops_reap(functions):
+    site = functions.site("reap")
+    long_ago = time.time() - 7 * 24 * 3600
+    assert site.pool.write(PoolStatus(created_at=long_ago, transitions=((long_ago, "up"),)), 0)
+    decision, actions = reap.reap(site)
+    assert decision.scale_down and functions.mine(":setSize"), (decision, actions)
+    assert site.pool.read()[0].scaled_down
+
+
+@pytest.mark.parametrize("role", checked_roles("reap"))
+def test_reap_without_any_one_of_its_roles_fails_naming_it(functions, role):
+    site = functions.site("reap")
+    long_ago = time.time() - 7 * 24 * 3600
+    assert site.pool.write(PoolStatus(created_at=long_ago, transitions=((long_ago, "up"),)), 0)
+    site = functions.site("reap", without=role)
+    with pytest.raises(Failure) as failed:
+        reap.reap(site)
+    assert any(permission in roles()[role].permissions for permission, _ in lacking_in(failed.value)), failed.value
+
+
+def test_watch_follows_a_run_and_says_why_its_workers_wait_as_rlops_watch(functions):
+    site = functions.site("train")
+    assert train.accept(site, *train_message(site, "watched")) == "submitted"
+    site = functions.site("watch")
+    functions.ray.script("rlops.h200.watched.1", 0, [(10, 1)], 3600, "RUNNING")
+    watch.tick(site)
+    assert site.records.get("watched")[0].state in ("PENDING", "RUNNING")
+    cluster = functions.cluster
+    assert cluster.node_pools.problems(["gpu-pool"]) == {}
+    assert compute.reservation(cluster.connection, PROJECT, "us-central1-b", "h200-reservation") is not None
+
+
+@pytest.mark.parametrize("role", checked_roles("watch"))
+def test_watch_without_any_one_of_its_roles_fails_naming_it(functions, role):
+    site = functions.site("train")
+    assert train.accept(site, *train_message(site, "watched")) == "submitted"
+    functions.ray.script("rlops.h200.watched.1", 0, [(10, 1)], 3600, "RUNNING")
+    site = functions.site("watch", without=role)
+    cluster = functions.cluster
+    with pytest.raises(Failure) as failed:
+        watch.tick(site)
+        cluster.waiting(False)
+        cluster.node_pools.problems(["gpu-pool"])
+        compute.reservation(cluster.connection, PROJECT, "us-central1-b", "h200-reservation")
+    assert any(permission in roles()[role].permissions for permission, _ in lacking_in(failed.value)), failed.value
+
+
+def checkpoint_of(functions, site, run: str, step: int) -> None:
+    """A complete NeMo RL checkpoint of `run` on the Lustre instance, and its manifest in the state bucket, as the
+    snapshot's hashing job leaves them."""
+    record = site.records.get(run)[0]
+    root = functions.enforced.gcp.lustre_files("rl-lustre")
+    folder = root / PurePosixPath(record.checkpoint_dir).relative_to(site.env.ray.lustre_mount) / f"step_{step}"
+    (folder / "policy").mkdir(parents=True)
+    for name, data in {"training_info.json": b'{"step": 2}', "config.yaml": b"a: 1\n", "train_dataloader.pt": b"dl",
+                       "policy/weights.bin": b"\0" * 4096}.items():
+        (folder / name).write_bytes(data)
+    content = manifest.build(folder, run)
+    write_json(site.bucket.blob(site.records.layout.manifest(run, step)), content, 0)
+
+
+@pytest.fixture
+def exportable(functions, monkeypatch):
+    monkeypatch.setattr(exports, "POLL_SECONDS", 0.05)
+    site = functions.site("train")
+    assert train.accept(site, *train_message(site, "exported")) == "submitted"
+    checkpoint_of(functions, site, "exported", 2)
+    gcp = functions.enforced.gcp
+    gcp.iam.grant(gcp.lustre_agent(PROJECT), "roles/storage.objectUser", on=f"projects/_/buckets/{site.bucket.name}")
+    return functions
+
+
+def test_snapshot_exports_a_checkpoint_with_lustres_exportdata_as_rlops_snapshot(exportable):
+    site = exportable.site("snapshot")
+    event = exports.export_checkpoint(site, "exported", None, None)
+    assert event["type"] == "checkpoint-exported" and event["objects"] == 4
+    assert exportable.mine(":exportData")
+
+
+# The snapshot's hashing job reaches Ray through the API server (container.developer's services.proxy); Ray is
+# simulated here, so that role is shown needed by the train, watch and reap tests' use of the same API server.
+@pytest.mark.parametrize("role", [r for r in checked_roles("snapshot") if r != "roles/container.developer"])
+def test_snapshot_without_any_one_of_its_roles_fails_naming_it(exportable, role):
+    site = exportable.site("snapshot", without=role)
+    with pytest.raises(Failure) as failed:
+        exports.export_checkpoint(site, "exported", None, None)
+    assert any(permission in roles()[role].permissions for permission, _ in lacking_in(failed.value)), failed.value
+
+
+def test_an_export_fails_naming_what_lustres_service_agent_lacks_on_the_bucket(exportable):
+    gcp = exportable.enforced.gcp
+    gcp.iam.forget(gcp.lustre_agent(PROJECT))
+    site = exportable.site("snapshot")
+    with pytest.raises(Failure) as failed:
+        exports.export_checkpoint(site, "exported", None, None)
+    assert "gcp-sa-lustre.iam.gserviceaccount.com" in str(failed.value)
+    assert any(p == "storage.objects.create" for p, _ in lacking_in(failed.value)), failed.value
+
+
+# -- the plan pipeline's account ------------------------------------------------------------------------------------
+
+def test_plan_offline_and_live_with_the_doctors_table_work_as_rlops_plan(enforced, capsys):
+    enforced.act_as("apply")
+    assert cli.main(["apply", "h200"]) == 0
+    enforced.act_as("plan")
+    assert cli.main(["plan", "h200", "--offline"]) == 0
+    enforced.act_as("plan-live")
+    capsys.readouterr()
+    assert cli.main(["plan", "h200"]) == 0, capsys.readouterr().err
+    assert cli.main(["doctor", "h200", "--as", "none", "--format", "markdown"]) == 0, capsys.readouterr()
+
+
+# The GitHub token reaches the plan pipeline through Cloud Build's availableSecrets, as rlops-plan; h200's GPU pool
+# consumes a reservation, so its doctor reads no GPU quota (the b200 seed's does).
+@pytest.mark.parametrize("role", checked_roles("plan-live", but=("roles/secretmanager.secretAccessor",
+                                                                 "roles/cloudquotas.viewer")))
+def test_a_live_plan_without_any_one_of_its_roles_fails_naming_it(enforced, capsys, role):
+    enforced.act_as("apply")
+    assert cli.main(["apply", "h200"]) == 0
+    enforced.gcp.deploy(PROJECT)  # deployed: the doctor's deployment check reads the functions and the schedule
+    enforced.act_as("plan-live", without=role)
+    capsys.readouterr()
+    planned = cli.main(["plan", "h200"])
+    doctored = cli.main(["doctor", "h200", "--as", "none", "--format", "json"])
+    said = capsys.readouterr()
+    assert 1 in (planned, doctored)
+    lacking = lacking_in(said.err + said.out)
+    assert any(permission in roles()[role].permissions for permission, _ in lacking), said

@@ -89,7 +89,8 @@ def test_the_token_goes_to_origins_host_alone(monkeypatch):
     from rlops.cloud.github import git_credentials
 
     monkeypatch.setenv("GITHUB_TOKEN", TOKEN)
-    assert git_credentials("https://github.com/acme/envs.git")["GIT_CONFIG_KEY_0"] == "http.https://github.com/.extraHeader"
+    scoped = git_credentials("https://github.com/acme/envs.git")
+    assert scoped["GIT_CONFIG_KEY_0"] == "http.https://github.com/.extraHeader"
     script = load("plan.yaml")["steps"][0]["args"][1]
     (expression,) = re.findall(r"sed -E '([^']+)'", script)
     host = subprocess.run(["sed", "-E", expression], input="https://github.com/acme/envs.git", capture_output=True,

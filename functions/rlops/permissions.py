@@ -167,13 +167,18 @@ def said_with_roles(permission: str) -> str:
     return f"{permission} (in {named or 'no predefined role'})"
 
 
+# How a refusal names the permission: Google's APIs, Cloud Storage, Compute's older wording, GKE's IAM
+# authorizer on the Kubernetes API ("requires one of ["container.pods.list"] permission(s)").
 _PERMISSION_SAID = re.compile(r"Permission '([a-z]+(?:\.[A-Za-z]+)+)' denied|does not have ([a-z]+(?:\.[A-Za-z]+)+) "
-                             r"access|Required '([a-z]+(?:\.[A-Za-z]+)+)' permission")
+                             r"access|Required '([a-z]+(?:\.[A-Za-z]+)+)' permission|requires one of "
+                             r"\[\"([a-z]+(?:\.[A-Za-z]+)+)\"")
 
 
-def denied_permission(error: Exception) -> str | None:
+def denied_permission(error: Exception | str) -> str | None:
     """The permission a 403 names: its google.rpc.ErrorInfo's metadata (Google's APIs), else its message (Cloud
     Storage says it only there)."""
+    if isinstance(error, str):
+        error = Exception(error)
     for detail in getattr(error, "details", None) or ():
         metadata = detail.get("metadata") if isinstance(detail, dict) else getattr(detail, "metadata", None)
         if metadata and metadata.get("permission"):
@@ -182,8 +187,9 @@ def denied_permission(error: Exception) -> str | None:
     return next((group for group in found.groups() if group), None) if found else None
 
 
-def lacking_permission(error: Exception) -> str | None:
-    """What a refused call lacks and the role that has it, when the refusal names the permission."""
+def lacking_permission(error: Exception | str) -> str | None:
+    """What a refused call (or an operation's error message) lacks and the roles that have it, when the refusal
+    names the permission."""
     permission = denied_permission(error)
     return (f"the caller lacks {said_with_roles(permission)}; `rlops iam` lists each account's roles"
             if permission else None)

@@ -1308,7 +1308,11 @@ class FakeGcp:
         root = self.lustre_files(name)
         plan = _plan_export if kind == "EXPORT" else _plan_import
         transfer = Transfer(kind, name, lustre_path, uri, [], dict.fromkeys(_COUNTERS, 0))
-        plan(transfer, client, root, bucket, prefix)
+        lacking = self._lustre_agent_lacks(project, bucket, kind)
+        if lacking:
+            transfer.failure = (7, lacking)
+        else:
+            plan(transfer, client, root, bucket, prefix)
         if self._failing_transfers:
             transfer.fail_after = self._failing_transfers.pop(0)
 
@@ -1333,6 +1337,25 @@ class FakeGcp:
         self._workers = [w for w in self._workers if w.is_alive()] + [worker]
         worker.start()
         return self._lustre_op_json(operation)
+
+    def lustre_agent(self, project: str) -> str:
+        """Managed Lustre's service agent, which reads and writes Cloud Storage in a transfer."""
+        return f"serviceAccount:service-{self._project_number(project)}@gcp-sa-lustre.iam.gserviceaccount.com"
+
+    def _lustre_agent_lacks(self, project: str, bucket: str, kind: str) -> str | None:
+        """The transfer is made as Managed Lustre's service agent, which needs the bucket's objects
+        (cloud.google.com/managed-lustre/docs/transfer-data: roles/storage.objectUser on the bucket, "Grant
+        permissions to the service agent"); what it lacks, as the operation's error says it."""
+        if self.iam is None:
+            return None
+        needed = ("storage.objects.create", "storage.objects.delete") if kind == "EXPORT" else \
+            ("storage.objects.get", "storage.objects.list")
+        agent = self.lustre_agent(project)
+        for permission in needed:
+            if not self.iam.holds(agent, permission, f"projects/_/buckets/{bucket}"):
+                return (f"Permission '{permission}' denied on resource 'projects/_/buckets/{bucket}' for "
+                        f"{agent.split(':', 1)[1]}, Managed Lustre's service agent.")
+        return None
 
     def _storage_client(self):
         from google.auth.credentials import AnonymousCredentials

@@ -83,6 +83,12 @@ class Iam:
         with self._lock:
             self._bindings.get(on or f"projects/{self.project}", {}).get(member, set()).discard(role)
 
+    def forget(self, member: str) -> None:
+        """Every binding of `member`, wherever it was granted, removed."""
+        with self._lock:
+            for members in self._bindings.values():
+                members.pop(member, None)
+
     def roles(self, member: str, resource: str) -> set[str]:
         """The roles `member` holds on `resource`, its own and its project's."""
         with self._lock:

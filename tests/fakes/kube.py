@@ -52,6 +52,10 @@ RESOURCES = {
 SELECTABLE_FIELDS = {"events": {"involvedObject.kind", "involvedObject.namespace", "involvedObject.name",
                                 "involvedObject.uid", "involvedObject.apiVersion", "reason", "type"},
                      "pods": {"spec.nodeName", "status.phase"}}
+# plural -> its name in GKE's IAM permissions (container.NAME.VERB); custom resources are thirdPartyObjects.
+_GKE_IAM_NAMES = {"namespaces": "namespaces", "secrets": "secrets", "serviceaccounts": "serviceAccounts",
+                  "persistentvolumeclaims": "persistentVolumeClaims", "persistentvolumes": "persistentVolumes",
+                  "daemonsets": "daemonSets", "pods": "pods", "events": "events", "services": "services"}
 CONTROLLER_MANAGER = "kube-controller-manager"
 DASHBOARD_PORT = 8265  # the head service's port `dashboard` (KubeRay utils/constant.go DefaultDashboardPort)
 SERVER_FIELDS = ("resourceVersion", "generation", "uid", "managedFields", "creationTimestamp", "deletionTimestamp")
@@ -99,6 +103,9 @@ class FakeKube:
         self.head_service_cluster_ip = False
         # Bearer tokens the server accepts, each until its expiry by `clock` (naive UTC); None: no authentication.
         self.tokens: dict[str, datetime.datetime] | None = None
+        # GKE's IAM authorizer (tests/fakes/iam.py): a Google token's principal needs container.RESOURCE.VERB on the
+        # project (cloud.google.com/kubernetes-engine/docs/reference/api-permissions); None: RBAC lets all through.
+        self.iam = None
         self.clock: Callable[[], datetime.datetime] = lambda: datetime.datetime.now(datetime.timezone.utc).replace(
             tzinfo=None)
         self._versions = itertools.count(1)
@@ -215,6 +222,11 @@ class FakeKube:
             self.requests.append(Request(http.command, parts.path, {}, content_type, None, 401, token))
             reply(http, *_status(401, "Unauthorized", "Unauthorized"))
             return
+        denied = self._authorize(http.command, segments, http.headers.get("Authorization"))
+        if denied:
+            self.requests.append(Request(http.command, parts.path, {}, content_type, None, denied[0], token))
+            reply(http, *denied)
+            return
         if segments[1:4] == ["api", "v1", "namespaces"] and segments[5:6] == ["services"] and segments[7:8] == ["proxy"]:
             self.requests.append(Request(http.command, parts.path, {}, content_type, None, token=token))
             self._proxy(http, segments[4], segments[6], "/" + "/".join(segments[8:]), parts.query, raw)
@@ -228,6 +240,43 @@ class FakeKube:
             status, answer = self._route(request, http.headers.get("User-Agent", ""))
         request.status = status
         reply(http, status, answer)
+
+    def _authorize(self, method: str, segments: list[str], authorization: str | None) -> tuple[int, dict] | None:
+        """GKE's IAM authorizer: the permission a request needs, by its resource and verb (a custom resource is a
+        thirdPartyObject; the service proxy is services.proxy; an apply that creates needs create as well), held
+        by the token's principal on the project; 403 Forbidden as the API server words it. None: allowed."""
+        if self.iam is None:
+            return None
+        from fakes.iam import Denied
+
+        try:
+            member = self.iam.caller(authorization)
+        except Denied:
+            return _status(401, "Unauthorized", "Unauthorized")
+        rest = [p for p in segments if p]
+        rest = rest[2:] if rest[:1] == ["api"] else rest[3:]
+        namespace = ""
+        if rest[:1] == ["namespaces"] and len(rest) >= 3:
+            namespace, rest = rest[1], rest[2:]
+        if not rest or (rest[0] not in RESOURCES and rest[0] != "services"):
+            return None  # discovery, which every authenticated caller may read
+        plural, name = rest[0], (rest[1] if len(rest) > 1 else None)
+        resource = _GKE_IAM_NAMES.get(plural, "thirdPartyObjects")
+        if plural == "services":  # only its proxy is served here
+            verbs = ["proxy"]
+        elif method == "GET":
+            verbs = ["get" if name else "list"]
+        else:
+            verbs = {"POST": ["create"], "DELETE": ["delete"]}.get(method, ["update"])
+            if method == "PATCH" and (plural, namespace, name) not in self.objects:
+                verbs.append("create")
+        for verb in verbs:
+            permission = f"container.{resource}.{verb}"
+            if not self.iam.holds(member, permission, f"projects/{self.iam.project}"):
+                where = f' in the namespace "{namespace}"' if namespace else ""
+                return _status(403, "Forbidden", f'{plural} is forbidden: User "{member.split(":", 1)[1]}" cannot '
+                               f'{verb} resource "{plural}"{where}: requires one of ["{permission}"] permission(s).')
+        return None
 
     def _authenticated(self, token: str) -> bool:
         """The authentication filter (k8s.io/apiserver pkg/endpoints/filters/authentication.go): a request no

@@ -249,8 +249,8 @@ class Clusters(_Gke):
             updates.append(("version", gke.ClusterUpdate(desired_master_version=d["min_master_version"])))
         path = self._cluster_path(name)
         return self._sequence(f"cluster {name} updates", [
-            (f"update {what} of cluster {name}", lambda update=update: self.client.update_cluster(name=path, update=update))
-            for what, update in updates])
+            (f"update {what} of cluster {name}",
+             lambda update=update: self.client.update_cluster(name=path, update=update)) for what, update in updates])
 
     @calls("container.projects.locations.clusters.delete", "container.projects.locations.operations.get")
     def delete(self, kind: str, name: str, fields: dict) -> Pending:

@@ -22,7 +22,7 @@ from kubernetes import client
 from rlops.endpoints import Endpoints
 from rlops.errors import Failure
 from rlops.kube.objects import KINDS, Ref
-from rlops.permissions import Need, requires
+from rlops.permissions import Need, lacking_permission, requires
 
 # The Kubernetes API through GKE's IAM (cloud.google.com/kubernetes-engine/docs/reference/api-permissions):
 # container.RESOURCE.VERB, custom resources (RayCluster, Network, GKENetworkParamSet) as thirdPartyObjects.
@@ -82,11 +82,12 @@ class BearerToken:
 
 
 def access(dns_endpoint: str | None, endpoints: Endpoints) -> tuple[str, BearerToken | None]:
-    """(base URL, token) of the cluster's API server: `endpoints.kube` if set (no token), else the DNS endpoint
-    with a Google access token of the caller's credentials."""
-    if endpoints.kube:
+    """(base URL, token) of the cluster's API server: `endpoints.kube` if set (with a token only where credentials
+    are configured, `endpoints.credentials`), else the DNS endpoint with a Google access token of the caller's
+    credentials."""
+    if endpoints.kube and not endpoints.credentials:
         return endpoints.kube, None
-    if not dns_endpoint:
+    if not endpoints.kube and not dns_endpoint:
         raise KubeError("the cluster has no DNS endpoint to reach its control plane; set cluster.dns_endpoint: true "
                         "and apply, or point RLOPS_KUBE_API at the API server")
     import google.auth
@@ -94,7 +95,7 @@ def access(dns_endpoint: str | None, endpoints: Endpoints) -> tuple[str, BearerT
     credentials, _ = google.auth.default(scopes=["https://www.googleapis.com/auth/cloud-platform"])
     token = BearerToken(credentials)
     token.value()  # fetched now: credentials that cannot make a token fail here, before any request
-    return f"https://{dns_endpoint}", token
+    return endpoints.kube or f"https://{dns_endpoint}", token
 
 
 @requires(*kubernetes_needs("services", "get", "proxy"))
@@ -140,8 +141,10 @@ class KubeApi:
         if response.status >= 300:
             refused = " (the caller's Google token, refreshed, was refused too)" if response.status == 401 and \
                 self.token is not None else ""
+            lacking = lacking_permission(KubeError(data.get("message", ""))) if response.status == 403 else None
             raise KubeError(f"Kubernetes API {method} {path}: {response.status} {data.get('reason', '')}: "
-                            f"{data.get('message', '')}{refused}", response.status, data.get("message", ""))
+                            f"{lacking + ': ' if lacking else ''}{data.get('message', '')}{refused}", response.status,
+                            data.get("message", ""))
         return data
 
     def _send(self, method: str, path: str, query: dict | None, body, content_type: str | None):
@@ -170,6 +173,7 @@ class KubeApi:
     def forget_served(self) -> None:
         self._served.clear()
 
+    @requires(*kubernetes_needs(APPLIED, "get"))
     def get(self, ref: Ref) -> dict | None:
         return self._call("GET", self._path(ref))
 

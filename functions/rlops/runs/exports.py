@@ -22,6 +22,7 @@ from rlops.checkpoints import export, layout, manifest
 from rlops.cloud.base import CloudError, is_conflict
 from rlops.errors import Failure
 from rlops.logs import emit
+from rlops.permissions import lacking_permission
 from rlops.runs import jobs, policy
 from rlops.state.bucket import write_json_if
 from rlops.state.run_records import RunRecord
@@ -48,7 +49,9 @@ def export_checkpoint(site, run: str, step: int | None, destination: tuple[objec
     if state.error:
         _record(site, run, step, {"destination": f"gs://{bucket.name}/{export.objects_prefix(prefix, step)}",
                                   "operation": operation, "error": f"{state.error} ({state.said()})"})
-        raise Failure(f"the Lustre API's export of step {step} of {run} failed: {state.error} ({state.said()})")
+        lacking = lacking_permission(state.error)
+        raise Failure(f"the Lustre API's export of step {step} of {run} failed: {state.error} ({state.said()})"
+                      + (f"; {lacking}" if lacking else ""))
     return _verified(site, run, content, bucket, prefix)
 
 

@@ -64,3 +64,11 @@ def write_json_if(blob: storage.Blob, content: dict, generation: int) -> bool:
     except gexc.PreconditionFailed:
         return False
     return True
+
+
+def listed(bucket, prefix: str) -> list:
+    """The objects under `prefix`, listed whole (a refusal raised here, as a Failure, not half way through)."""
+    try:
+        return list(bucket.list_blobs(prefix=prefix))
+    except (gexc.Forbidden, gexc.PermissionDenied) as error:
+        raise Forbidden(f"list gs://{bucket.name}/{prefix}", error) from error

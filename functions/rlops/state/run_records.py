@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, field, fields
 
 from google.api_core import exceptions as gexc
 
-from rlops.state.bucket import read_json, write_json_if
+from rlops.state.bucket import listed, read_json, write_json_if
 from rlops.state.layout import Layout
 from rlops.permissions import calls
 
@@ -176,7 +176,7 @@ class RunRecords:
         """The run's stored checkpoint manifests (the snapshot tick's), by step, unread."""
         prefix = self.layout.manifests(run)
         return {int(blob.name[len(prefix):-len(".json")]): blob
-                for blob in self.bucket.list_blobs(prefix=prefix) if blob.name.endswith(".json")}
+                for blob in listed(self.bucket, prefix) if blob.name.endswith(".json")}
 
     def metrics(self, run: str, attempt: int) -> dict | None:
         """The per-step series of an attempt ({"steps": [[step, reward, loss, seconds]], "saves": [[step,
@@ -211,12 +211,12 @@ class RunRecords:
 
     def refusals(self, run: str) -> list[Refusal]:
         """The run's refused messages, oldest first."""
-        found = [read_json(blob)[0] for blob in self.bucket.list_blobs(prefix=self.layout.refusals(run))]
+        found = [read_json(blob)[0] for blob in listed(self.bucket, self.layout.refusals(run))]
         return sorted((Refusal.from_json(content) for content in found if content is not None), key=lambda r: r.at)
 
     def all(self) -> dict[str, tuple[RunRecord, int]]:
         records = {}
-        for blob in self.bucket.list_blobs(prefix=self.layout.runs):
+        for blob in listed(self.bucket, self.layout.runs):
             if not blob.name.endswith(".json") or "/" in blob.name[len(self.layout.runs):]:
                 continue
             content, generation = read_json(blob)
