@@ -412,3 +412,27 @@ def test_a_wake_during_a_long_apply_is_accepted_and_the_next_tick_brings_the_poo
     assert decision.reason == "finished a wake that stopped part way" and world.pool.up
     assert actions == ["start Ray worker node ray-worker-0 (gpu_pool)"]
     world.check()
+
+
+def test_a_manifest_written_by_one_snapshot_tick_and_relinked_by_another_is_said_once(monkeypatch):
+    """Two snapshot ticks at once: one writes step 2's manifest, and before it links it from the run record the
+    other's relink finds it unlinked, links it and says so. The writer, linking next, finds it linked and says
+    nothing: one `checkpoint` event, one "manifest written" line (the local loop's three concurrent ticks said
+    it twice)."""
+    from rlops.checkpoints import manifest
+    from rlops.runs import snapshot
+
+    # The writer runs until it would read the run record to link what it has written; the relink, whole; then it.
+    scheduler = Scheduler(phases(("store", "read rlops/environments/local/runs/r1.json"), ("relink", None),
+                                 ("store", None)))
+    world = World(scheduler, monkeypatch, None, up=True)
+    forgotten_run(world)
+    content = {"run": "r1", "step": 2, "layout": "trl", "files": {}, "total_bytes": 0, "save": "s1"}
+    content["digest"] = manifest.digest(content)
+    events = []
+    world.site.publish = events.append
+    outcomes = world.run({"store": lambda: snapshot._store(world.site, "r1", content),
+                          "relink": lambda: snapshot._relink(world.site, {"r1": world.site.records.get("r1")[0]})})
+    assert all(outcome.error is None for outcome in outcomes.values()), outcomes
+    assert [e["step"] for e in events if e["type"] == "checkpoint"] == [2], events
+    assert world.site.records.get("r1")[0].manifests["2"]["save"] == "s1"

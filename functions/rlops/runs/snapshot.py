@@ -38,8 +38,8 @@ def _relink(site, recent: dict) -> list[dict]:
         for step, blob in sorted(site.records.manifest_objects(run).items()):
             if str(step) not in record.manifests:
                 content, _ = read_json(blob)
-                if content is not None and manifest.intact(content):
-                    _link(site, run, step, blob.name, content["digest"], content.get("save"))
+                if content is not None and manifest.intact(content) and \
+                        _link(site, run, step, blob.name, content["digest"], content.get("save")):
                     events.append(_published(site, run, content, blob.name))
     return events
 
@@ -82,7 +82,8 @@ def _store(site, run: str, content: dict, replacing=None) -> list[dict]:
                       earlier, 0)
     if not write_json_if(blob, content, generation):
         return []  # another tick wrote it first
-    _link(site, run, content["step"], blob.name, content["digest"], content.get("save"))
+    if not _link(site, run, content["step"], blob.name, content["digest"], content.get("save")):
+        return []  # a concurrent tick's relink found it first and said so
     return [_published(site, run, content, blob.name, earlier.get("save") if replacing is not None else None)]
 
 
@@ -152,10 +153,20 @@ def _start_cluster_scan(site) -> None:
             entrypoint_num_cpus=1))
 
 
-def _link(site, run: str, step: int, name: str, digest: str, save: str | None) -> None:
+def _link(site, run: str, step: int, name: str, digest: str, save: str | None) -> bool:
+    """Link the manifest from the run record; whether this call is the one that linked it (a concurrent tick's
+    relink and the writer's own link race for it: only one of them publishes its event)."""
     link = {"object": name, "digest": digest, **({"save": save} if save else {})}
-    if not site.records.update(run, lambda record: record.manifests.update({str(step): link})):
+    linked_here = []
+
+    def change(record) -> None:
+        linked_here[:] = [record.manifests.get(str(step)) != link]
+        record.manifests[str(step)] = link
+
+    if not site.records.update(run, change):
         emit("WARNING", "manifest written but not linked from the run record", run=run, step=step)
+        return True  # said now; a later tick's relink links it
+    return linked_here[0]
 
 
 def listing(site, run: str) -> list[dict] | None:
