@@ -6,9 +6,9 @@ STAMP := $(VENV)/.installed
 
 .PHONY: demo test bench schema clean
 
-$(STAMP): requirements.txt requirements-local.txt requirements-dev.txt pyproject.toml
+$(STAMP): requirements.txt requirements.lock requirements-local.txt requirements-dev.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -r requirements-dev.txt
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -r requirements-dev.txt -c requirements.lock
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps -e .
 	touch $@
 

@@ -41,6 +41,7 @@ class Enforced:
         return {Scope.PROJECT: [f"projects/{PROJECT}"],
                 Scope.SECRET: [f"projects/{PROJECT}/secrets/{name}" for name in ("hf-token", "wandb-api-key",
                                                                                  "rlops-github-token")],
+                Scope.GITHUB_TOKEN: [f"projects/{PROJECT}/secrets/rlops-github-token"],
                 Scope.BUCKET: ["projects/_/buckets/rlops-h200-example-state"],
                 Scope.NODE_SERVICE_ACCOUNT: [f"projects/{PROJECT}/serviceAccounts/"
                                              f"{self.gcp.default_node_account(number)}"],
@@ -75,6 +76,15 @@ def enforced(cloud_fakes, gcs, specs, tmp_path, monkeypatch):
 def test_the_readmes_table_is_what_rlops_iam_derives():
     readme = (REPO / "README.md").read_text()
     assert textwrap.indent(accounts.render("markdown"), "   ") in readme
+
+
+def test_rlops_iam_for_an_environment_names_where_each_role_is_granted(capsys):
+    assert cli.main(["iam", "h200", "--format", "json"]) == 0
+    apply = next(a for a in json.loads(capsys.readouterr().out) if a["key"] == "apply")
+    where = {g["role"]: g["where"] for g in apply["grants"]}
+    assert where["roles/storage.objectUser"] == "on gs://rlops-h200-example-state"
+    assert "projects/rlops-h200-example/secrets/hf-token" in where["roles/secretmanager.secretAccessor"]
+    assert where["roles/compute.networkAdmin"] == "project"
 
 
 def test_apply_works_as_rlops_apply_with_its_roles_and_calls_only_what_it_declares(enforced, capsys):

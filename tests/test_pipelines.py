@@ -458,3 +458,24 @@ def test_functions_are_built_by_an_account_that_has_the_builder_role():
     assert "--build-service-account" in step and "rlops-function-build@" in step
     readme = (REPO / "README.md").read_text()
     assert re.search(r"\| `rlops-function-build`[^\n]*`roles/cloudbuild\.builds\.builder`", readme)
+
+
+def test_the_functions_ship_their_whole_dependency_closure_pinned_as_the_tests_ran_it():
+    """Issue 31, 9: requirements.txt pins rlops's direct dependencies only; a deploy resolving the rest anew could
+    get versions no test ran. deploy.yaml ships requirements.lock, which pins every direct pin as requirements.txt
+    says and every distribution the resolver adds, each at the version installed here."""
+    from importlib.metadata import version
+
+    def pins(path: Path) -> dict[str, str]:
+        found = {}
+        for line in path.read_text().splitlines():
+            line = line.split("#", 1)[0].strip()
+            if line and not line.startswith("-"):
+                name, _, pinned = line.partition("==")
+                found[re.sub(r"\[.*\]", "", name).lower().replace("_", "-")] = pinned
+        return found
+
+    direct, locked = pins(REPO / "requirements.txt"), pins(REPO / "requirements.lock")
+    assert all(locked.get(name) == pinned for name, pinned in direct.items()), set(direct.items()) - set(locked.items())
+    assert {name: version(name) for name in locked} == locked
+    assert "cp requirements.lock functions/requirements.txt" in (REPO / "cloudbuild" / "deploy.yaml").read_text()

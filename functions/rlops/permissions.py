@@ -24,6 +24,7 @@ class Scope(str, Enum):
 
     PROJECT = "project"
     SECRET = "secret"                    # each token secret and rlops-github-token
+    GITHUB_TOKEN = "rlops-github-token"  # that secret alone (Cloud Build hands it to the plan pipeline)
     BUCKET = "bucket"                    # the state bucket
     NODE_SERVICE_ACCOUNT = "node service account"
     EVENTS_TOPIC = "rlops-events topic"

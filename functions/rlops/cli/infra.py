@@ -134,7 +134,8 @@ def _doctor(args: argparse.Namespace) -> int:
 def _iam(args: argparse.Namespace) -> int:
     from rlops.provision import accounts
 
-    sys.stdout.write(accounts.render(args.format))
+    spec = cloud_environment(args.environment, "iam").spec if args.environment else None
+    sys.stdout.write(accounts.render(args.format, spec))
     return Exit.OK
 
 
@@ -283,6 +284,8 @@ def add_commands(commands) -> None:
 
     iam = commands.add_parser("iam", help="each rlops service account's roles: the smallest predefined roles "
                                           "granting what its code calls")
+    iam.add_argument("environment", nargs="?", metavar="ENV",
+                     help="name each place a role is granted for this environment (its secrets, its state bucket)")
     iam.add_argument("--format", choices=("text", "markdown", "json"), default="text")
     iam.set_defaults(run=_iam)
 

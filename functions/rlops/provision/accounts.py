@@ -20,6 +20,8 @@ from rlops.state.run_records import RunRecords
 
 # A pipeline's own log lines (Cloud Build writes them as the build's service account).
 BUILD_LOGS = (Need("logging.logEntries.create"),)
+# The plan pipeline's GitHub token, which Cloud Build reads for it (availableSecrets in cloudbuild/plan.yaml).
+PLAN_TOKEN = (Need("secretmanager.versions.access", Scope.GITHUB_TOKEN),)
 # The functions' path to their cluster: its DNS endpoint, then the Ray head through the API server.
 CLUSTER_AND_RAY = (container.Clusters.read, ray_dashboard)
 RUN_STATE = (RunRecords, PoolState, Lock, pubsub.publish)
@@ -79,14 +81,14 @@ ACCOUNTS = (
             extra=BUILD_LOGS),
     Account("plan", "rlops-plan", "cloudbuild/plan.yaml",
             "reads the GitHub token to post the plan comment; changes nothing",
-            code=(secretmanager.access,), extra=BUILD_LOGS),
+            extra=(*PLAN_TOKEN, *BUILD_LOGS)),
     Account("plan-live", "rlops-plan (with _LIVE_PLAN=true)", "cloudbuild/plan.yaml",
             "also reads what a live plan compares against, and the doctor's table",
-            code=(secretmanager.access, *((kind, "_list") for kind in compute.HANDLERS), container.Clusters._clusters,
+            extra=(*PLAN_TOKEN, *BUILD_LOGS),
+            code=(*((kind, "_list") for kind in compute.HANDLERS), container.Clusters._clusters,
                   lustre.LustreAdapter._instances,
                   servicenetworking.ServiceNetworkingAdapter.read, ResourceRecord.load, KubeApi.get,
-                  KubeApi.list_labelled, *doctor.CHECKS),
-            extra=BUILD_LOGS),
+                  KubeApi.list_labelled, *doctor.CHECKS)),
     Account("train", "rlops-train", "the train function",
             "checks a message, wakes the GPU pool, submits the run's Ray job; run records, events",
             code=(*RUN_STATE, *CLUSTER_AND_RAY, container.NodePools.resize, KubeApi.set_worker_replicas)),
@@ -116,38 +118,54 @@ def account(key: str) -> Account:
 
 
 _WHERE = {Scope.PROJECT: "", Scope.SECRET: "on the token secrets and rlops-github-token",
+          Scope.GITHUB_TOKEN: "on rlops-github-token",
           Scope.BUCKET: "on the state bucket", Scope.NODE_SERVICE_ACCOUNT: "on the node service account",
           Scope.EVENTS_TOPIC: "on the rlops-events topic", Scope.FUNCTION_ACCOUNTS: "on the functions' accounts"}
 
 
-def _roles_said(grants: list[Grant], code: bool) -> str:
+def places(spec) -> dict[Scope, str]:
+    """Where each scope's roles are granted, named for one environment's spec (a GcpEnvironment)."""
+    project = spec.project.id
+    secrets = sorted({ref.secret_manager.split("/versions/")[0] for ref in spec.secrets.values()}
+                     | {f"projects/{project}/secrets/rlops-github-token"})
+    accounts = ", ".join(f"rlops-{name}@{project}.iam.gserviceaccount.com"
+                         for name in ("train", "watch", "snapshot", "reap", "push", "function-build"))
+    return {Scope.PROJECT: "", Scope.SECRET: f"on {', '.join(secrets)}", Scope.BUCKET: f"on gs://{spec.state.bucket}",
+            Scope.GITHUB_TOKEN: f"on projects/{project}/secrets/rlops-github-token",
+            Scope.NODE_SERVICE_ACCOUNT: "on PROJECT_NUMBER-compute@developer.gserviceaccount.com (the Compute "
+                                        f"Engine default account of {project}, as the spec names no node account)",
+            Scope.EVENTS_TOPIC: f"on projects/{project}/topics/rlops-events", Scope.FUNCTION_ACCOUNTS: f"on {accounts}"}
+
+
+def _roles_said(grants: list[Grant], where: dict[Scope, str], code: bool) -> str:
     quote = (lambda text: f"`{text}`") if code else (lambda text: text)
     said = []
     for scope in Scope:
         here = [quote(g.role) for g in grants if g.scope == scope]
         if here:
-            said.append(", ".join(here) + (f" {_WHERE[scope]}" if _WHERE[scope] else ""))
+            said.append(", ".join(here) + (f" {where[scope]}" if where[scope] else ""))
     return "; ".join(said)
 
 
-def render(fmt: str) -> str:
-    """The accounts table: `text`, `markdown` (the README's) or `json` (with every permission and why)."""
+def render(fmt: str, spec=None) -> str:
+    """The accounts table: `text`, `markdown` (the README's) or `json` (with every permission and why); with an
+    environment's `spec`, each place named (its secrets, its bucket)."""
     import json
 
+    where = places(spec) if spec is not None else _WHERE
     if fmt == "json":
         return json.dumps([{"account": a.name, "key": a.key, "runs": a.runs, "does": a.does,
-                            "grants": [{"role": g.role, "on": g.scope.value, "for": list(g.permissions)}
-                                       for g in a.grants()],
+                            "grants": [{"role": g.role, "on": g.scope.value, "where": where[g.scope] or "project",
+                                        "for": list(g.permissions)} for g in a.grants()],
                             "permissions": [{"permission": n.permission, "on": n.scope.value} for n in a.needs()]}
                            for a in ACCOUNTS], indent=2) + "\n"
     if fmt == "markdown":
         rows = ["| account | runs | roles (on the project unless said) | why |", "| --- | --- | --- | --- |"]
-        rows += [f"| `{a.name}` | {a.runs} | {_roles_said(a.grants(), True)} | {a.does} |" for a in ACCOUNTS]
+        rows += [f"| `{a.name}` | {a.runs} | {_roles_said(a.grants(), where, True)} | {a.does} |" for a in ACCOUNTS]
         return "\n".join(rows) + "\n"
     lines = []
     for a in ACCOUNTS:
         lines.append(f"{a.name} ({a.runs}): {a.does}")
         for g in a.grants():
-            where = f" {_WHERE[g.scope]}" if _WHERE[g.scope] else ""
-            lines.append(f"  {g.role}{where}: {', '.join(g.permissions)}")
+            lines.append(f"  {g.role}{' ' + where[g.scope] if where[g.scope] else ''}: {', '.join(g.permissions)}")
     return "\n".join(lines) + "\n"
