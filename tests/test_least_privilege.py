@@ -3,13 +3,18 @@ that enforce Google's IAM (tests/fakes/iam.py, tests/fakes/gcs_iam.py): what it 
 one of its roles the first call that needs it fails naming the permission and the role, with nothing changed.
 """
 
+import copy
 import json
+import os
 import re
+import shutil
 import textwrap
 import time
 from pathlib import Path, PurePosixPath
 
 import pytest
+from google.auth.credentials import AnonymousCredentials
+from google.cloud import storage
 
 from fakes.iam import Iam, service_account
 from fakes.ray import Clock, SimulatedRay
@@ -139,15 +144,81 @@ class Functions:
         return [r for r in self.enforced.gcp.mutations() if r.caller == self.member and r.path.endswith(suffix)]
 
 
-@pytest.fixture
-def functions(enforced, gcs, specs, capsys):
-    spec = specs / "h200.yaml"  # a reaped pool to wake: the reaper scales the reservation's pool down when told to
+class Applied:
+    """h200 applied once for the module, as rlops-apply (with `idle.scale_reserved`: a reaped pool to wake), and
+    what it left: each test starts from exactly that (`restore`), with a fresh IAM policy."""
+
+    def __init__(self, gcp, kube, gate, upstream: str):
+        self.gcp, self.kube, self.gate = gcp, kube, gate
+        self.bucket = storage.Client(project="tests", credentials=AnonymousCredentials(),
+                                     client_options={"api_endpoint": upstream}).bucket("rlops-h200-example-state")
+        self.policy()
+
+    def policy(self) -> Iam:
+        self.gcp.iam = self.gate.iam = self.kube.iam = Iam(PROJECT)
+        return self.gcp.iam
+
+    def keep(self) -> None:
+        self.cloud = copy.deepcopy((self.gcp._store, self.gcp.functions, self.gcp.scheduler_jobs))
+        self.objects = copy.deepcopy((self.kube.objects, self.kube.owners))
+        self.state = {blob.name: blob.download_as_bytes() for blob in self.bucket.list_blobs()}
+
+    def restore(self) -> Iam:
+        with self.gcp._lock:
+            self.gcp._store, self.gcp.functions, self.gcp.scheduler_jobs = copy.deepcopy(self.cloud)
+            self.gcp.requests.clear()
+        with self.kube._lock:
+            self.kube.objects, self.kube.owners = copy.deepcopy(self.objects)
+        for blob in list(self.bucket.list_blobs()):
+            blob.delete()
+        for name, data in self.state.items():
+            self.bucket.blob(name).upload_from_string(data)
+        shutil.rmtree(self.gcp.lustre_files("rl-lustre"))
+        return self.policy()
+
+
+@pytest.fixture(scope="module")
+def applied(gcs, tmp_path_factory):
+    from conftest import PLANTED_TOKENS
+    from fakes.gcp import FakeGcp
+    from fakes.kube import FakeKube
+
+    folder = tmp_path_factory.mktemp("applied")
+    shutil.copytree(REPO / "environments", folder / "environments")
+    spec = folder / "environments" / "h200.yaml"
     spec.write_text(spec.read_text().replace("  scale_down: [ray-workers, node-pools]\n",
                                              "  scale_down: [ray-workers, node-pools]\n  scale_reserved: true\n", 1))
-    enforced.act_as("apply")
-    assert cli.main(["apply", "h200"]) == 0, capsys.readouterr().err
-    enforced.gcp.storage_endpoint = gcs.url  # the Lustre service's own copies, as its service agent
-    return Functions(enforced)
+    with pytest.MonkeyPatch.context() as patch, FakeGcp(operation_seconds=0.1, storage_endpoint=gcs.url) as gcp, \
+            FakeKube(controller_delay=0.05) as kube:
+        for secret, value in PLANTED_TOKENS.items():
+            gcp.put_secret(f"projects/{PROJECT}/secrets/{secret}/versions/latest", value)
+        gcp.put_reservation(PROJECT, "us-central1-b", "h200-reservation", "a3-ultragpu-8g", "nvidia-h200-141gb", 8,
+                            count=4)
+        patch.setenv("RLOPS_API_ENDPOINTS", json.dumps(gcp.endpoints))
+        patch.setenv("RLOPS_KUBE_API", kube.url)
+        patch.setenv("RLOPS_ENVIRONMENTS", str(folder / "environments"))
+        patch.setattr(base, "RETRY", base.RetryPolicy(attempts=3, base_seconds=0.01, cap_seconds=0.05))
+        world = Applied(gcp, kube, gcs.gate, gcs.url)
+        stale = world.bucket.client.lookup_bucket(world.bucket.name) or world.bucket.client.create_bucket(
+            world.bucket.name)
+        for blob in list(stale.list_blobs()):
+            blob.delete()
+        Enforced(gcp, gcp.iam, folder, patch).act_as("apply")
+        assert cli.main(["apply", "h200"]) == 0
+        world.keep()
+        try:
+            yield world
+        finally:
+            gcs.gate.iam = None
+
+
+@pytest.fixture
+def functions(applied, tmp_path, monkeypatch):
+    for name in ("RLOPS_API_ENDPOINTS", "RLOPS_KUBE_API", "RLOPS_ENVIRONMENTS"):
+        monkeypatch.setenv(name, os.environ[name])
+    monkeypatch.setattr(base, "RETRY", base.RetryPolicy(attempts=3, base_seconds=0.01, cap_seconds=0.05))
+    iam = applied.restore()
+    return Functions(Enforced(applied.gcp, iam, tmp_path, monkeypatch))
 
 
 def reaped(site) -> None:
@@ -294,9 +365,8 @@ def test_an_export_fails_naming_what_lustres_service_agent_lacks_on_the_bucket(e
 
 # -- the plan pipeline's account ------------------------------------------------------------------------------------
 
-def test_plan_offline_and_live_with_the_doctors_table_work_as_rlops_plan(enforced, capsys):
-    enforced.act_as("apply")
-    assert cli.main(["apply", "h200"]) == 0
+def test_plan_offline_and_live_with_the_doctors_table_work_as_rlops_plan(functions, capsys):
+    enforced = functions.enforced
     enforced.act_as("plan")
     assert cli.main(["plan", "h200", "--offline"]) == 0
     enforced.act_as("plan-live")
@@ -309,9 +379,8 @@ def test_plan_offline_and_live_with_the_doctors_table_work_as_rlops_plan(enforce
 # consumes a reservation, so its doctor reads no GPU quota (the b200 seed's does).
 @pytest.mark.parametrize("role", checked_roles("plan-live", but=("roles/secretmanager.secretAccessor",
                                                                  "roles/cloudquotas.viewer")))
-def test_a_live_plan_without_any_one_of_its_roles_fails_naming_it(enforced, capsys, role):
-    enforced.act_as("apply")
-    assert cli.main(["apply", "h200"]) == 0
+def test_a_live_plan_without_any_one_of_its_roles_fails_naming_it(functions, capsys, role):
+    enforced = functions.enforced
     enforced.gcp.deploy(PROJECT)  # deployed: the doctor's deployment check reads the functions and the schedule
     enforced.act_as("plan-live", without=role)
     capsys.readouterr()
