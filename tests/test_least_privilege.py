@@ -5,7 +5,6 @@ one of its roles the first call that needs it fails naming the permission and th
 
 import copy
 import json
-import os
 import re
 import shutil
 import textwrap
@@ -68,6 +67,8 @@ class Enforced:
 
 @pytest.fixture
 def enforced(cloud_fakes, gcs, specs, tmp_path, monkeypatch):
+    """A fresh fake cloud, nothing applied, enforcing IAM; the gate given back after. (The module's applied world,
+    `applied`, keeps its own fakes: each test names its policy.)"""
     gcp, kube = cloud_fakes
     gate = gcs.gate
     monkeypatch.setattr(base, "RETRY", base.RetryPolicy(attempts=3, base_seconds=0.01, cap_seconds=0.05))
@@ -188,37 +189,41 @@ def applied(gcs, tmp_path_factory):
     spec = folder / "environments" / "h200.yaml"
     spec.write_text(spec.read_text().replace("  scale_down: [ray-workers, node-pools]\n",
                                              "  scale_down: [ray-workers, node-pools]\n  scale_reserved: true\n", 1))
-    with pytest.MonkeyPatch.context() as patch, FakeGcp(operation_seconds=0.1, storage_endpoint=gcs.url) as gcp, \
-            FakeKube(controller_delay=0.05) as kube:
+    with FakeGcp(operation_seconds=0.1, storage_endpoint=gcs.url) as gcp, FakeKube(controller_delay=0.05) as kube:
         for secret, value in PLANTED_TOKENS.items():
             gcp.put_secret(f"projects/{PROJECT}/secrets/{secret}/versions/latest", value)
         gcp.put_reservation(PROJECT, "us-central1-b", "h200-reservation", "a3-ultragpu-8g", "nvidia-h200-141gb", 8,
                             count=4)
-        patch.setenv("RLOPS_API_ENDPOINTS", json.dumps(gcp.endpoints))
-        patch.setenv("RLOPS_KUBE_API", kube.url)
-        patch.setenv("RLOPS_ENVIRONMENTS", str(folder / "environments"))
-        patch.setattr(base, "RETRY", base.RetryPolicy(attempts=3, base_seconds=0.01, cap_seconds=0.05))
         world = Applied(gcp, kube, gcs.gate, gcs.url)
+        world.environ = {"RLOPS_API_ENDPOINTS": json.dumps(gcp.endpoints), "RLOPS_KUBE_API": kube.url,
+                         "RLOPS_ENVIRONMENTS": str(folder / "environments")}
         stale = world.bucket.client.lookup_bucket(world.bucket.name) or world.bucket.client.create_bucket(
             world.bucket.name)
         for blob in list(stale.list_blobs()):
             blob.delete()
-        Enforced(gcp, gcp.iam, folder, patch).act_as("apply")
-        assert cli.main(["apply", "h200"]) == 0
+        with pytest.MonkeyPatch.context() as patch:  # as long as the apply lasts: the module's other tests have theirs
+            for name, value in world.environ.items():
+                patch.setenv(name, value)
+            patch.setattr(base, "RETRY", base.RetryPolicy(attempts=3, base_seconds=0.01, cap_seconds=0.05))
+            Enforced(gcp, gcp.iam, folder, patch).act_as("apply")
+            try:
+                assert cli.main(["apply", "h200"]) == 0
+            finally:
+                gcs.gate.iam = None  # the session's state bucket: enforcing only while a test of this world runs
         world.keep()
-        try:
-            yield world
-        finally:
-            gcs.gate.iam = None
+        yield world
 
 
 @pytest.fixture
 def functions(applied, tmp_path, monkeypatch):
-    for name in ("RLOPS_API_ENDPOINTS", "RLOPS_KUBE_API", "RLOPS_ENVIRONMENTS"):
-        monkeypatch.setenv(name, os.environ[name])
+    for name, value in applied.environ.items():
+        monkeypatch.setenv(name, value)
     monkeypatch.setattr(base, "RETRY", base.RetryPolicy(attempts=3, base_seconds=0.01, cap_seconds=0.05))
     iam = applied.restore()
-    return Functions(Enforced(applied.gcp, iam, tmp_path, monkeypatch))
+    try:
+        yield Functions(Enforced(applied.gcp, iam, tmp_path, monkeypatch))
+    finally:
+        applied.gate.iam = None
 
 
 def reaped(site) -> None:
