@@ -47,7 +47,7 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/lint-imports --no-cache
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q --durations=15
 
 bench: $(STAMP)
 	$(BIN)/python bench/validate.py
