@@ -21,6 +21,7 @@ from rlops.endpoints import Endpoints
 from rlops.reaper import policy, reap
 from rlops.runs import costing, message, train, watch
 from rlops.sites import Site
+from rlops.spec import catalog
 from rlops.spec.load import load_or_raise, load_text
 from rlops.state import run_records
 from rlops.state.bucket import client
@@ -147,7 +148,7 @@ def test_prices_come_from_the_dated_table_the_spec_overrides_them_and_a_reservat
     negotiated = b200.model_copy(update={"gpu_pools": [b200.gpu_pools[0].model_copy(
         update={"cost": PoolCost(usd_per_node_hour=31.5)})]})
     assert costs.rates(negotiated)[0].usd_per_node_hour == 31.5
-    assert costs.prices()["as_of"] and costs.prices()["sources"]
+    assert catalog.PRICES_AS_OF and catalog.PRICE_SOURCES
 
 
 def test_auto_is_break_even_until_a_gap_is_known_then_fits_the_gaps_within_a_wake():

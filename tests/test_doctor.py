@@ -114,7 +114,7 @@ def test_a_gke_version_the_channel_does_not_offer_fails_and_one_older_than_a_fea
     spec.write_text(text.replace("release_channel: REGULAR", "release_channel: EXTENDED\n  version: \"1.30\""))
     code, found = _findings(capsys)
     assert code == 0 and found[("gke-version", "warn")]["found"] == (
-        "1.30.14-gke.1015000 (EXTENDED) is older than RDMA on a3-ultragpu-8g needs 1.31.4-gke.1183000")
+        "1.30.14-gke.1015000 (EXTENDED) is older than GPUDirect-RDMA (gIB) on a3-ultragpu-8g needs 1.31.4-gke.1183000")
     spec.write_text(text.replace("release_channel: REGULAR", "release_channel: REGULAR\n  version: \"1.32\""))
     assert _findings(capsys)[1][("gke-version", "ok")]["found"] == \
         "1.32.9-gke.1108000 (cluster.version 1.32), offered in us-central1"

@@ -1,4 +1,4 @@
-"""What `apply --dry-run` would send for each seed environment, checked in: a change to any request shows in review.
+"""What `apply --dry-run` would send for each shipped GCP environment, checked in: a change to any request shows in review.
 
 After an intended change: `RLOPS_UPDATE_GOLDEN=1 make test`, then review the diff of tests/golden/.
 """
@@ -13,7 +13,12 @@ from rlops import cli
 GOLDEN = REPO / "tests" / "golden"
 
 
-@pytest.mark.parametrize("environment", ["h200", "b200-spot"])
+# The POSTs each makes: networks, subnets and firewalls per GPU NIC (TCPX 4, TCPXO 8, RDMA a gVNIC and an RDMA
+# network with 8 subnets, A2 none), the PSA range, peering, cluster, GPU pool and Lustre.
+POSTS = {"h200": 19, "b200-spot": 19, "h100": 19, "h100-mega": 31, "a100": 7}
+
+
+@pytest.mark.parametrize("environment", POSTS)
 def test_dry_run_transcript_matches_the_checked_in_one(environment, capsys, monkeypatch):
     monkeypatch.setenv("RLOPS_ENVIRONMENTS", str(REPO / "environments"))
     monkeypatch.delenv("RLOPS_API_ENDPOINTS", raising=False)
@@ -26,5 +31,5 @@ def test_dry_run_transcript_matches_the_checked_in_one(environment, capsys, monk
     # Only requests were recorded: nothing left for Google's real endpoints but the lines in the file.
     requests = [line for line in transcript.splitlines() if not line.startswith("#")]
     assert all(line.split(" ", 2)[1].startswith("https://") for line in requests)
-    assert len([line for line in requests if line.startswith("POST")]) >= 18
+    assert len([line for line in requests if line.startswith("POST")]) == POSTS[environment]
 

@@ -202,7 +202,8 @@ def test_a_run_goes_from_message_to_checkpoints_to_succeeded(local, first):
     checkpoints = local.root / ".rlops/local/lustre/checkpoints/tiny-arith/first"
     assert sorted(p.name for p in checkpoints.glob("checkpoint-*")) == ["checkpoint-2", "checkpoint-4"]
     logs = local.rlops("logs", "local", "first").stdout
-    assert "[rlops] step=4" in logs and "HF_TOKEN set" in logs  # the worker's environment carries it
+    # The worker has the token as a file alone (issue 32, 3).
+    assert "[rlops] step=4" in logs and "HF token file readable; HF_TOKEN not in the environment" in logs
     status = local.rlops("status", "local", "--run", "first").stdout
     assert status.splitlines()[1].split()[:5] == ["first", "SUCCEEDED", "1", "4", "4"]
     events = local.events()
@@ -503,7 +504,16 @@ def test_the_planted_token_is_in_no_job_log_record_or_event(local, first):
         assert TOKEN not in log.read_text(errors="replace"), log.name
     assert all(TOKEN not in json.dumps(event) for event in local.events())
     worker = local.registry()["ray-worker-0"]
-    assert TOKEN.encode() in Path(f"/proc/{worker.pid}/environ").read_bytes()  # where it belongs
+    assert token_file_of(worker.pid) == TOKEN  # where it belongs: a file the worker is pointed at
+
+
+def token_file_of(pid: int) -> str | None:
+    """The token in the file a Ray node's HF_TOKEN_PATH names; none (and the test fails) if its environment holds the
+    token itself."""
+    environ = Path(f"/proc/{pid}/environ").read_bytes()
+    assert TOKEN.encode() not in environ
+    path = dict(entry.split(b"=", 1) for entry in environ.split(b"\0") if b"=" in entry).get(b"HF_TOKEN_PATH")
+    return Path(path.decode()).read_text() if path else None
 
 
 @pytest.fixture(scope="module")
@@ -530,7 +540,7 @@ def reaped_and_woken(local) -> dict:
     woken = local.registry()["ray-worker-0"]
     seen["alive after the wake"] = woken.alive()
     # The train function woke it, with no secret source in its environment: the token comes from what `up` kept.
-    seen["woken worker has the token"] = TOKEN.encode() in Path(f"/proc/{woken.pid}/environ").read_bytes()
+    seen["woken worker has the token"] = token_file_of(woken.pid) == TOKEN
     seen["kept token's mode"] = (local.root / ".rlops/local/secrets/HF_TOKEN").stat().st_mode & 0o777
     return seen
 
@@ -608,7 +618,17 @@ def h200_on_local_ray(local, cloud_fakes, specs, monkeypatch):
     # This Ray has no GPUs: an attempt's gate waits seconds for them, not the recipe's 30 minutes, unless a test
     # lends it some (`gpu_node`).
     spec = specs / "h200.yaml"
-    spec.write_text(spec.read_text().replace("    resume_budget: 3\n", "    resume_budget: 3\n    gpu_wait: 3s\n", 1))
+    text = spec.read_text().replace("    resume_budget: 3\n", "    resume_budget: 3\n    gpu_wait: 3s\n", 1)
+    # Nothing here reaches GSM8K's files, and this /lustre is the machine's own: the recipe reads the sample's rows as
+    # its data steps write them on GKE, from a file the gate's check reads (tests/test_reward_check.py runs the steps).
+    from rlops.spec.nemo_rl_reward import TRANSFORMS
+
+    final = specs / "gsm8k-final.jsonl"
+    final.write_text("".join(json.dumps(TRANSFORMS["gsm8k-final-answer"](json.loads(line))) + "\n"
+                             for line in (REPO / "tests/data/gsm8k-sample.jsonl").read_text().splitlines()))
+    text = re.sub(r"    data_steps:\n(      .*\n)+", "", text)
+    spec.write_text(text.replace("/lustre/data/gsm8k/train.jsonl", str(final)).replace(
+        "/lustre/data/gsm8k/test.jsonl", str(final)))
     assert cli.main(["apply", "h200"]) == 0
     kube.services[("default", "ray-cluster-head-svc:dashboard")] = \
         f"http://127.0.0.1:{local.port('ray-head', 'dashboard')}"
@@ -691,7 +711,10 @@ def test_a_gke_environment_reaches_its_ray_head_through_the_api_servers_service_
         assert " ".join(workload_words(job.entrypoint, "/lustre/checkpoints/gemma3-27b-gsm8k/gke-1")).startswith(
             "cd /opt/nemo-rl && uv run python examples/run_grpo_math.py --config examples/")
         assert "'checkpointing.checkpoint_dir=\"/lustre/" in job.entrypoint
-        assert job.runtime_env["env_vars"] == {"HF_HOME": "/lustre/hf", "RAY_OVERRIDE_JOB_RUNTIME_ENV": "1",
+        h200 = sites.load_environment("h200")  # its GPU workers' settings (issue 32, 2)
+        actors = jobs.actor_env(h200, h200.recipes["gemma3-27b-gsm8k"])
+        assert actors["LD_LIBRARY_PATH"].startswith("/usr/local/gib/lib64:") and actors["NCCL_NET"] == "gIB"
+        assert job.runtime_env["env_vars"] == {**actors, "RAY_OVERRIDE_JOB_RUNTIME_ENV": "1",
                                                "WANDB_RUN_ID": jobs.wandb_run_id("h200", "gke-1"), "WANDB_RESUME": "allow",
                                                "NRL_VIRTUAL_CLUSTER_MAX_RETRIES": "10"}
 
@@ -711,7 +734,8 @@ def test_a_gke_environment_reaches_its_ray_head_through_the_api_servers_service_
     # A running job's progress comes from the end of its output, read on the driver's node through the proxy.
     ray = sites.open_site("h200", env, Endpoints.from_environment()).ray
     whole = ray.logs(job.submission_id)
-    assert whole.count("\n") == 5  # the gate's two lines (it had the GPUs; where it resumes), the shell's three
+    # The gate's three lines (the data check; it had the GPUs; where it resumes), the shell's three.
+    assert whole.count("\n") == 6 and '"earnable": true' in whole
     assert ray.tail(job.submission_id, job.driver_node_id, 2) == "".join(whole.splitlines(keepends=True)[-2:])
     assert any(r.path.endswith("/proxy/api/v0/logs/file") for r in kube.requests)
     received = subscriber.pull(request={"subscription": events, "max_messages": 20}, timeout=10).received_messages

@@ -2,7 +2,9 @@
 
 import base64
 import json
+import os
 import subprocess
+import sys
 
 import jsonschema
 import kubernetes_validate
@@ -98,16 +100,19 @@ def test_worker_groups_carry_the_seed_settings_and_the_fixes(name):
     assert env_vars["NCCL_TUNER_CONFIG_PATH"]["value"] == f"/usr/local/gib/configs/{tuner}"
     for variable, value in {"NCCL_NET": "gIB", "NCCL_IB_GID_INDEX": "3", "NCCL_CROSS_NIC": "0", "NCCL_NET_GDR_LEVEL": "PIX",
                             "GLOO_SOCKET_IFNAME": "eth0", "NCCL_SOCKET_IFNAME": "eth0", "TP_SOCKET_IFNAME": "eth0",
-                            "LD_LIBRARY_PATH": "/usr/local/nvidia/lib64", "HF_HOME": "/lustre/huggingface_cache"}.items():
+                            "LD_LIBRARY_PATH": "/usr/local/gib/lib64:/usr/local/nvidia/lib64",
+                            "HF_HOME": "/lustre/huggingface_cache"}.items():
         assert env_vars[variable]["value"] == value, variable
-    for token in ("HF_TOKEN", "WANDB_API_KEY"):  # G13: by reference, never a value
-        assert env_vars[token] == {"name": token, "valueFrom": {"secretKeyRef": {"name": render.secret_name(env), "key": token}}}
+    # The tokens as files, each library pointed at its own (issue 32, 3).
+    assert env_vars["HF_TOKEN_PATH"]["value"] == "/var/run/secrets/rlops/HF_TOKEN"
+    assert env_vars["NETRC"]["value"] == "/var/run/secrets/rlops/netrc"
     assert worker["resources"]["requests"] == worker["resources"]["limits"]
     assert worker["resources"]["limits"]["nvidia.com/gpu"] == "8"
     assert worker["securityContext"]["privileged"] is True
     assert {t["key"] for t in spec["tolerations"]} >= {"nvidia.com/gpu", "cloud.google.com/impending-node-termination"}
     mounts = {m["mountPath"]: m["name"] for m in worker["volumeMounts"]}
-    assert mounts == {"/dev/shm": "shared-memory", "/usr/local/nvidia": "nvidia", "/usr/local/gib": "gib", "/lustre": "lustre"}
+    assert mounts == {"/dev/shm": "shared-memory", "/usr/local/nvidia": "nvidia", "/usr/local/gib": "gib", "/lustre": "lustre",
+                      "/var/run/secrets/rlops": "tokens"}
     volumes = {v["name"]: v for v in spec["volumes"]}
     assert volumes["shared-memory"]["emptyDir"] == {"medium": "Memory", "sizeLimit": "240Gi"}
     assert volumes["gib"]["hostPath"]["path"] == "/home/kubernetes/bin/gib"
@@ -181,16 +186,17 @@ def worker_start(tmp_path, nccl_env_script: str) -> subprocess.CompletedProcess:
     (bin_dir / "ldconfig").write_text(f"#!/bin/sh\necho \"$@\" >> {tmp_path}/ldconfig.calls\n")
     (bin_dir / "ldconfig").chmod(0o755)
     command = [part.replace("/usr/local/", f"{root}/") for part in worker["command"] + worker["args"]]
-    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "LD_LIBRARY_PATH": "/usr/local/nvidia/lib64",
-           "KUBERAY_GEN_RAY_START_CMD": 'echo "ray start with NCCL_FROM_GIB=$NCCL_FROM_GIB LD=$LD_LIBRARY_PATH"'}
+    env = {e["name"]: e["value"].replace("/usr/local/", f"{root}/") for e in worker["env"]}
+    env.update(PATH=f"{bin_dir}:/usr/bin:/bin",
+               KUBERAY_GEN_RAY_START_CMD='echo "ray start with NCCL_FROM_GIB=$NCCL_FROM_GIB LD=$LD_LIBRARY_PATH"')
     return subprocess.run(command, env=env, capture_output=True, text=True, timeout=30)
 
 
 def test_the_worker_starts_ray_with_the_gib_settings_and_not_at_all_when_they_fail(tmp_path):
     started = worker_start(tmp_path / "ok", "export NCCL_FROM_GIB=yes\n")
     assert started.returncode == 0, started.stderr
-    gib_lib = tmp_path / "ok" / "usr-local" / "gib" / "lib64"
-    assert started.stdout.splitlines()[-1] == f"ray start with NCCL_FROM_GIB=yes LD={gib_lib}:/usr/local/nvidia/lib64"
+    local = tmp_path / "ok" / "usr-local"
+    assert started.stdout.splitlines()[-1] == f"ray start with NCCL_FROM_GIB=yes LD={local}/gib/lib64:{local}/nvidia/lib64"
     failed = worker_start(tmp_path / "bad", "false\nexport NCCL_FROM_GIB=yes\n")
     assert failed.returncode != 0 and "ray start" not in failed.stdout
 
@@ -201,11 +207,73 @@ def test_render_redacts_secrets_and_a_planted_token_stays_in_the_secret_alone(ca
     stream = capsys.readouterr().out
     docs = list(yaml.safe_load_all(stream))
     (secret,) = [d for d in docs if d["kind"] == "Secret"]
-    assert secret["data"] == {"HF_TOKEN": "<redacted>", "WANDB_API_KEY": "<redacted>"}
+    assert secret["data"] == {"HF_TOKEN": "<redacted>", "WANDB_API_KEY": "<redacted>", "netrc": "<redacted>"}
     env, objs = rendered("h200", {"HF_TOKEN": PLANTED, "WANDB_API_KEY": "0" * 40})
     encoded = base64.b64encode(PLANTED.encode()).decode()
     holding = [key for key, obj in objs.items() if PLANTED in json.dumps(obj) or encoded in json.dumps(obj)]
     assert holding == [("Secret", render.secret_name(env))]
+
+
+def containers_of(doc: dict) -> list[dict]:
+    templates = render.pod_templates(doc) if doc["kind"] == "RayCluster" else \
+        [doc["spec"]["template"]] if doc["kind"] == "DaemonSet" else []
+    return [c for t in templates for c in t["spec"].get("initContainers", []) + t["spec"]["containers"]]
+
+
+@pytest.mark.parametrize("name", SEEDS)
+def test_render_offline_shows_no_token_in_any_containers_env_and_mounts_them_for_the_pods_user_alone(
+        name, capsys, monkeypatch):
+    """Issue 32, 3: NeMo RL copies the driver's environment into every actor, where Ray's state API shows it; so
+    no container's environment may carry a token, by value or by reference. The tokens are files only root (the
+    pods' user, the owner the kubelet gives them) may read."""
+    monkeypatch.setenv("RLOPS_ENVIRONMENTS", str(ENVIRONMENTS))
+    assert cli.main(["render", name, "--offline"]) == 0
+    docs = list(yaml.safe_load_all(capsys.readouterr().out))
+    env = load(ENVIRONMENTS / f"{name}.yaml").environment
+    containers = [c for doc in docs for c in containers_of(doc)]
+    assert {"ray-head", "ray-worker"} < {c["name"] for c in containers}  # and the installers' and sidecars'
+    for container in containers:
+        assert "envFrom" not in container, container["name"]
+        for variable in container.get("env", []):
+            assert set(variable) == {"name", "value"}, variable  # a literal: no secretKeyRef, no valueFrom at all
+            assert variable["name"] not in env.secrets, variable
+    (cluster,) = [d for d in docs if d["kind"] == "RayCluster"]
+    (secret,) = [d for d in docs if d["kind"] == "Secret"]
+    for template in render.pod_templates(cluster):
+        pod = template["spec"]
+        assert "fsGroup" not in pod["securityContext"] and pod["securityContext"]["runAsUser"] == 0
+        (volume,) = [v["secret"] for v in pod["volumes"] if "secret" in v]
+        assert volume == {"secretName": secret["metadata"]["name"], "defaultMode": 0o400}
+        (ray,) = [c for c in pod["containers"] if c["name"].startswith("ray-")]
+        assert ray.get("securityContext", {}).get("runAsUser", 0) == 0
+        (mount,) = [m for m in ray["volumeMounts"] if m["name"] == "tokens"]
+        assert mount["readOnly"] is True
+        pointers = {e["name"]: e["value"] for e in ray["env"] if e["name"] in ("HF_TOKEN_PATH", "NETRC")}
+        assert pointers == {"HF_TOKEN_PATH": f"{mount['mountPath']}/HF_TOKEN", "NETRC": f"{mount['mountPath']}/netrc"}
+        assert {value.rsplit("/", 1)[1] for value in pointers.values()} <= set(secret["data"])
+
+
+def test_hugging_face_and_the_netrc_lookup_wandb_uses_read_the_tokens_from_the_secrets_files(tmp_path):
+    """The files as the Secret volume lays them out, read the way each library reads them: huggingface_hub by
+    HF_TOKEN_PATH (in a fresh interpreter: it reads the variable on import), W&B's key by requests' netrc lookup for
+    its server (wandb/sdk/lib/apikey.py), and nothing of it from the environment."""
+    import requests
+
+    env, objs = rendered("h200", {"HF_TOKEN": PLANTED, "WANDB_API_KEY": "5" * 40})
+    mounted = tmp_path / "tokens"
+    mounted.mkdir()
+    for name, value in objs[("Secret", render.secret_name(env))]["data"].items():
+        (mounted / name).write_bytes(base64.b64decode(value))
+    (worker,) = objs[("RayCluster", env.ray.cluster_name)]["spec"]["workerGroupSpecs"][0]["template"]["spec"]["containers"]
+    pointed = {e["name"]: e["value"].replace("/var/run/secrets/rlops", str(mounted)) for e in worker["env"]}
+    probe = "import huggingface_hub; print(huggingface_hub.get_token())"
+    quiet = {k: v for k, v in os.environ.items() if k not in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")}
+    read = subprocess.run([sys.executable, "-c", probe], env={**quiet, "HF_TOKEN_PATH": pointed["HF_TOKEN_PATH"]},
+                          capture_output=True, text=True, check=True)
+    assert read.stdout.strip() == PLANTED
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("NETRC", pointed["NETRC"])
+        assert requests.utils.get_netrc_auth("https://api.wandb.ai") == ("user", "5" * 40)
 
 
 def test_an_installed_rlops_renders_from_its_package_data(tmp_path):

@@ -350,7 +350,11 @@ def test_environments_lists_each_spec_where_it_runs_and_its_gpu_pools(specs, cap
         "draft": f"- invalid (10 problem(s)): rlops validate {specs / 'draft.yaml'}",
         "h200": "rlops-h200-example/us-central1 gpu-pool: a3-ultragpu-8g x 2 (16 GPUs at most), reservation "
                 "h200-reservation",
-        "local": "local gpu-pool: 1 Ray worker node(s) with the gpu_pool resource, counted as a3-ultragpu-8g"}
+        "local": "local gpu-pool: 1 Ray worker node(s) with the gpu_pool resource, counted as a3-ultragpu-8g",
+        "a100": "rlops-a100-example/us-central1 a100-pool: a2-ultragpu-8g x 1 (8 GPUs at most), spot",
+        "h100": "rlops-h100-tcpx-example/us-central1 a3-pool: a3-highgpu-8g x 2 (16 GPUs at most), reservation "
+                "a3-high-reservation",
+        "h100-mega": "rlops-h100-example/us-east4 h100-pool: a3-megagpu-8g x 2 (16 GPUs at most), spot"}
 
     assert cli.main(["environments", "--format", "json"]) == 0
     listed = {entry["name"]: entry for entry in json.loads(capsys.readouterr().out)}

@@ -84,7 +84,7 @@ def test_a_trl_job_runs_the_recipe_module_into_the_runs_checkpoint_dir_and_carri
 def test_a_nemo_rl_job_is_the_seeds_command_with_lustre_paths_and_the_runtime_env_override():
     recipe = H200.recipes[next(iter(H200.recipes))]
     request = jobs.request("h200", "grpo", recipe, "run-7", {"grpo.max_num_steps": 20, "policy.x": "a b;c"}, "ana",
-                           2, "/lustre")
+                           2, "/lustre", actors=jobs.actor_env(H200, recipe))
     words = workload_words(request.entrypoint, f"{recipe.checkpoint_root}/run-7")
     assert words[:3] == ["cd", "/opt/nemo-rl", "&&"]  # the configs' relative paths are relative to the repository
     assert words[3:9] == ["uv", "run", "python", recipe.entrypoint, "--config", recipe.config]
@@ -93,7 +93,7 @@ def test_a_nemo_rl_job_is_the_seeds_command_with_lustre_paths_and_the_runtime_en
     assert 'policy.x="a b;c"' in words  # one argument, whatever it contains
     # Every attempt of the run logs into one W&B run (issue 32: each attempt started a new one).
     run_id = jobs.wandb_run_id("h200", "run-7")
-    assert request.runtime_env == {"env_vars": {"HF_HOME": "/lustre/hf", "RAY_OVERRIDE_JOB_RUNTIME_ENV": "1",
+    assert request.runtime_env == {"env_vars": {**jobs.actor_env(H200, recipe), "RAY_OVERRIDE_JOB_RUNTIME_ENV": "1",
                                                 "WANDB_RUN_ID": run_id, "WANDB_RESUME": "allow",
                                                 "NRL_VIRTUAL_CLUSTER_MAX_RETRIES": "10"}}
     first = jobs.request("h200", "grpo", recipe, "run-7", {}, "ana", 1, "/lustre")
@@ -102,7 +102,7 @@ def test_a_nemo_rl_job_is_the_seeds_command_with_lustre_paths_and_the_runtime_en
     assert request.submission_id == "rlops.h200.run-7.2"
 
 
-TRL_LOG = """[rlops] resuming from checkpoint-4 (max_steps=8, seed=0; HF_TOKEN set)
+TRL_LOG = """[rlops] resuming from checkpoint-4 (max_steps=8, seed=0; HF token file readable; HF_TOKEN not in the environment)
 [rlops] step=5 reward=0.2500 loss=0.0000
 [rlops] checkpoint step=6
 [rlops] step=6 reward=0.5000 loss=0.1000
@@ -133,7 +133,8 @@ def test_progress_is_read_from_what_each_runner_prints():
                                                   "reported_checkpoint": 6}
     # Each step moves the step; the save line of step 10 is printed before the save and is not a checkpoint.
     assert progress.from_logs("nemo-rl", nemo_output(1, 50, 20, 10, stop_after=13)) == {
-        "step": 12, "reward": 0.12, "first_step": 1, "resumed_from": None, "reported_checkpoint": None, "epoch": 1}
+        "step": 12, "reward": 0.12, "first_step": 1, "resumed_from": None, "reported_checkpoint": None, "epoch": 1,
+        "banner": {"step": 13, "rewarded": False}}  # step 13's banner, for the next tick (issue 32, 5)
     # The step banner counts within an epoch; the global step goes on across epochs.
     assert progress.from_logs("nemo-rl", nemo_output(3, 4, 100, 5, stop_after=11))["step"] == 10
     whole = nemo_output(3, 4, 100, 5, stop_after=11)

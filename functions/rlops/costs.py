@@ -12,26 +12,15 @@ Ray's end time). Over a window:
   the join was not seen;
 - idle: up, and neither used nor waking.
 
-Prices (`spec/prices.yaml`) are list prices per VM-hour by machine type, region and capacity; a
+Prices (the GPU catalog, `spec/gpus/catalog.yaml`) are dated list prices per VM-hour by machine type, region and capacity; a
 pool's `cost.usd_per_node_hour` (or a local pool's `counts_as`) overrides them. A pool that consumes
 a specific reservation is billed for the whole window whether its VMs run or not, at the on-demand
 price (a reservation without a commitment bills at on-demand rates); scaling it down saves nothing.
 """
 
 from dataclasses import dataclass, field
-from functools import cache
-from pathlib import Path
-
-import yaml
 
 from rlops.spec import catalog
-
-PRICES = Path(__file__).parent / "spec" / "prices.yaml"
-
-
-@cache
-def prices() -> dict:
-    return yaml.safe_load(PRICES.read_text())
 
 
 @dataclass(frozen=True)
@@ -46,13 +35,12 @@ class PoolRate:
 
 
 def _listed(machine_type: str, region: str, spot: bool) -> tuple[float | None, str]:
-    table = prices()
-    kind = "spot" if spot else "on_demand"
-    price = table["machines"].get(machine_type, {}).get("regions", {}).get(region, {}).get(kind)
+    kind = "spot" if spot else "on-demand"
+    row = catalog.GPU_MACHINES[machine_type].prices.get(region)
+    price = None if row is None else row.spot if spot else row.on_demand
     if price is None:
-        return None, f"no {kind.replace('_', '-')} list price for {machine_type} in {region} (prices as of " \
-                     f"{table['as_of']})"
-    return float(price), f"list price as of {table['as_of']} ({kind.replace('_', '-')}, {region})"
+        return None, f"no {kind} list price for {machine_type} in {region} (prices as of {catalog.PRICES_AS_OF})"
+    return float(price), f"list price as of {catalog.PRICES_AS_OF} ({kind}, {region}; {row.source})"
 
 
 def rates(env) -> list[PoolRate]:

@@ -11,7 +11,7 @@ REAPED = "the reaper scaled the GPU pool down and no train message has woken it 
 # The events the scheduler and the autoscaler write about a waiting pod, most telling first: a cloud refusal
 # names its reason, a refused scale-up names the autoscaler's, a triggered one says nodes are on their way.
 EVENT_ORDER = ("FailedScaleUp", "NotTriggerScaleUp", "TriggeredScaleUp", "FailedScheduling")
-NCCL_INIT_CONTAINER = "wait-for-gib"  # kube/manifests/ray-worker-group.yaml
+NCCL_INIT_CONTAINER = "wait-for-gib"  # kube/manifests/worker-rdma.yaml
 # The labels KubeRay puts on every pod it makes (ray-operator utils/constant.go).
 NODE_TYPE_LABEL, GROUP_LABEL = "ray.io/node-type", "ray.io/group"
 

@@ -1,7 +1,7 @@
 """The first thing every attempt of a run does, on the node that mounts its checkpoints: choose the resume point.
 
     python -m rlops.checkpoints.gate --run-dir DIR [--manifests MODULE] [--unverified] [--keep N]
-        [--keep-bytes B] [--wait-for RESOURCE=COUNT --wait-seconds S] && <the workload>
+        [--keep-bytes B] [--data PLAN] [--wait-for RESOURCE=COUNT --wait-seconds S] && <the workload>
 
 Each attempt's Ray job runs this before the workload (`runs.jobs` puts it in the entrypoint), on the
 node where the run directory is: locally the Ray worker's disk, on GKE the head pod, which mounts
@@ -16,21 +16,32 @@ time the command began (when the attempt started running, for `rlops cost`).
 newest complete one without hashing it, for checkpoints too large to hash at every start. `--keep` and
 `--keep-bytes` (the recipe's `set_aside` limit) bound what set-aside/ holds: the oldest beyond are deleted,
 and the line says which and what is kept.
+
+`--data` (a nemo-rl recipe's, `spec.nemo_rl_reward.for_job`) comes first, before the wait for GPUs: the recipe's
+data steps write their files (on GKE into Lustre, from the head), then the real data's own reference answers are
+scored as NeMo RL scores a model's (`rlops train --check-data` on a local file does the same). One `[rlops-data]`
+line says what was written and each mean; gold answers that score below the bar end the attempt in seconds with a
+`[rlops-data-refused]` line and DATA_REFUSED, which the watcher takes as final (the recipe is wrong, not the cluster).
 """
 
 import argparse
 import dataclasses
 import importlib.util
 import json
+import os
 import sys
 import time
 from pathlib import Path
+from typing import Iterator
 
 from rlops.checkpoints import manifest, resume
 
 PREFIX = "[rlops-resume] "
 WAITING = "[rlops-wait] "
 CAPACITY_MISSING = 75  # EX_TEMPFAIL: the attempt never started its workload; the watcher retries it
+DATA = "[rlops-data] "
+REFUSED = "[rlops-data-refused] "
+DATA_REFUSED = 65  # EX_DATAERR: the recipe's gold answers do not earn its reward; retrying cannot help
 MODULE = "rlops_resume_manifests"
 FILE = "manifests.json"
 
@@ -80,6 +91,71 @@ def _capacity(resource: str, needed: float, seconds: float, every: float = 15.0)
         ray.shutdown()
 
 
+def _lines(source: str) -> Iterator[str]:
+    """A data file's lines, from an https:// URL or a path."""
+    if source.startswith("https://"):
+        from urllib.request import urlopen
+
+        with urlopen(source, timeout=60) as response:  # noqa: S310 - https only (the spec's pattern)
+            for line in response:
+                yield line.decode()
+    else:
+        with open(source, encoding="utf-8") as lines:
+            yield from lines
+
+
+def _write_rows(path: Path, rows: list[dict]) -> None:
+    """Written whole, then renamed into place: a run reading the file sees the old one or the new one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
+    partial.write_text("".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows), encoding="utf-8")
+    os.replace(partial, path)
+
+
+def _data(plan: dict) -> bool:
+    """The recipe's data steps, then the check of its reward on the real data; False when the gold answers do not
+    earn it."""
+    from rlops.spec import nemo_rl_reward as reward
+
+    published: dict[str, list[dict]] = {}
+    said: dict = {"steps": [], "checks": []}
+    refusals = []
+    for step in plan["steps"]:
+        try:
+            rows = published.setdefault(step["source"], reward.rows_of(_lines(step["source"])))
+        except ValueError as error:  # rows NeMo RL could not load either: no retry mends them
+            refusals.append({"source": step["source"], "reason": f"{step['source']}: {error}"})
+            continue
+        _write_rows(Path(step["path"]), [reward.TRANSFORMS[step["transform"]](row) for row in rows])
+        said["steps"].append({"path": step["path"], "rows": len(rows), "transform": step["transform"]})
+    if plan["unchecked"]:
+        said["unchecked"] = plan["unchecked"]
+    check = plan["check"] and reward.Check.from_json(plan["check"])
+    for source in check.sources if check and not refusals else ():
+        if source.published not in published and not reward.readable(source.published):
+            said["checks"].append({"role": source.role, "source": source.published,
+                                   "unchecked": "not JSON Lines (a Hugging Face dataset id?)"})
+            continue
+        try:
+            rows = published[source.published][:plan["samples"]] if source.published in published else \
+                reward.rows_of(_lines(source.published), plan["samples"])
+        except ValueError as error:
+            refusals.append({"role": source.role, "source": source.published,
+                             "reason": f"{source.published}: {error}"})
+            continue
+        verdict = reward.score(check, source, rows)
+        said["checks"].append({"role": source.role, "source": source.published, "mean": round(verdict.mean, 4),
+                               "count": verdict.count, "earnable": verdict.earnable(plan["minimum"])})
+        if not verdict.earnable(plan["minimum"]):
+            example = dataclasses.asdict(verdict.example()) if verdict.scored else None
+            refusals.append({"role": source.role, "mean": round(verdict.mean, 4), "count": verdict.count,
+                             "reason": verdict.reason(plan["minimum"]), "example": example})
+    print(DATA + json.dumps(said), flush=True)
+    for refusal in refusals:  # last, so that Ray's failure message (the output's tail) carries them
+        print(REFUSED + json.dumps(refusal, default=str), flush=True)
+    return not refusals
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="rlops.checkpoints.gate")
     parser.add_argument("--run-dir", required=True, type=Path)
@@ -90,8 +166,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--wait-for", metavar="RESOURCE=COUNT",
                         help="first wait until the Ray cluster has this much of a resource (GPU=16)")
     parser.add_argument("--wait-seconds", type=float, default=1800.0, metavar="S")
+    parser.add_argument("--data", type=json.loads, metavar="PLAN", help="data steps and the reward check (JSON)")
     args = parser.parse_args(argv)
     started = time.time()  # the attempt's command began here: its running time (rlops cost) counts from now
+    if args.data and not _data(args.data):
+        return DATA_REFUSED
     if args.wait_for:
         resource, _, count = args.wait_for.partition("=")
         if not _capacity(resource, float(count), args.wait_seconds):

@@ -16,6 +16,7 @@ class Exit(IntEnum):
     ERROR = 1          # a failure, a bad flag, a spec that does not load
     INVALID = 2        # `validate` found problems
     CHANGES = 2        # `plan --detailed-exitcode` found changes
+    UNEARNED = 2       # `train --check-data`: the recipe's gold answers do not earn its reward
     DESTRUCTIVE = 3    # `plan --refuse-destructive`: a change replaces or deletes something
     DELETED = 3        # `changed`: a spec file was deleted (never destroyed automatically)
 

@@ -68,6 +68,12 @@ def _train(args) -> int:
         settings = message.settings(parsed, message.recipe_of(parsed, env))
     except message.Poison as poison:
         raise Failure(f"not sent: {poison}") from None
+    if args.samples is not None and (not args.check_data or args.samples < 1):
+        raise Failure(f"--samples {args.samples}: a count of at least 1, with --check-data FILE")
+    if args.check_data:  # before anything is sent, so a recipe whose reward cannot be earned never starts
+        refused = _check_data(env, parsed, settings, args.check_data, args.samples)
+        if refused:
+            return refused
     if args.dry_run:
         print(_would_submit(env_name, env, parsed, settings))
         return Exit.OK
@@ -105,7 +111,7 @@ def _would_submit(env_name: str, env, parsed, settings: dict) -> str:
     recipe = env.recipes[parsed.recipe]
     lustre, resources = placement(env)
     job = jobs.request(env_name, parsed.recipe, recipe, parsed.run, settings, parsed.requested_by, 1, lustre,
-                       resources)
+                       resources, jobs.actor_env(env, recipe), jobs.data_tag(env))
     lines = [f"# rlops train {env_name} --dry-run: nothing was sent",
              yaml.safe_dump({"submission_id": job.submission_id,
                              "working_directory": nemo_rl.WORKDIR if recipe.runner == "nemo-rl" else "(Ray's)",
@@ -113,7 +119,10 @@ def _would_submit(env_name: str, env, parsed, settings: dict) -> str:
                              "runtime_env": job.runtime_env, "metadata": job.metadata,
                              "secrets_by_name_only": sorted(env.secrets)},
                             sort_keys=False, width=10**6).rstrip(),
-             "# secrets reach the pods (locally, the Ray nodes) from Kubernetes Secrets, never the job's runtime env"]
+             "# secrets reach the Ray nodes as files (HF_TOKEN_PATH, NETRC), never an environment variable or the job"]
+    if recipe.runner == "nemo-rl":
+        lines.append("# runtime_env.env_vars reach every actor, whichever node the driver runs on: NeMo RL's init_ray "
+                     "copies the driver's environment into them")
     if recipe.runner == "nemo-rl":
         tag = nemo_rl.tag_for(env.ray.image)
         if tag is None:
@@ -127,6 +136,58 @@ def _would_submit(env_name: str, env, parsed, settings: dict) -> str:
                       f"# composed as {recipe.entrypoint} composes it, before logger.log_dir gets its exp_N",
                       "---", yaml.safe_dump(composed.config, sort_keys=False, width=10**6).rstrip()]
     return "\n".join(lines)
+
+
+def _check_data(env, parsed, settings: dict, path: str, samples: int | None) -> int:
+    """`--check-data FILE`: FILE's first rows, as the recipe's data source publishes them, through its data steps,
+    read and rewarded as its NeMo RL tag reads and rewards a model's answer (`spec.nemo_rl_reward`)."""
+    from rlops.spec import nemo_rl, nemo_rl_reward as reward
+
+    recipe = env.recipes[parsed.recipe]
+    if recipe.runner != "nemo-rl":
+        raise Failure(f"--check-data: {parsed.recipe} runs {recipe.runner}; the check follows NeMo RL's data loading "
+                      "and math reward")
+    tag = nemo_rl.tag_for(env.ray.image)
+    if tag is None:
+        raise Failure(f"--check-data: {nemo_rl.unsupported(env.ray.image)}")
+    try:
+        check = reward.check_for(tag, recipe, settings)
+    except reward.Unchecked as why:
+        raise Failure(f"--check-data: not checked: {why}") from None
+    if not check.sources:
+        raise Failure("--check-data: the config names no data file (data.train_data_path)")
+    installed = reward.math_verify_here()
+    if installed is None:
+        raise Failure("--check-data scores with math-verify, which is not installed here (pip install -r "
+                      "requirements.txt)")
+    try:
+        with open(path, encoding="utf-8") as lines:
+            rows = reward.rows_of(lines, samples or reward.SAMPLES)
+    except OSError as error:
+        raise Failure(f"--check-data {path}: {error.strerror}") from None
+    except ValueError as error:
+        raise Failure(f"--check-data {path}: {error}") from None
+    source = check.sources[0]  # the training data; FILE is in the shape its source publishes
+    verdict = reward.score(check, source, rows)
+    print(f"check-data {parsed.recipe}: {len(rows)} rows of {path} as {source.published} publishes them"
+          + (f", through the data step {source.transform} (to {source.path})" if source.transform else ""))
+    print(f"  {check.describe()}")
+    if installed != reward.MATH_VERIFY[tag.name]:
+        print(f"  scored with math-verify {installed} (installed here), not the {reward.MATH_VERIFY[tag.name]} "
+              f"{tag.name} pins")
+    earned = sum(scored.reward == 1.0 for scored in verdict.scored)
+    print(f"mean reward {verdict.mean:.3f} over {verdict.count} rows ({earned} of {verdict.count} earn 1.0)")
+    if verdict.earnable():
+        return Exit.OK
+    print(f"refused: a mean below {reward.MINIMUM}: {verdict.reason()}", file=sys.stderr)
+    if verdict.scored:
+        miss = verdict.example()
+        problem = str(miss.problem)
+        shown = problem[:120] + ("…" if len(problem) > 120 else "")
+        print(f"example, row {miss.row}: problem {json.dumps(shown, ensure_ascii=False)}\n  ground truth "
+              f"{json.dumps(miss.ground_truth, ensure_ascii=False)}\n  answered {json.dumps(miss.response)}: reward "
+              f"{miss.reward}", file=sys.stderr)
+    return Exit.UNEARNED
 
 
 def _send_local(stack, data: bytes, endpoints: Endpoints) -> str:
@@ -357,6 +418,11 @@ def add_commands(commands) -> None:
     train.add_argument("--requested-by", default=os.environ.get("USER") or "rlops-cli", metavar="WHO")
     train.add_argument("--dry-run", action="store_true",
                        help="print the job it would submit (and, for nemo-rl, the composed config); send nothing")
+    train.add_argument("--check-data", metavar="FILE",
+                       help="first score FILE's gold answers (JSON Lines as the recipe's data source publishes them) "
+                            "as the recipe's NeMo RL tag rewards a model's; below 0.9 on average, exit 2 and send "
+                            "nothing")
+    train.add_argument("--samples", type=int, metavar="K", help="rows of FILE to score (default 64)")
 
     environment_command(commands, "watch", _watch, "one watch tick now: record run states, resubmit preempted runs")
 

@@ -4,8 +4,8 @@ reading the base objects in `manifests/`, which are filled as data (dicts), neve
 What the seeds got wrong and this fixes (seed-inventory §4): the multi-NIC annotations sit on the
 worker pod template (G1); no apt/uv start script and no `git pull` (G2, G8); the accelerator's own
 node selector and NCCL tuner file (G3); workers wait for the gIB installer (G9); the Lustre PV
-handle is PROJECT/ZONE/INSTANCE with an empty storage class (G11, G12); tokens come from a Secret
-by secretKeyRef and HF_HOME is on Lustre (G13).
+handle is PROJECT/ZONE/INSTANCE with an empty storage class (G11, G12); HF_HOME is on Lustre (G13).
+Tokens are files of a Secret volume, never in a container's environment (`tokens`).
 """
 
 import base64
@@ -18,6 +18,7 @@ from importlib import resources
 
 import yaml
 
+from rlops.kube import tokens, transports
 from rlops.ownership import labels_for
 from rlops.spec.model import GcpEnvironment, GpuPool
 
@@ -30,6 +31,9 @@ TEMPLATE_DIGEST = "rlops-pod-template"  # annotation on every pod template and s
 # The namespaces every cluster has: the API server creates them and keeps them (its system namespaces
 # controller; NamespaceLifecycle refuses to delete default, kube-system and kube-public). rlops renders none.
 BUILT_IN_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
+# The kubelet writes a Secret volume's files as root, with the volume's mode; an fsGroup would make them the
+# group's and add group read (0440). Pods that run as root with no fsGroup: the files' owner alone reads them.
+TOKEN_READER = {"runAsUser": 0, "runAsGroup": 0}
 
 
 @dataclass(frozen=True)
@@ -63,7 +67,8 @@ def pvc_name(env: GcpEnvironment) -> str:
 
 def objects(env_name: str, env: GcpEnvironment, facts: LiveFacts, secret_values: dict[str, str] | None = None) -> list[dict]:
     """Every object rlops applies to the cluster, in apply order. `secret_values` None: the Secret shows <redacted>."""
-    rendered = [*namespace(env), *network_mapping(env), nccl_installer(env), *lustre_volume(env, facts),
+    rendered = [*namespace(env), *transports.network_mapping(env, base), *transports.installers(env),
+                *lustre_volume(env, facts),
                 service_account(env), secret(env, secret_values), ray_cluster(env)]
     for obj in rendered:
         obj["metadata"].setdefault("labels", {}).update(labels_for(env_name))
@@ -76,31 +81,6 @@ def namespace(env: GcpEnvironment) -> list[dict]:
     if env.ray.namespace in BUILT_IN_NAMESPACES:
         return []
     return [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": env.ray.namespace}}]
-
-
-def network_mapping(env: GcpEnvironment) -> list[dict]:
-    """A GKENetworkParamSet and a Network per extra NIC: gvnic-1, then rdma-0..7 (the names Cluster Toolkit uses too)."""
-    nets = env.networks
-    pairs = [("gvnic-1", f"{nets.gvnic.prefix}-net", f"{nets.gvnic.prefix}-sub", "NetDevice")]
-    pairs += [(f"rdma-{i}", f"{nets.rdma.prefix}-net", f"{nets.rdma.prefix}-sub-{i}", "RDMA")
-              for i in range(len(nets.rdma.subnet_cidrs))]
-    rendered = []
-    for name, vpc, subnet, mode in pairs:
-        params, network = base("network.yaml")
-        params["metadata"]["name"] = network["metadata"]["name"] = name
-        params["spec"].update(vpc=vpc, vpcSubnet=subnet, deviceMode=mode)
-        network["spec"]["parametersRef"]["name"] = name
-        rendered += [params, network]
-    return rendered
-
-
-def nccl_installer(env: GcpEnvironment) -> dict:
-    (daemonset,) = base("nccl-rdma-installer.yaml")
-    spec = daemonset["spec"]["template"]["spec"]
-    terms = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
-    terms[0]["matchExpressions"][0]["values"] = sorted({pool.accelerator.type for pool in env.gpu_pools})
-    spec["initContainers"][0]["image"] = env.ray.nccl_installer_image
-    return daemonset
 
 
 def lustre_volume(env: GcpEnvironment, facts: LiveFacts) -> list[dict]:
@@ -131,8 +111,11 @@ def secret(env: GcpEnvironment, values: dict[str, str] | None) -> dict:
     so removing it from the spec would leave it in the cluster (kubernetes#108008)."""
     (obj,) = base("secret.yaml")
     obj["metadata"].update(name=secret_name(env), namespace=env.ray.namespace)
-    obj["data"] = {name: (base64.b64encode(values[name].encode()).decode() if values is not None else REDACTED)
-                   for name in sorted(env.secrets)}
+    if values is None:
+        obj["data"] = {name: REDACTED for name in tokens.names(env.secrets)}
+    else:
+        files = tokens.files({name: values[name] for name in env.secrets})
+        obj["data"] = {name: base64.b64encode(files[name].encode()).decode() for name in sorted(files)}
     return obj
 
 
@@ -144,11 +127,12 @@ def ray_cluster(env: GcpEnvironment) -> dict:
     head = cluster["spec"]["headGroupSpec"]["template"]["spec"]
     head["serviceAccountName"] = env.cluster.service_account.name
     head["nodeSelector"] = {"cloud.google.com/gke-nodepool": env.cluster.system_pool.name}
+    head["securityContext"] = dict(TOKEN_READER)
     container = head["containers"][0]
     container.update(image=ray.image, resources=_resources(ray.head.cpu, ray.head.memory))
     container["env"] = _common_env(env)
-    container["volumeMounts"] = [_lustre_mount(env)]
-    head["volumes"] = [_lustre_volume(env)]
+    container["volumeMounts"] = [_lustre_mount(env), *_tokens_mount(env)]
+    head["volumes"] = [_lustre_volume(env), *_tokens_volume(env)]
     cluster["spec"]["workerGroupSpecs"] = [_worker_group(env, pool) for pool in env.gpu_pools]
     # KubeRay keeps running pods on their old template; from v1.6 Recreate replaces them all when the
     # spec changes (the API server of an older KubeRay drops the field, and rlops recreates them: kube.sync).
@@ -192,29 +176,32 @@ def _worker_group(env: GcpEnvironment, pool: GpuPool) -> dict:
                  maxReplicas=pool.autoscaling.max_nodes)
     group["rayStartParams"] = {"num-gpus": str(pool.accelerator.count)}
     template = group["template"]
-    if env.ray.multi_nic:
-        template["metadata"]["annotations"].update(multi_nic_annotations(len(env.networks.rdma.subnet_cidrs)))
     spec = template["spec"]
     spec["serviceAccountName"] = env.cluster.service_account.name
+    spec["securityContext"] = dict(TOKEN_READER)
     spec["nodeSelector"] = {"cloud.google.com/gke-accelerator": pool.accelerator.type,
                             "cloud.google.com/gke-nodepool": pool.name}
-    spec["initContainers"][0]["image"] = env.ray.image
     container = spec["containers"][0]
     container.update(image=env.ray.image,
                      resources=_resources(env.ray.worker.cpu, env.ray.worker.memory, gpus=pool.accelerator.count))
-    container["env"] += [{"name": "NCCL_TUNER_CONFIG_PATH", "value": env.ray.nccl_tuner_config[pool.accelerator.type]}]
+    transports.add_to_worker(env, pool, group, base)
     container["env"] += _common_env(env)
-    container["volumeMounts"].append(_lustre_mount(env))
+    container["volumeMounts"] += [_lustre_mount(env), *_tokens_mount(env)]
     shm = next(v for v in spec["volumes"] if v["name"] == "shared-memory")
     shm["emptyDir"]["sizeLimit"] = str(env.ray.shm_size)
-    spec["volumes"].append(_lustre_volume(env))
+    spec["volumes"] += [_lustre_volume(env), *_tokens_volume(env)]
     return group
 
 
-def multi_nic_annotations(rdma_count: int) -> dict:
-    interfaces = [{"interfaceName": "eth0", "network": "default"}, {"interfaceName": "eth1", "network": "gvnic-1"}]
-    interfaces += [{"interfaceName": f"eth{i + 2}", "network": f"rdma-{i}"} for i in range(rdma_count)]
-    return {"networking.gke.io/default-interface": "eth0", "networking.gke.io/interfaces": json.dumps(interfaces)}
+def actor_env(env: GcpEnvironment, pool_name: str | None) -> dict[str, str]:
+    """The settings of pool `pool_name`'s GPU workers (the only pool's, for None): gIB's LD_LIBRARY_PATH, NCCL's,
+    HF_HOME; for a NeMo RL job's runtime env. `init_ray` copies the driver's environment into every actor, so a
+    driver on the head would give the GPU actors the head's LD_LIBRARY_PATH, without gIB's plugin, beside
+    NCCL_NET=gIB. The token files' paths stay each node's own: a job says nothing of tokens."""
+    pool = next(pool for pool in env.gpu_pools if pool_name in (None, pool.name))
+    hidden = tokens.pointers(tokens.DIRECTORY, env.secrets)
+    return {e["name"]: e["value"] for e in _worker_group(env, pool)["template"]["spec"]["containers"][0]["env"]
+            if "value" in e and e["name"] not in hidden}
 
 
 def _resources(cpu, memory, gpus: int = 0) -> dict:
@@ -225,10 +212,18 @@ def _resources(cpu, memory, gpus: int = 0) -> dict:
 
 
 def _common_env(env: GcpEnvironment) -> list[dict]:
-    # HF_HOME on Lustre: one model download for every node (G13). Tokens only by reference.
-    tokens = [{"name": name, "valueFrom": {"secretKeyRef": {"name": secret_name(env), "key": name}}}
-              for name in sorted(env.secrets)]
-    return [{"name": "HF_HOME", "value": f"{env.ray.lustre_mount}/huggingface_cache"}, *tokens]
+    # HF_HOME on Lustre: one model download for every node (G13).
+    pointers = tokens.pointers(tokens.DIRECTORY, env.secrets)
+    return [{"name": "HF_HOME", "value": f"{env.ray.lustre_mount}/huggingface_cache"},
+            *({"name": name, "value": value} for name, value in pointers.items())]
+
+
+def _tokens_mount(env: GcpEnvironment) -> list[dict]:
+    return [{"name": "tokens", "mountPath": tokens.DIRECTORY, "readOnly": True}] if env.secrets else []
+
+
+def _tokens_volume(env: GcpEnvironment) -> list[dict]:
+    return [{"name": "tokens", "secret": {"secretName": secret_name(env), "defaultMode": 0o400}}] if env.secrets else []
 
 
 def _lustre_mount(env: GcpEnvironment) -> dict:

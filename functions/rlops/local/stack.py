@@ -5,7 +5,7 @@ The pieces, in start order:
 - `pubsub`: Google's Pub/Sub emulator (from google-cloud-cli) with the train and events topics and a push
   subscription to the train function, when it is installed;
 - `ray-head`, then `ray-worker-N`: `ray start --block` processes; the workers carry the custom
-  resource that stands in for the GPU pool, and the secrets the spec names, as a GKE pod would;
+  resource that stands in for the GPU pool, and the secrets the spec names as files, as a GKE pod does;
 - `functions-train`, `-watch`, `-snapshot`, `-reap`: functions-framework servers for
   `functions/main.py`, and `scheduler`, which ticks the scheduled ones every few seconds.
 
@@ -25,6 +25,7 @@ from pathlib import Path
 from rlops.cloud import pubsub
 from rlops.endpoints import Endpoints
 from rlops.errors import Failure
+from rlops.kube import tokens
 from rlops.local.processes import Process, Registry, free_port, start, stop, wait_until
 from rlops.spec.model import LocalEnvironment
 
@@ -179,7 +180,7 @@ class Stack:
                    f"--resources={json.dumps({pool.resource: pool.per_worker})}",
                    f"--labels={json.dumps({'rlops-pool': pool.name, 'rlops-node': name})}",
                    "--object-store-memory=100000000", f"--temp-dir={self._ray_temp()}", *_node_ports(ports)]
-        env = self._ray_env() | self._secret_env() | {"RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "0"}
+        env = self._ray_env() | self._token_files() | {"RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "0"}
         process = self._launch(name, command, env, ports)
         dashboard = self.dashboard_url()
         wait_until(lambda: _node_alive(dashboard, name), process, "joined the cluster", 90, self.report)
@@ -212,17 +213,19 @@ class Stack:
         return f"/tmp/rlops-ray-{hashlib.sha256(str(self.directory).encode()).hexdigest()[:12]}"
 
     def _plain_env(self) -> dict[str, str]:
-        """The pieces' environment without the variables the spec's secrets are read from."""
-        sources = {ref.env for ref in self.env.secrets.values() if ref.env}
+        """The pieces' environment without the variables the spec's secrets are read from, nor any named as a
+        secret (an HF_TOKEN of the caller's shell would reach every actor of an environment-copying driver)."""
+        sources = {ref.env for ref in self.env.secrets.values() if ref.env} | set(self.env.secrets)
         return {k: v for k, v in _base_env().items() if k not in sources}
 
     def _ray_env(self) -> dict[str, str]:
         return self._plain_env() | {"RAY_USAGE_STATS_ENABLED": "0"}
 
-    def _secret_env(self) -> dict[str, str]:
-        """The spec's secrets for the Ray nodes' environment (as secretKeyRef would). Read from their local sources
-        where this process has them (`rlops up`), and kept as a Kubernetes Secret keeps them, readable by this user
-        alone, for the nodes a wake starts from the train function, whose environment holds no source."""
+    def _token_files(self) -> dict[str, str]:
+        """The spec's secrets as the files a GKE pod mounts (`rlops.kube.tokens`), readable by this user alone, and
+        the environment that points Hugging Face and W&B at them: paths, never a token. Read from their local
+        sources where this process has them (`rlops up`), else from the files kept, for the nodes a wake starts
+        from the train function, whose environment holds no source."""
         kept = self._secrets_directory()
         values = {}
         for variable, ref in self.env.secrets.items():
@@ -233,11 +236,11 @@ class Stack:
             elif (kept / variable).is_file():
                 values[variable] = (kept / variable).read_text()
         kept.mkdir(mode=0o700, parents=True, exist_ok=True)
-        for variable, value in values.items():
-            descriptor = os.open(kept / variable, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        for name, content in tokens.files(values).items():
+            descriptor = os.open(kept / name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
             with os.fdopen(descriptor, "w") as file:
-                file.write(value)
-        return values
+                file.write(content)
+        return tokens.pointers(str(kept), values)
 
     def _secrets_directory(self) -> Path:
         return self.directory / "secrets"

@@ -321,10 +321,9 @@ def _quota_limit(info, region: str, family: str) -> int:
     return int(max(matching, key=lambda entry: len(entry.dimensions)).details.value) if matching else 0
 
 
-# The GKE versions what the spec uses needs (seed-inventory G5: the Ray operator add-on from Cluster Toolkit's
-# docs; RDMA per machine from an unattributed copy of the AI Hypercomputer docs). Unsure sources: a warning.
-MINIMUM_GKE = {"the Ray operator add-on": "1.29.8-gke.1054000", "RDMA on a3-ultragpu-8g": "1.31.4-gke.1183000",
-               "RDMA on a4-highgpu-8g": "1.32.2-gke.1475000"}
+# The GKE version the Ray operator add-on needs (seed-inventory G5, from Cluster Toolkit's docs); each GPU machine's
+# network stack's is in the GPU catalog (`min_gke`). Unsure sources: a warning.
+RAY_OPERATOR_MINIMUM_GKE = "1.29.8-gke.1054000"
 
 
 @calls("container.projects.locations.getServerConfig")
@@ -332,6 +331,8 @@ def _gke_version(env: CloudEnvironment, reads: _Reads) -> list[Finding]:
     """The spec's GKE version (or its release channel's default) is offered in the region (GKE getServerConfig),
     and it is at least the version each feature the spec uses needs."""
     from google.cloud import container_v1
+
+    from rlops.spec import catalog
 
     spec = env.spec
     client = reads.connection.gapic("container", container_v1.ClusterManagerClient)
@@ -347,10 +348,11 @@ def _gke_version(env: CloudEnvironment, reads: _Reads) -> list[Finding]:
         return [Finding("gke-version", "fail", f"{wanted} is not offered in the {channel} channel in {spec.region} "
                         f"(offered: {', '.join(offered)})", "set cluster.version to an offered one, or unset it for "
                         "the channel's default")]
-    uses = ([] if not spec.cluster.addons.ray_operator else ["the Ray operator add-on"]) + \
-        [f"RDMA on {pool.machine_type}" for pool in spec.gpu_pools]
-    older = [f"{use} needs {MINIMUM_GKE[use]}" for use in uses
-             if use in MINIMUM_GKE and _version_key(version) < _version_key(MINIMUM_GKE[use])]
+    machines = [catalog.GPU_MACHINES[pool.machine_type] for pool in spec.gpu_pools]
+    minimum = dict([("the Ray operator add-on", RAY_OPERATOR_MINIMUM_GKE)] * spec.cluster.addons.ray_operator + [
+        (f"{machine.transport.title} on {machine.name}", machine.min_gke) for machine in machines if machine.min_gke])
+    older = [f"{use} needs {needed}" for use, needed in minimum.items()
+             if _version_key(version) < _version_key(needed)]
     if older:
         return [Finding("gke-version", "warn", f"{version} ({channel}) is older than {'; '.join(older)}",
                         "set cluster.version, or a faster release channel")]
@@ -408,6 +410,8 @@ def _psa_range(env: CloudEnvironment, reads: _Reads) -> list[Finding]:
 @calls("compute.networkProfiles.get")
 def _network_profile(env: CloudEnvironment, reads: _Reads) -> list[Finding]:
     spec = env.spec
+    if spec.networks.rdma is None:  # only GPUDirect-RDMA's network is made in the zone's RoCE profile
+        return []
     profile = spec.rdma_profile
     client = reads.connection.gapic("compute", compute_v1.NetworkProfilesClient)
     if get_or_none("compute", f"get network profile {profile}", client.get, project=spec.project.id,

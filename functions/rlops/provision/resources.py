@@ -58,30 +58,17 @@ def build(env_name: str, env: GcpEnvironment) -> list[Resource]:
     """Every cloud resource of `env`, dependencies before dependents."""
     labels = labels_for(env_name)
     nets = env.networks
-    cluster_net, gvnic_net, rdma_net = nets.cluster.name, f"{nets.gvnic.prefix}-net", f"{nets.rdma.prefix}-net"
-    gvnic_sub = f"{nets.gvnic.prefix}-sub"
-    rdma_subs = [f"{nets.rdma.prefix}-sub-{i}" for i in range(len(nets.rdma.subnet_cidrs))]
+    cluster_net = nets.cluster.name
 
     def resource(kind, name, desired, depends_on=(), created_with=None):
         return Resource(kind, name, desired, tuple(depends_on), created_with, labels)
 
-    graph = [
-        resource("network", cluster_net, {"auto_create_subnetworks": nets.cluster.auto_subnets, "mtu": nets.cluster.mtu,
-                                          "network_profile": None, "routing_mode": "REGIONAL"}),
-        resource("network", gvnic_net, {"auto_create_subnetworks": False, "mtu": nets.gvnic.mtu,
-                                        "network_profile": None, "routing_mode": "REGIONAL"}),
-        resource("subnetwork", gvnic_sub, {"network": gvnic_net, "region": env.region,
-                                           "ip_cidr_range": nets.gvnic.subnet_cidr}, [f"network/{gvnic_net}"]),
-        resource("firewall", f"{nets.gvnic.prefix}-internal", {
-            "network": gvnic_net, "direction": "INGRESS", "source_ranges": list(nets.gvnic.firewall_source_ranges),
-            "allowed": [["tcp", "0-65535"], ["udp", "0-65535"], ["icmp"]]}, [f"network/{gvnic_net}"]),
-        resource("network", rdma_net, {"auto_create_subnetworks": False, "mtu": nets.rdma.mtu,
-                                       "network_profile": f"projects/{env.project.id}/global/networkProfiles/{env.rdma_profile}",
-                                       "routing_mode": "REGIONAL"}),
-    ]
-    graph += [resource("subnetwork", sub, {"network": rdma_net, "region": env.region, "ip_cidr_range": cidr},
-                       [f"network/{rdma_net}"])
-              for sub, cidr in zip(rdma_subs, nets.rdma.subnet_cidrs)]
+    graph = [resource("network", cluster_net, {"auto_create_subnetworks": nets.cluster.auto_subnets,
+                                               "mtu": nets.cluster.mtu, "network_profile": None,
+                                               "routing_mode": "REGIONAL"})]
+    nic_networks = _gpu_nic_networks(env, resource)
+    graph += nic_networks
+    nic_subnets = [[r.desired["network"], r.name] for r in nic_networks if r.kind == "subnetwork"]
     psa = nets.private_service_access
     graph += [
         resource("address", psa.range_name, {"network": cluster_net, "purpose": "VPC_PEERING",
@@ -121,15 +108,52 @@ def build(env_name: str, env: GcpEnvironment) -> list[Resource]:
             "accelerator_type": pool.accelerator.type, "accelerator_count": pool.accelerator.count,
             "gpu_driver_version": pool.accelerator.driver_version.upper(), "reservation": pool.reservation,
             "spot": pool.spot,
-            "additional_networks": [[gvnic_net, gvnic_sub]] + [[rdma_net, sub] for sub in rdma_subs],
+            "additional_networks": nic_subnets,
             "node_locations": [env.zone], "initial_node_count": pool.autoscaling.min_nodes, "autoscaling": True,
             "min_nodes": pool.autoscaling.min_nodes, "max_nodes": pool.autoscaling.max_nodes,
-        }, [f"cluster/{cluster.name}", f"subnetwork/{gvnic_sub}"] + [f"subnetwork/{sub}" for sub in rdma_subs]))
+        }, [f"cluster/{cluster.name}"] + [f"subnetwork/{sub}" for _, sub in nic_subnets]))
     graph.append(resource("lustre_instance", env.lustre.name, {
         "zone": env.zone, "capacity_gib": env.lustre.capacity_gib,
         "per_unit_storage_throughput": env.lustre.throughput_mb_per_tib, "filesystem": env.lustre.filesystem,
         # Compared with the live instance, never sent: Google deprecated it, and rlops creates none with it.
         "network": cluster_net, "gke_support_enabled": env.lustre.gke_support}, [f"connection/{cluster_net}"]))
+    return graph
+
+
+def _gpu_nic_networks(env: GcpEnvironment, resource) -> list[Resource]:
+    """The networks, subnets and firewalls of the GPU machines' extra NICs, each subnet in NIC order (the order the
+    node pool attaches them, and so eth1, eth2, ...): for GPUDirect-RDMA a gVNIC network with its subnet and
+    internal firewall, then an RDMA network in the zone's RoCE profile with a subnet per RDMA NIC (GKE's A3 Ultra /
+    A4 / A4X pages); for GPUDirect-TCPX(O) a network, subnet and internal firewall per GPU NIC, numbered from 1
+    (cloud.google.com/kubernetes-engine/docs/how-to/gpu-bandwidth-gpudirect-tcpx); for A2 none."""
+    nets, graph = env.networks, []
+
+    def vpc(name: str, mtu: int, profile: str | None = None) -> Resource:
+        return resource("network", name, {"auto_create_subnetworks": False, "mtu": mtu, "network_profile": profile,
+                                          "routing_mode": "REGIONAL"})
+
+    def subnet(name: str, network: str, cidr: str) -> Resource:
+        return resource("subnetwork", name, {"network": network, "region": env.region, "ip_cidr_range": cidr},
+                        [f"network/{network}"])
+
+    def internal(name: str, network: str, sources: list[str]) -> Resource:
+        return resource("firewall", name, {"network": network, "direction": "INGRESS", "source_ranges": list(sources),
+                                           "allowed": [["tcp", "0-65535"], ["udp", "0-65535"], ["icmp"]]},
+                        [f"network/{network}"])
+
+    if nets.gvnic is not None:
+        network = f"{nets.gvnic.prefix}-net"
+        graph += [vpc(network, nets.gvnic.mtu), subnet(f"{nets.gvnic.prefix}-sub", network, nets.gvnic.subnet_cidr),
+                  internal(f"{nets.gvnic.prefix}-internal", network, nets.gvnic.firewall_source_ranges)]
+    if nets.rdma is not None:
+        network = f"{nets.rdma.prefix}-net"
+        graph.append(vpc(network, nets.rdma.mtu, f"projects/{env.project.id}/global/networkProfiles/{env.rdma_profile}"))
+        graph += [subnet(f"{nets.rdma.prefix}-sub-{i}", network, cidr) for i, cidr in enumerate(nets.rdma.subnet_cidrs)]
+    if nets.gpu_nics is not None:
+        for n, cidr in enumerate(nets.gpu_nics.subnet_cidrs, start=1):
+            prefix, network = nets.gpu_nics.prefix, f"{nets.gpu_nics.prefix}-net-{n}"
+            graph += [vpc(network, nets.gpu_nics.mtu), subnet(f"{prefix}-sub-{n}", network, cidr),
+                      internal(f"{prefix}-internal-{n}", network, nets.gpu_nics.firewall_source_ranges)]
     return graph
 
 

@@ -12,6 +12,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from rlops import costs
+from rlops.spec import catalog
 from rlops.errors import Failure
 
 KINDS = ("used", "waking", "idle", "reaped")
@@ -64,7 +65,7 @@ def gather(site, since: float | None = None, until: float | None = None, run: st
                 usd[kind] += value / rate.gpus_per_node * (rate.usd_per_node_hour or 0.0)
         runs.append({"run": name, "state": record.state, "gpu_hours": hours, "usd": usd, "steps_redone": steps})
     return {"environment": site.name, "since": since, "until": until, "known_from": known_from,
-            "prices_as_of": costs.prices()["as_of"], "pools": pools, "runs": runs,
+            "prices_as_of": catalog.PRICES_AS_OF, "pools": pools, "runs": runs,
             "wakes": [{"at": at, "seconds": seconds} for at, seconds in account.wakes],
             "reaps": account.reaps, "transitions": [list(t) for t in state.transitions],
             "attempts": [{"run": a.run, "attempt": a.attempt, "started": a.started, "ended": a.ended}

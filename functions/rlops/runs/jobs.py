@@ -2,8 +2,9 @@
 
 The submission id is derived from the environment, the run and the attempt, so a replayed message
 names a job Ray already has. '.' cannot occur in either name, so two pairs never give one id.
-Secrets never go here: Ray returns a job's runtime env in plain text to API clients. The pods
-(or, locally, the Ray nodes) carry them in their environment.
+Secrets never go here: Ray returns a job's runtime env in plain text to API clients. The Ray nodes
+carry them as files (`rlops.kube.tokens`), and a NeMo RL job's runtime env the GPU workers' own settings
+(`actor_env`).
 
 Every attempt's command starts with the checkpoint gate (`rlops.checkpoints.gate`), which verifies
 the run's checkpoints against their manifests where they are and sets aside what does not verify,
@@ -19,7 +20,9 @@ from pathlib import Path, PurePosixPath
 
 from rlops.checkpoints import gate, manifest
 from rlops.cloud.ray_jobs import META_PREFIX, JobRequest
-from rlops.spec import nemo_rl
+from rlops.kube import render
+from rlops.spec import nemo_rl, nemo_rl_reward
+from rlops.spec.model import GcpEnvironment
 
 LUSTRE = PurePosixPath("/lustre")
 
@@ -30,24 +33,29 @@ def submission_id(environment: str, run: str, attempt: int) -> str:
 
 def checkpoint_dir(recipe, run: str, lustre_root: str) -> str:
     """CHECKPOINT_ROOT/RUN, with /lustre where this environment mounts it (a local directory, locally)."""
-    path = PurePosixPath(recipe.checkpoint_root) / run
-    if path.is_relative_to(LUSTRE):
-        path = PurePosixPath(lustre_root) / path.relative_to(LUSTRE)
-    return str(path)
+    return on_lustre(str(PurePosixPath(recipe.checkpoint_root) / run), lustre_root)
+
+
+def on_lustre(path: str, lustre_root: str) -> str:
+    """A path under /lustre where this environment mounts it; any other path or URL as it is."""
+    if not path.startswith("/") or not PurePosixPath(path).is_relative_to(LUSTRE):
+        return path
+    return str(PurePosixPath(lustre_root) / PurePosixPath(path).relative_to(LUSTRE))
 
 
 def _text(value) -> str:
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 
-def command(recipe, settings: dict, directory: str) -> str:
-    """The job's shell command: the checkpoint gate, then the workload. NeMo RL's example scripts, configs and
-    prompts are paths relative to the repository in the image, so its command starts there, whatever the Ray
-    worker's own directory."""
+def command(recipe, settings: dict, directory: str, data: dict | None = None) -> str:
+    """The job's shell command: the checkpoint gate (with `data`, the recipe's data steps and reward check:
+    `nemo_rl_reward.for_job`), then the workload. NeMo RL's example scripts, configs and prompts are paths relative
+    to the repository in the image, so its command starts there, whatever the Ray worker's own directory."""
     limit = recipe.set_aside
     checked = ["python", "-m", "rlops.checkpoints.gate", "--run-dir", directory,
                *(["--unverified"] if recipe.resume_from == "newest" else []), "--keep", str(limit.count),
-               *(["--keep-bytes", str(limit.gib * 2**30)] if limit.gib else [])]
+               *(["--keep-bytes", str(limit.gib * 2**30)] if limit.gib else []),
+               *(["--data", json.dumps(data, sort_keys=True)] if data else [])]
     if recipe.runner == "nemo-rl":
         nodes, per_node = settings.get("cluster.num_nodes"), settings.get("cluster.gpus_per_node")
         if isinstance(nodes, int) and isinstance(per_node, int):  # the GPUs NeMo RL's driver asks Ray for
@@ -63,23 +71,35 @@ def _shell(words: list[str]) -> str:
     return " ".join(shlex.quote(word) for word in words)
 
 
+def actor_env(env, recipe) -> dict[str, str]:
+    """What NeMo RL's actors need from the job: on GKE the settings of the recipe's GPU pool's workers
+    (`render.actor_env`); locally nothing, as the driver runs on the GPU-pool node itself."""
+    return render.actor_env(env, recipe.gpu_pool) if isinstance(env, GcpEnvironment) else {}
+
+
 def request(environment: str, recipe_name: str, recipe, run: str, settings: dict, requested_by: str,
-            attempt: int, lustre_root: str, entrypoint_resources: dict[str, float] | None = None) -> JobRequest:
+            attempt: int, lustre_root: str, entrypoint_resources: dict[str, float] | None = None,
+            actors: dict[str, str] | None = None, tag: nemo_rl.Tag | None = None) -> JobRequest:
+    """`actors`: the environment NeMo RL's actors need (`actor_env`); `tag`: the NeMo RL tag of the environment's
+    image (`data_tag`), whose data reading the gate's reward check follows."""
     directory = checkpoint_dir(recipe, run, lustre_root)
     runtime_env: dict = {}
     if recipe.runner == "nemo-rl":
+        # NeMo RL's init_ray copies the driver's os.environ into every actor: the job carries the actors' settings
+        # (one HF_HOME among them), so they are the same whichever node the driver runs on.
         # NeMo RL calls wandb.init(**logger.wandb) with no id: W&B takes the run's from the environment, so every
         # attempt of one rlops run logs into one W&B run (resumed), not a new run per attempt.
         # NRL_VIRTUAL_CLUSTER_MAX_RETRIES: NeMo RL's own wait for the GPUs (nemo_rl/distributed/virtual_cluster.py
         # at v0.4.0-v0.7.0; 2**i seconds per try), raised from 6 (a minute) to 10 (17 minutes), behind the gate's.
-        runtime_env = {"env_vars": {"HF_HOME": f"{lustre_root}/hf", "RAY_OVERRIDE_JOB_RUNTIME_ENV": "1",
+        runtime_env = {"env_vars": {**(actors or {}), "RAY_OVERRIDE_JOB_RUNTIME_ENV": "1",
                                     "WANDB_RUN_ID": wandb_run_id(environment, run), "WANDB_RESUME": "allow",
                                     "NRL_VIRTUAL_CLUSTER_MAX_RETRIES": "10"}}
     metadata = {"environment": environment, "recipe": recipe_name, "run": run, "attempt": str(attempt),
                 "requested-by": requested_by, "checkpoint-dir": directory,
                 "settings": json.dumps(settings, sort_keys=True)}
     return JobRequest(submission_id=submission_id(environment, run, attempt),
-                      entrypoint=command(recipe, settings, directory),
+                      entrypoint=command(recipe, settings, directory, nemo_rl_reward.for_job(
+                          tag, recipe, settings, lambda path: on_lustre(path, lustre_root))),
                       metadata={META_PREFIX + key: value for key, value in metadata.items()},
                       runtime_env=runtime_env, entrypoint_resources=entrypoint_resources or {})
 
@@ -91,9 +111,15 @@ def wandb_run_id(environment: str, run: str) -> str:
 
 
 def for_site(site, recipe_name: str, run: str, settings: dict, requested_by: str, attempt: int) -> JobRequest:
-    """`request`, placed where the site's jobs run (its /lustre, the driver's Ray resources)."""
+    """`request`, placed where the site's jobs run (its /lustre, the driver's Ray resources, its actors' settings)."""
     return request(site.name, recipe_name, site.env.recipes[recipe_name], run, settings, requested_by, attempt,
-                   site.lustre_root, site.entrypoint_resources)
+                   site.lustre_root, site.entrypoint_resources,
+                   actor_env(site.env, site.env.recipes[recipe_name]), data_tag(site.env))
+
+
+def data_tag(env) -> nemo_rl.Tag | None:
+    """The NeMo RL tag of a GCP environment's image (None: rlops has no copy of it, or a local environment)."""
+    return nemo_rl.tag_for(env.ray.image) if isinstance(env, GcpEnvironment) else None
 
 
 MANIFESTS_SHIPPED = 16  # the newest ones; an older checkpoint is reached only if all of these fail to verify

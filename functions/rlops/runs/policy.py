@@ -5,11 +5,12 @@ node): Ray says the job's supervisor died with its node, or a non-head node died
 (NeMo RL's driver on the head then exits non-zero because its GPU actors are gone); or when it failed
 before its checkpoint gate said where it resumes (a full disk, Lustre away, a runtime environment that
 did not install): the workload never started, so nothing of the recipe's failed. A failure of the
-training code itself is final.
+training code itself is final, and so is a gate that found the recipe's gold answers earn no reward on its data.
 """
 
 from dataclasses import dataclass
 
+from rlops.checkpoints import gate
 from rlops.cloud.ray_jobs import JobView
 from rlops.state.run_records import TERMINAL, Attempt, AttemptFailure, RunRecord
 
@@ -32,8 +33,9 @@ class Transition:
 
 
 def failure_kind(job: JobView, nodes: list[dict], gate_said: bool = True) -> str:
-    """'node-lost', 'gate', 'code' or 'stopped' for a terminal, unsuccessful job; `gate_said`: its output has the
-    checkpoint gate's line (the workload started)."""
+    """'node-lost', 'gate', 'data', 'code' or 'stopped' for a terminal, unsuccessful job; `gate_said`: its output has
+    the checkpoint gate's line (the workload started). 'data': the gate refused the recipe's data (its last lines,
+    which Ray's failure message carries), which no retry changes."""
     if job.status == "STOPPED":
         return "stopped"
     if job.error_type == "JOB_SUPERVISOR_ACTOR_DIED":
@@ -46,7 +48,9 @@ def failure_kind(job: JobView, nodes: list[dict], gate_said: bool = True) -> str
         died = node.get("end_time_ms") or 0
         if node["node_id"] == job.driver_node_id or started <= died <= ended:
             return "node-lost"
-    return "code" if gate_said else "gate"
+    if gate_said:
+        return "code"
+    return "data" if gate.REFUSED in (job.message or "") else "gate"
 
 
 RETRIED = {"node-lost": "node lost", "gate": "the checkpoint gate failed"}  # the kinds a new attempt follows

@@ -7,7 +7,9 @@ within the epoch and M = min(batches per epoch, max_num_steps), and later that s
 `• Avg Reward: R` (or `Avg Total Reward`), and under `Timing:` `• Total step time: Ss` and, when it
 saved, `• checkpointing: Ss (P%)`. Its `Saving checkpoint for step N...` comes before the save
 starts, so it says nothing about a checkpoint being complete: for NeMo RL that comes from the
-checkpoint directory.
+checkpoint directory. Between a step's banner and its results come its actors' lines (NeMo RL sends
+them to the driver), any number of them: a tick that reads only the output's end passes in the last
+banner an earlier tick saw.
 """
 
 import json
@@ -19,8 +21,6 @@ from rlops.checkpoints import gate
 _TRL_STEP = re.compile(r"^\[rlops\] step=(\d+) reward=([-\d.eE+naif]+)", re.M)
 _TRL_SAVE = re.compile(r"^\[rlops\] checkpoint step=(\d+)", re.M)
 _TRL_RESUME = re.compile(r"^\[rlops\] resuming from checkpoint-(\d+)", re.M)
-_NEMO_EVENTS = re.compile(r"^=+ Epoch (?P<epoch>\d+)/\d+ =+$|^=+ Step (?P<step>\d+)/(?P<of>\d+) =+$"
-                          r"|Avg (?:Total )?Reward: (?P<reward>[-\d.eE+naif]+)", re.M)
 _NUMBER = r"([-\d.eE+naif]+)"
 _TRL_POINT = re.compile(rf"^\[rlops\] step=(\d+) reward={_NUMBER}(?: loss={_NUMBER})?(?: seconds={_NUMBER})?", re.M)
 _TRL_SAVED = re.compile(rf"^\[rlops\] checkpoint step=(\d+)(?: seconds={_NUMBER})?", re.M)
@@ -38,11 +38,12 @@ def resume_point(text: str) -> dict | None:
     return None
 
 
-def from_logs(runner: str, text: str, epoch: int = 1) -> dict:
+def from_logs(runner: str, text: str, epoch: int = 1, banner: dict | None = None) -> dict:
     """{step, reward, first_step, resumed_from, reported_checkpoint}; None where the output does not say.
 
-    For NeMo RL also `epoch`, the last epoch banner seen: a later tick that reads only the output's end,
-    where there may be no banner, passes it back in.
+    For NeMo RL also `epoch`, the last epoch banner seen, and `banner`, the last step banner seen
+    ({"step": N counted across epochs, "rewarded": whether N's reward was printed since}): a later tick
+    that reads only the output's end, where there may be neither, passes them back in.
     """
     found = {"step": None, "reward": None, "first_step": None, "resumed_from": None, "reported_checkpoint": None}
     if runner == "trl":
@@ -53,29 +54,61 @@ def from_logs(runner: str, text: str, epoch: int = 1) -> dict:
         found["reported_checkpoint"] = int(saves[-1]) if saves else None
         found["resumed_from"] = int(resumed.group(1)) if resumed else None
     else:
-        found.update(_nemo_steps(text, epoch))
+        found.update(_nemo_steps(text, epoch, banner))
     return found
 
 
-def _nemo_steps(text: str, epoch: int) -> dict:
-    """The last step whose reward was printed, with that reward; the first step this output shows."""
-    step, rewarded, found = None, None, {"epoch": epoch}
-    for event in _NEMO_EVENTS.finditer(text):
-        if event["epoch"]:
-            epoch = found["epoch"] = int(event["epoch"])
-        elif event["step"]:
-            step = (epoch - 1) * int(event["of"]) + int(event["step"])
+def _nemo_events(text: str, epoch: int) -> tuple[list[tuple[str, float]], int]:
+    """NeMo RL's lines in order, as (kind, value): ("step", the step counted across epochs), or ("loss" |
+    "reward" | "seconds" | "save", its number); and the last epoch."""
+    events = []
+    for match in _NEMO_SERIES.finditer(text):
+        if match["epoch"]:
+            epoch = int(match["epoch"])
+        elif match["step"]:
+            events.append(("step", (epoch - 1) * int(match["of"]) + int(match["step"])))
+        else:
+            kind = next(kind for kind in ("loss", "reward", "seconds", "save") if match[kind] is not None)
+            events.append((kind, _float(match[kind])))
+    return events, epoch
+
+
+def _carried(events: list[tuple[str, float]], banner: dict | None) -> int | None:
+    """The step the lines before the output's first banner belong to: the banner an earlier tick saw, if this
+    output begins after it (its first banner, if any, is a later step's) and its reward is still to come. Once it
+    was printed, the lines up to the next banner are given to no step: that banner may be one no tick saw."""
+    if banner is None or banner["rewarded"]:
+        return None
+    first = next((value for kind, value in events if kind == "step"), None)
+    return None if first is not None and first <= banner["step"] else banner["step"]
+
+
+def _nemo_steps(text: str, epoch: int, banner: dict | None) -> dict:
+    """The last step whose reward was printed, with that reward; the first step this output shows; the epoch and
+    the step banner to carry to the next tick."""
+    events, epoch = _nemo_events(text, epoch)
+    step, rewarded = _carried(events, banner), False
+    found = {"epoch": epoch}
+    for kind, value in events:
+        if kind == "step":
+            step, rewarded = value, False
             found.setdefault("first_step", step)
-        elif step is not None and step != rewarded:  # the first reward line after a step's banner is its own
-            rewarded = step
-            found.update(step=step, reward=float(event["reward"]))
+        elif kind == "reward" and step is not None and not rewarded:  # the first after a step's banner is its own
+            rewarded = True
+            found.update(step=step, reward=value)
+    if step is not None:
+        found["banner"] = {"step": step, "rewarded": rewarded}
     return found
 
 
-def series(runner: str, text: str, epoch: int = 1) -> dict:
+_FIELDS = {"reward": 1, "loss": 2, "seconds": 3}
+
+
+def series(runner: str, text: str, epoch: int = 1, banner: dict | None = None) -> dict:
     """Every step the output shows, as {"steps": [[step, reward, loss, seconds], ...], "saves": [[step,
-    seconds], ...]} (None where it does not say); for NeMo RL steps are counted across epochs as in
-    `from_logs`, and a reward is the first one after its step's banner."""
+    seconds], ...]} (None where it does not say); for NeMo RL steps are counted across epochs and the lines
+    before the first banner belong to the carried `banner`'s step, as in `from_logs`, and a reward is the first
+    one after its step's banner."""
     steps: dict[int, list] = {}
     saves: dict[int, list] = {}
     if runner == "trl":
@@ -84,23 +117,19 @@ def series(runner: str, text: str, epoch: int = 1) -> dict:
         for step, seconds in _TRL_SAVED.findall(text):
             saves[int(step)] = [int(step), _float(seconds)]
     else:
-        step = None
-        for event in _NEMO_SERIES.finditer(text):
-            if event["epoch"]:
-                epoch = int(event["epoch"])
-            elif event["step"]:
-                step = (epoch - 1) * int(event["of"]) + int(event["step"])
+        events, _ = _nemo_events(text, epoch)
+        step, rewarded = _carried(events, banner), False
+        for kind, value in events:
+            if kind == "step":
+                step, rewarded = value, False
                 steps[step] = [step, None, None, None]
-            elif step is None:
+            elif step is None or (kind == "reward" and rewarded):
                 continue
-            elif event["reward"] is not None:
-                steps[step][1] = steps[step][1] if steps[step][1] is not None else _float(event["reward"])
-            elif event["loss"] is not None:
-                steps[step][2] = _float(event["loss"])
-            elif event["seconds"] is not None:
-                steps[step][3] = _float(event["seconds"])
-            elif event["save"] is not None:
-                saves[step] = [step, _float(event["save"])]
+            elif kind == "save":
+                saves[step] = [step, value]
+            else:
+                rewarded = rewarded or kind == "reward"
+                steps.setdefault(step, [step, None, None, None])[_FIELDS[kind]] = value
     return {"steps": [steps[k] for k in sorted(steps)], "saves": [saves[k] for k in sorted(saves)]}
 
 
@@ -109,13 +138,16 @@ RECENT = 200          # the newest points are always kept whole
 
 
 def merged(old: dict | None, new: dict, limit: int = SERIES_LIMIT) -> dict:
-    """`new` points over `old` ones (a tick reads only the output's end), thinned to at most about `limit`
-    steps: beyond the newest RECENT, only steps divisible by the smallest power of two that fits, so a
+    """`new` points over `old` ones (a tick reads only the output's end), value by value: a step one tick saw
+    in part (its banner and loss, say) is completed by the next (its reward and time). Thinned to at most about
+    `limit` steps: beyond the newest RECENT, only steps divisible by the smallest power of two that fits, so a
     step kept once stays kept and the curve keeps its shape."""
     result = {}
     for kind in ("steps", "saves"):
         points = {point[0]: point for point in (old or {}).get(kind, [])}
-        points.update({point[0]: point for point in new.get(kind, [])})
+        for point in new.get(kind, []):
+            known = points.get(point[0], point)
+            points[point[0]] = [value if value is not None else was for value, was in zip(point, known)]
         ordered = [points[step] for step in sorted(points)]
         stride = 1
         while len(ordered) - RECENT > 0 and sum(1 for p in ordered[:-RECENT] if p[0] % stride == 0) + RECENT > limit:

@@ -15,7 +15,9 @@ from rlops.runs import jobs, policy, progress
 from rlops.sites import Site
 from rlops.state.run_records import CANCELLED, Attempt, AttemptFailure, HistoryEntry, RunRecord, new
 
-TAIL_LINES = 2000  # NeMo RL prints a few dozen lines a step: a tick sees the last dozens of steps
+# NeMo RL prints a few dozen lines a step, its actors any number more: a step's banner the tail no longer shows is
+# the one the attempt keeps (`Attempt.banner`).
+TAIL_LINES = 2000
 
 
 def tick(site: Site) -> list[dict]:
@@ -32,9 +34,9 @@ def tick(site: Site) -> list[dict]:
         if record is None:  # the train function stopped between submitting and writing the record
             first = attempts[min(attempts)]
             record = new(first.meta, first.submission_id, (first.start_time or 0) / 1000)
-        waited = record.waiting
+        before = record.to_json()
         changes = _advance(site, record, attempts, nodes)
-        if not changes and record.waiting == waited:
+        if record.to_json() == before:  # progress too (step, reward, the attempt's step banner), not only states
             continue
         if record.state in policy.TERMINAL:
             record.report = _publish_report(site, record)
@@ -231,12 +233,14 @@ def _update_progress(site: Site, record: RunRecord, current: Attempt, job: JobVi
         text = ""
     if current.resume_point is None:
         _resume_point(site, record, current, text)
-    found = progress.from_logs(runner, text, current.epoch)
-    points = progress.series(runner, text, current.epoch)
+    found = progress.from_logs(runner, text, current.epoch, current.banner)
+    points = progress.series(runner, text, current.epoch, current.banner)
     if points["steps"] or points["saves"]:
         site.records.add_metrics(record.run, current.attempt, lambda old: progress.merged(old, points))
     if found.get("epoch"):
         current.epoch = found["epoch"]
+    if found.get("banner"):
+        current.banner = found["banner"]
     if whole:
         if found["first_step"] is not None:
             current.first_step = found["first_step"]

@@ -5,30 +5,95 @@ Google or NVIDIA change them.
 """
 
 from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+
+import yaml
+
+# Package data, so that an installed rlops reads it too.
+GPUS = resources.files("rlops.spec") / "gpus"
+
+
+@dataclass(frozen=True)
+class Transport:
+    """How a family's GPUs talk across nodes (`gpus/catalog.yaml`, transports)."""
+
+    name: str                  # none, tcpx, tcpxo, rdma
+    title: str
+    extra_networks: str        # none, per-nic (a VPC per GPU NIC), gvnic-and-rdma
+    nic_mtu: int | None = None
+    installer: str | None = None         # upstream/ paths
+    device_injector: str | None = None
+    pod: str | None = None               # the upstream pod the sidecar and workload container come from
+    sidecar: str | None = None
+    workload: str | None = None
+    nccl_env_from: str | None = None
+    nccl_env: tuple[tuple[str, str], ...] = ()
+    nccl_env_script: str | None = None
+
+
+@dataclass(frozen=True)
+class Price:
+    on_demand: float | None
+    spot: float | None
+    source: str
 
 
 @dataclass(frozen=True)
 class GpuMachine:
+    name: str
+    title: str
     accelerator: str
     accelerators_per_node: int
     vcpus: int
     memory_gib: float
-    # The file NeMo RL's gIB plugin reads for NCCL tuning on this machine family
-    # (seed 1's values.yaml step; cluster-toolkit's a3-ultragpu-8g Dockerfile).
-    nccl_tuner_config: str
-    # The `gpu_family` dimension of Cloud Quotas' GPUS-PER-GPU-FAMILY-per-project-region quota for its GPUs
-    # (NVIDIA_H100 in Google's quota docs; the others named alike).
+    transport: Transport
+    gpu_nics: int              # NICs for GPU traffic besides the primary one (RDMA: the RDMA NICs)
+    installer: str | None      # the NCCL plugin installer manifest (upstream/), the transport's unless the machine's own
+    # The file the NCCL plugin reads for tuning on this machine, where rlops sets one.
+    nccl_tuner_config: str | None
+    # The `gpu_family` dimension of Cloud Quotas' GPUS-PER-GPU-FAMILY-per-project-region quota for its GPUs.
     gpu_family: str
+    min_gke: str | None
+    spot: bool                 # offered as Spot VMs
+    capacity: str              # how a project gets the machine (the README's table)
+    prices: dict[str, Price]   # by region
 
 
-# GCE accelerator-optimized machine types the tutorials use (GPU type and count are fixed by GCE;
-# vCPUs and memory from the GCE accelerator-optimized machines page).
-GPU_MACHINES: dict[str, GpuMachine] = {
-    "a3-ultragpu-8g": GpuMachine("nvidia-h200-141gb", 8, 224, 2952, "/usr/local/gib/configs/tuner_config_a3u.txtpb",
-                                 "NVIDIA_H200"),
-    "a4-highgpu-8g": GpuMachine("nvidia-b200", 8, 224, 3968, "/usr/local/gib/configs/tuner_config_a4.txtpb",
-                                "NVIDIA_B200"),
-}
+@cache
+def _catalog() -> dict:
+    return yaml.safe_load((GPUS / "catalog.yaml").read_text())
+
+
+def upstream_text(path: str) -> str:
+    """An upstream manifest copied into gpus/upstream/ (its first line names the commit)."""
+    return (GPUS / _catalog()["upstream"]["directory"] / path).read_text()
+
+
+def upstream(path: str) -> list[dict]:
+    """The objects of an upstream manifest, as upstream wrote them."""
+    return [doc for doc in yaml.safe_load_all(upstream_text(path)) if doc]
+
+
+UPSTREAM_COMMIT: str = _catalog()["upstream"]["commit"]
+TRANSPORTS: dict[str, Transport] = {
+    name: Transport(name=name, **{**fields, "nccl_env": tuple(fields.get("nccl_env", {}).items())})
+    for name, fields in _catalog()["transports"].items()}
+
+
+def _machine(name: str, fields: dict) -> GpuMachine:
+    transport = TRANSPORTS[fields["transport"]]
+    prices = {region: Price(row.get("on_demand"), row.get("spot"), row["source"])
+              for region, row in _catalog()["prices"]["machines"].get(name, {}).items()}
+    return GpuMachine(name, fields["title"], fields["accelerator"], fields["gpus"], fields["vcpus"], fields["memory_gib"],
+                      transport, fields["gpu_nics"], fields.get("installer", transport.installer),
+                      fields["nccl_tuner_config"], fields["gpu_family"], fields["min_gke"], fields["spot"],
+                      fields["capacity"], prices)
+
+
+GPU_MACHINES: dict[str, GpuMachine] = {name: _machine(name, fields) for name, fields in _catalog()["machines"].items()}
+PRICES_AS_OF: str = _catalog()["prices"]["as_of"]
+PRICE_SOURCES: list[str] = _catalog()["prices"]["sources"]
 
 
 @dataclass(frozen=True)

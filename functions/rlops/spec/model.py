@@ -37,6 +37,8 @@ OVERRIDE_KEY = r"^\+?[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$"
 ABSOLUTE_PATH = r"^/[^\x00]*$"
 GCS_PREFIX = r"^gs://[a-z0-9][-_.a-z0-9]{1,61}[a-z0-9](/[^\x00\n]*)?$"
 GSA_EMAIL = r"^[a-z][-a-z0-9]{4,28}[a-z0-9]@[a-z][-a-z0-9]{4,28}[a-z0-9]\.iam\.gserviceaccount\.com$"
+JSONL_SOURCE = r"^(https://[^\s/]+/[^\s]*|/[^\x00\n]*)\.jsonl$"
+JSONL_PATH = r"^/[^\x00\n]*\.jsonl$"
 
 PATTERN_HINTS = {
     GCP_NAME: "a GCP name: 1-63 lowercase letters, digits or hyphens, starting with a letter and not ending with a hyphen",
@@ -61,6 +63,8 @@ PATTERN_HINTS = {
     ABSOLUTE_PATH: "an absolute path such as /lustre",
     GCS_PREFIX: "a Cloud Storage location such as gs://my-bucket/exports",
     GSA_EMAIL: "a Google service account such as rlops-ray@PROJECT.iam.gserviceaccount.com",
+    JSONL_SOURCE: "a JSON Lines file: an https:// URL or an absolute path ending in .jsonl",
+    JSONL_PATH: "an absolute path ending in .jsonl, such as /lustre/data/train.jsonl",
 }
 
 
@@ -120,6 +124,17 @@ class RdmaNetwork(Spec):
     mtu: StrictInt = Field(8896, ge=1300, le=8896)
 
 
+class GpuNicNetworks(Spec):
+    """GPUDirect-TCPX (A3 High) and -TCPXO (A3 Mega): a VPC of its own for each GPU NIC, as GKE's "Maximize GPU
+    network bandwidth" page creates them (cloud.google.com/kubernetes-engine/docs/how-to/gpu-bandwidth-gpudirect-tcpx)."""
+
+    prefix: GcpPrefix = Field(description="Names are PREFIX-net-N, PREFIX-sub-N and PREFIX-internal-N, N from 1.")
+    subnet_cidrs: list[Cidr] = Field(min_length=1, description="One subnet per GPU NIC, in NIC order (4 on A3 High, "
+                                     "8 on A3 Mega).")
+    firewall_source_ranges: list[Cidr] = Field(default_factory=lambda: ["192.168.0.0/16"], min_length=1)
+    mtu: StrictInt = Field(8244, ge=1300, le=8896, description="8244, as GKE's TCPX(O) page sets it.")
+
+
 class PrivateServiceAccess(Spec):
     range_name: GcpName
     prefix_length: StrictInt = Field(20, ge=16, le=24, description="Size of the range Managed Lustre is peered into.")
@@ -134,8 +149,9 @@ class PrivateServiceAccess(Spec):
 
 class Networks(Spec):
     cluster: ClusterNetwork
-    gvnic: GvnicNetwork
-    rdma: RdmaNetwork
+    gvnic: GvnicNetwork | None = Field(None, description="GPUDirect-RDMA machines (A3 Ultra, A4, A4X) only.")
+    rdma: RdmaNetwork | None = Field(None, description="GPUDirect-RDMA machines (A3 Ultra, A4, A4X) only.")
+    gpu_nics: GpuNicNetworks | None = Field(None, description="GPUDirect-TCPX(O) machines (A3 High, A3 Mega) only.")
     private_service_access: PrivateServiceAccess
 
 
@@ -248,10 +264,14 @@ class Ray(Spec):
     worker: RayNode
     lustre_mount: AbsolutePath = "/lustre"
     shm_size: Quantity = "240Gi"
-    multi_nic: StrictBool = Field(True, description="Put the gVNIC and RDMA interfaces on worker pods.")
-    nccl_installer_image: _text(IMAGE, 512) = "us-docker.pkg.dev/gce-ai-infra/gpudirect-gib/nccl-plugin-gib:v1.1.1"
+    multi_nic: StrictBool = Field(True, description="Put the GPU NICs' interfaces (gVNIC and RDMA, or TCPX(O)) on "
+                                  "worker pods.")
+    nccl_installer_image: _text(IMAGE, 512) | None = Field(
+        None, description="The NCCL plugin installer's image; unset: the image of the GPU catalog's pinned upstream "
+        "installer manifest for the machine.")
     nccl_tuner_config: dict[AcceleratorType, AbsolutePath] = Field(
-        default_factory=lambda: {m.accelerator: m.nccl_tuner_config for m in catalog.GPU_MACHINES.values()})
+        default_factory=lambda: {m.accelerator: m.nccl_tuner_config for m in catalog.GPU_MACHINES.values()
+                                 if m.nccl_tuner_config})
 
 
 class SecretRef(Spec):
@@ -308,6 +328,19 @@ class SetAsideLimit(Spec):
     gib: StrictInt | None = Field(None, ge=1, le=10_000_000, description="Their total size kept, in GiB.")
 
 
+class DataStep(Spec):
+    """A data file each attempt's gate writes before the workload (on GKE on the head pod, into Lustre) from rows as
+    their publisher publishes them, for the recipe's data path to name; `rlops train --check-data` reads published rows
+    through it."""
+
+    source: _text(JSONL_SOURCE, 2048, "Where the rows are published: an https:// URL or an absolute path of a JSON "
+                  "Lines file.")
+    path: _text(JSONL_PATH, 1024, "Where the gate writes them: an absolute .jsonl path on Lustre.")
+    transform: Literal["gsm8k-final-answer"] = Field(
+        description="gsm8k-final-answer: each row's answer, a worked solution ending in '#### N', becomes N (as NeMo "
+        "RL's own gsm8k dataset does from v0.6.0), the ground truth its math reward can match.")
+
+
 class Recipe(Spec):
     runner: Literal["nemo-rl", "trl"]
     entrypoint: StrictStr = Field(min_length=1, max_length=512)
@@ -330,6 +363,8 @@ class Recipe(Spec):
                                "resume_budget.")
     set_aside: SetAsideLimit = Field(SetAsideLimit(), description="A bound on what set-aside/ grows to: a checkpoint "
                                      "can be hundreds of GB, and on GKE manifests lag the scan, so set-asides happen.")
+    data_steps: list[DataStep] = Field(default_factory=list, max_length=16, description="Data files the gate writes "
+                                       "before the workload, in order.")
 
     @property
     def gpu_wait_seconds(self) -> int:
@@ -387,7 +422,8 @@ class LocalSection(Spec):
 class _Environment(Spec):
     state: State
     secrets: dict[_text(ENV_VAR, 128), SecretRef] = Field(
-        default_factory=dict, description="Secret references by the environment variable they fill.")
+        default_factory=dict, description="Secret references by name. Each is a file of the Ray nodes, never an "
+        "environment variable; Hugging Face reads HF_TOKEN's (HF_TOKEN_PATH), W&B WANDB_API_KEY's (as a netrc, NETRC).")
     recipes: dict[DnsLabel, Recipe] = Field(min_length=1)
     idle: IdlePolicy = IdlePolicy()
 
@@ -410,7 +446,13 @@ class GcpEnvironment(_Environment):
 
     @property
     def rdma_profile(self) -> str:
-        return self.networks.rdma.profile or catalog.rdma_network_profile(self.zone)
+        return (self.networks.rdma and self.networks.rdma.profile) or catalog.rdma_network_profile(self.zone)
+
+    @property
+    def machine(self) -> catalog.GpuMachine:
+        """The GPU machine whose network stack the environment builds: its first pool's (the rules hold every pool
+        to one stack)."""
+        return catalog.GPU_MACHINES[self.gpu_pools[0].machine_type]
 
 
 class LocalEnvironment(_Environment):

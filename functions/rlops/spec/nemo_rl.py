@@ -60,6 +60,7 @@ class Tag:
     examples: frozenset[str]  # every path under examples/ at the tag
     configs: frozenset[str]  # the ones copied here
     loader: Loader
+    prompts: frozenset[str]  # the prompt files copied here (examples/prompts/*.txt)
 
 
 @cache
@@ -68,7 +69,8 @@ def tags() -> dict[str, Tag]:
     for source in sorted(CONFIGS.glob("v*/SOURCE.json"), key=lambda path: _version(path.parent.name)):
         content = json.loads(source.read_text())
         found[content["tag"]] = Tag(content["tag"], content["commit"], source.parent, frozenset(content["examples"]),
-                                    frozenset(content["copied"]), LOADERS[content["config_py"]])
+                                    frozenset(content["copied"]), LOADERS[content["config_py"]],
+                                    frozenset(content["prompts"]))
     return found
 
 

@@ -33,8 +33,12 @@ def zone_in_region(env: GcpEnvironment) -> Iterator[Finding]:
 
 def cidrs_do_not_overlap(env: GcpEnvironment) -> Iterator[Finding]:
     ranges: list[tuple[tuple, ipaddress.IPv4Network]] = []
-    candidates = [(("networks", "gvnic", "subnet_cidr"), env.networks.gvnic.subnet_cidr)]
-    candidates += [(("networks", "rdma", "subnet_cidrs", i), c) for i, c in enumerate(env.networks.rdma.subnet_cidrs)]
+    nets = env.networks
+    candidates = [(("networks", "gvnic", "subnet_cidr"), nets.gvnic.subnet_cidr)] if nets.gvnic else []
+    candidates += [(("networks", "rdma", "subnet_cidrs", i), c) for i, c in enumerate(nets.rdma.subnet_cidrs)] \
+        if nets.rdma else []
+    candidates += [(("networks", "gpu_nics", "subnet_cidrs", i), c) for i, c in enumerate(nets.gpu_nics.subnet_cidrs)] \
+        if nets.gpu_nics else []
     for path, text in candidates:
         try:
             ranges.append((path, ipaddress.IPv4Network(text, strict=True)))
@@ -58,9 +62,10 @@ def cidrs_do_not_overlap(env: GcpEnvironment) -> Iterator[Finding]:
     for (path_a, net_a), (path_b, net_b) in combinations(ranges, 2):
         if net_a.overlaps(net_b):
             yield path_b, f"{net_b} overlaps {net_a} at {format_path(path_a)}; every pod and node range must be disjoint"
-    for i, text in enumerate(env.networks.gvnic.firewall_source_ranges):
-        if not _loose(text):
-            yield ("networks", "gvnic", "firewall_source_ranges", i), f"{text} is not an IPv4 CIDR; use e.g. 192.168.0.0/16"
+    for name in ("gvnic", "gpu_nics"):
+        for i, text in enumerate(getattr(getattr(nets, name), "firewall_source_ranges", [])):
+            if not _loose(text):
+                yield ("networks", name, "firewall_source_ranges", i), f"{text} is not an IPv4 CIDR; use e.g. 192.168.0.0/16"
 
 
 def _loose(text: str) -> bool:
@@ -71,14 +76,37 @@ def _loose(text: str) -> bool:
         return False
 
 
-def rdma_subnet_per_gpu(env: GcpEnvironment) -> Iterator[Finding]:
-    subnets = len(env.networks.rdma.subnet_cidrs)
-    for i, pool in enumerate(env.gpu_pools):
-        if pool.accelerator.count != subnets:
-            yield ("networks", "rdma", "subnet_cidrs"), (
-                f"{subnets} RDMA subnets but gpu_pools[{i}] has {pool.accelerator.count} GPUs per node; "
-                f"give exactly one subnet per GPU ({pool.accelerator.count})")
-    profile = env.networks.rdma.profile
+# What each transport's machines need besides the cluster network (gpus/catalog.yaml, transports).
+_NETWORKS_OF = {"gvnic-and-rdma": ("gvnic", "rdma"), "per-nic": ("gpu_nics",), "none": ()}
+
+
+def gpu_networks(env: GcpEnvironment) -> Iterator[Finding]:
+    """The networks the GPU machines' NICs need, and only those: GPUDirect-RDMA a gVNIC network and an RDMA network of
+    a subnet per RDMA NIC, GPUDirect-TCPX(O) a VPC per GPU NIC, A2 none. One stack per environment: the pools share
+    the in-cluster network objects and the NCCL installer."""
+    machine = env.machine
+    for i, pool in enumerate(env.gpu_pools[1:], start=1):
+        other = catalog.GPU_MACHINES[pool.machine_type]
+        if (other.transport, other.installer) != (machine.transport, machine.installer):
+            yield ("gpu_pools", i, "machine_type"), (
+                f"{pool.machine_type} uses {other.transport.title} but gpu_pools[0] ({machine.name}) uses "
+                f"{machine.transport.title}; one environment builds one GPU network stack, so put this pool in an "
+                "environment of its own")
+    wanted = _NETWORKS_OF[machine.transport.extra_networks]
+    for name in ("gvnic", "rdma", "gpu_nics"):
+        given = getattr(env.networks, name) is not None
+        if given and name not in wanted:
+            yield ("networks", name), (f"{machine.name} ({machine.transport.title}) uses no networks.{name}; remove it"
+                                       + (f" and give networks.{', networks.'.join(wanted)}" if wanted else ""))
+        elif not given and name in wanted:
+            yield ("networks",), f"{machine.name} ({machine.transport.title}) needs networks.{name}; add it"
+    subnets = env.networks.rdma if "rdma" in wanted else env.networks.gpu_nics if "gpu_nics" in wanted else None
+    if subnets is not None and len(subnets.subnet_cidrs) != machine.gpu_nics:
+        name = "rdma" if "rdma" in wanted else "gpu_nics"
+        yield ("networks", name, "subnet_cidrs"), (
+            f"{len(subnets.subnet_cidrs)} subnets but {machine.name} has {machine.gpu_nics} GPU NICs; give exactly one "
+            f"subnet per NIC ({machine.gpu_nics})")
+    profile = env.networks.rdma.profile if env.networks.rdma else None
     if profile is not None and profile != catalog.rdma_network_profile(env.zone):
         yield ("networks", "rdma", "profile"), (
             f"profile {profile} is not the RDMA profile of zone {env.zone}; use {catalog.rdma_network_profile(env.zone)} or leave it unset")
@@ -94,6 +122,9 @@ def accelerator_fits_machine(env: GcpEnvironment) -> Iterator[Finding]:
         if pool.accelerator.count != machine.accelerators_per_node:
             yield ("gpu_pools", i, "accelerator", "count"), (
                 f"{pool.machine_type} has exactly {machine.accelerators_per_node} GPUs; set count: {machine.accelerators_per_node}")
+        if pool.spot and not machine.spot:
+            yield ("gpu_pools", i, "spot"), (
+                f"{pool.machine_type} is not offered as Spot VMs; it comes as {machine.capacity}: set reservation: NAME")
 
 
 def pool_capacity(env: GcpEnvironment) -> Iterator[Finding]:
@@ -124,9 +155,10 @@ def cluster_features(env: GcpEnvironment) -> Iterator[Finding]:
     cluster = env.cluster
     if cluster.multi_networking and not cluster.dataplane_v2:
         yield ("cluster", "dataplane_v2"), "multi-networking needs Dataplane V2; set dataplane_v2: true"
-    if not cluster.multi_networking:
-        yield ("cluster", "multi_networking"), "the GPU pools attach the gVNIC and RDMA networks, which needs multi_networking: true"
-    if env.ray.multi_nic and not cluster.multi_networking:
+    if not cluster.multi_networking and env.machine.transport.extra_networks != "none":
+        yield ("cluster", "multi_networking"), (
+            f"the GPU pools attach the {env.machine.transport.title} NIC networks, which needs multi_networking: true")
+    if env.ray.multi_nic and not cluster.multi_networking and env.machine.transport.extra_networks != "none":
         yield ("ray", "multi_nic"), "multi-NIC pods need cluster.multi_networking: true"
     if not cluster.addons.ray_operator:
         yield ("cluster", "addons", "ray_operator"), "rlops runs the RayCluster through GKE's RayOperator add-on; set ray_operator: true"
@@ -190,7 +222,8 @@ def ray_cluster(env: GcpEnvironment) -> Iterator[Finding]:
     for pool in env.gpu_pools:
         machine = catalog.GPU_MACHINES[pool.machine_type]
         yield from _fits(ray.worker, machine.vcpus, machine.memory_gib, ("ray", "worker"), f"GPU machine {pool.machine_type}")
-    for accelerator in {pool.accelerator.type for pool in env.gpu_pools} - set(ray.nccl_tuner_config):
+    tuned = {pool.accelerator.type for pool in env.gpu_pools if catalog.GPU_MACHINES[pool.machine_type].nccl_tuner_config}
+    for accelerator in sorted(tuned - set(ray.nccl_tuner_config)):
         yield ("ray", "nccl_tuner_config"), f"no tuner config for {accelerator}; add {accelerator}: PATH"
 
 
@@ -232,6 +265,15 @@ def recipes(env: GcpEnvironment | LocalEnvironment) -> Iterator[Finding]:
                 yield at + ("checkpoint_root",), (
                     f"{recipe.checkpoint_root} is not on Lustre ({env.ray.lustre_mount}); checkpoints there are lost "
                     f"with the pod. Use e.g. {mount}checkpoints")
+            written = set()
+            for index, step in enumerate(recipe.data_steps):
+                if not step.path.startswith(mount):
+                    yield at + ("data_steps", index, "path"), (
+                        f"{step.path} is not on Lustre ({env.ray.lustre_mount}); the gate writes it on the head pod, "
+                        f"where it is lost with the pod. Use e.g. {mount}data/{step.path.rsplit('/', 1)[-1]}")
+                elif step.path in written:
+                    yield at + ("data_steps", index, "path"), f"an earlier data step writes {step.path}; name another file"
+                written.add(step.path)
             if recipe.gpu_pool is None and len(pools) > 1:
                 yield at, f"there are {len(pools)} GPU pools; set gpu_pool to one of {', '.join(pools)}"
             elif recipe.gpu_pool is not None and recipe.gpu_pool not in pools:
@@ -312,7 +354,7 @@ def secrets_and_idle(env: GcpEnvironment | LocalEnvironment) -> Iterator[Finding
                     "bring it back to min_nodes; set min_nodes: 0, or idle.scale_down: [ray-workers]")
 
 
-GCP_RULES: list[Callable] = [zone_in_region, cidrs_do_not_overlap, rdma_subnet_per_gpu, accelerator_fits_machine,
+GCP_RULES: list[Callable] = [zone_in_region, cidrs_do_not_overlap, gpu_networks, accelerator_fits_machine,
                              pool_capacity, cluster_features, one_namespace, lustre_tier, ray_cluster, recipes,
                              secrets_and_idle]
 LOCAL_RULES: list[Callable] = [recipes, secrets_and_idle]

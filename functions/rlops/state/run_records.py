@@ -35,7 +35,7 @@ TERMINAL = ("SUCCEEDED", "FAILED", "STOPPED", CANCELLED)  # a run or attempt in 
 
 @dataclass
 class AttemptFailure:
-    kind: str                 # node-lost, gate, code or stopped (runs.policy.failure_kind)
+    kind: str                 # node-lost, gate, data, code or stopped (runs.policy.failure_kind)
     error_type: str | None
     message: str
 
@@ -51,6 +51,8 @@ class Attempt:
     resumed_from: int | None = None   # the checkpoint step NeMo RL or the recipe said it resumed from
     first_step: int | None = None
     epoch: int = 1
+    # NeMo RL: the last step banner a tick saw ({"step", "rewarded"}), which a later tick's tail may not show.
+    banner: dict | None = None
     # Where the attempt's gate set it to resume, and what it set aside (checkpoints.gate).
     resume_point: dict | None = None
     started_at: float | None = None   # when its command began on a node (the gate's clock): running from then

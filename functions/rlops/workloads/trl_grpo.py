@@ -128,6 +128,16 @@ def last_complete_checkpoint(output_dir: str) -> str | None:
     return None if step is None else str(directory / f"checkpoint-{step}")
 
 
+def _readable(path: str | None) -> bool:
+    """Whether the token file Hugging Face would read is there for this process: the token reaches the Ray nodes
+    as a file alone (rlops.kube.tokens), so this says whether the node got it without printing it."""
+    try:
+        with open(path or "", encoding="utf-8") as file:
+            return bool(file.read().strip())
+    except OSError:
+        return False
+
+
 def main(argv: list[str] | None = None) -> int:
     output_dir, settings = parse(sys.argv[1:] if argv is None else argv)
     import warnings
@@ -166,7 +176,8 @@ def main(argv: list[str] | None = None) -> int:
     last = last_complete_checkpoint(output_dir)
     print(f"[rlops] {'resuming from ' + os.path.basename(last) if last else 'starting fresh'} "
           f"(max_steps={settings['max_steps']}, seed={settings['seed']}; "
-          f"HF_TOKEN {'set' if os.environ.get('HF_TOKEN') else 'not set'})", flush=True)
+          f"HF token file {'readable' if _readable(os.environ.get('HF_TOKEN_PATH')) else 'not readable'}; "
+          f"HF_TOKEN {'in' if 'HF_TOKEN' in os.environ else 'not in'} the environment)", flush=True)
     tok = tokenizer()
     generations = settings["num_generations"]
     config = GRPOConfig(
