@@ -864,8 +864,8 @@ def test_rlops_train_publishes_a_gke_environments_message_to_its_train_topic(loc
     assert "not sent: run:" in capsys.readouterr().err
 
 
-def test_a_tick_for_every_environment_covers_the_applied_gcp_ones_only(h200_on_local_ray, capsys, monkeypatch):
-    """Cloud Scheduler's tick names no environment: the example spec never applied and the local one are skipped,
+def test_a_tick_for_every_environment_covers_the_applied_gcp_ones_only(h200_on_local_ray, specs, capsys, monkeypatch):
+    """Cloud Scheduler's tick names no environment: the example specs never applied and the local one are skipped,
     not reported as errors every minute."""
     import base64
 
@@ -880,17 +880,20 @@ def test_a_tick_for_every_environment_covers_the_applied_gcp_ones_only(h200_on_l
                           {"message": {"data": base64.b64encode(b"{}").decode(), "messageId": "1"}}))
     captured = capsys.readouterr()
     logged = [json.loads(line) for line in (captured.out + captured.err).splitlines() if line.startswith("{")]
+    never_applied = sorted(path.stem for path in specs.glob("*.yaml") if path.stem not in ("h200", "local"))
+    assert "b200-spot" in never_applied
     assert [e["environment"] for e in logged if e["message"] == "watch tick"] == ["h200"]
-    assert [e["environment"] for e in logged if e["message"].startswith("tick skips")] == ["b200-spot"]
+    assert sorted(e["environment"] for e in logged if e["message"].startswith("tick skips")) == never_applied
     assert not [e for e in logged if e["severity"] == "ERROR"], logged
     # Deployed in the B200 environment's project, the same tick leaves the H200 one to its own project's deployment.
     monkeypatch.setenv("RLOPS_PROJECT", "rlops-b200-example")
     main.reap(CloudEvent({"type": "google.cloud.pubsub.topic.v1.messagePublished", "source": "//tests"},
                          {"message": {"data": base64.b64encode(b"{}").decode(), "messageId": "2"}}))
     logged = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
-    assert [(e["message"], e["environment"]) for e in logged] == [
-        ("tick skips an environment with no cloud resources (never applied, or destroyed)", "b200-spot"),
-        ("tick skips an environment of another project", "h200")]
+    assert sorted((e["environment"], e["message"]) for e in logged) == sorted(
+        [("b200-spot", "tick skips an environment with no cloud resources (never applied, or destroyed)")]
+        + [(name, "tick skips an environment of another project") for name in never_applied + ["h200"]
+           if name != "b200-spot"])
 
 
 def test_a_gke_environments_idle_pool_is_reaped_at_once_and_woken_by_a_train_message(local, h200_on_local_ray, specs,
