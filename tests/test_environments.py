@@ -93,3 +93,19 @@ def test_local_is_the_embedded_default_with_a_short_idle_timeout():
     assert isinstance(env, LocalEnvironment)
     assert env.idle.timeout_seconds <= 300
     assert {r.runner for r in env.recipes.values()} == {"trl"}
+
+
+def test_every_property_of_the_schema_says_what_it_is():
+    """Issue 39, 7: an editor shows a description on every key; a key whose value is another model is described
+    there, by that model's own description."""
+    schema = json.loads((ENVIRONMENTS / "schema.json").read_text())
+    models = schema.get("$defs", {})
+
+    def undescribed(node: dict, where: str):
+        for key, value in node.get("properties", {}).items():
+            target = models.get(value.get("$ref", "").rsplit("/", 1)[-1], {})
+            if "description" not in value and "description" not in target:
+                yield f"{where}.{key}"
+
+    missing = [found for name, model in models.items() for found in undescribed(model, name)]
+    assert missing == [], missing

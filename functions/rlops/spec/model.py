@@ -95,16 +95,22 @@ class Spec(BaseModel):
 
 
 class Project(Spec):
+    """The Google Cloud project everything is made in."""
+
     id: _text(PROJECT_ID, 30)
     number: StrictInt = Field(ge=1, description="The project number; service networking addresses networks by it.")
 
 
 class State(Spec):
+    """Where rlops keeps its state: the lock, the resource record, run records and manifests."""
+
     bucket: _text(BUCKET, 63) = Field(description="Cloud Storage bucket for state, locks, run records and manifests.")
     prefix: DnsLabel = "rlops"
 
 
 class ClusterNetwork(Spec):
+    """The VPC the cluster's nodes and Managed Lustre share."""
+
     name: GcpName
     auto_subnets: StrictBool = Field(True, description="Auto-mode VPC, as in the first seed (--subnet-mode=auto).")
     mtu: StrictInt = Field(8896, ge=1300, le=8896, description="8896 gives Managed Lustre about 10% more throughput.")
@@ -113,15 +119,15 @@ class ClusterNetwork(Spec):
 class GvnicNetwork(Spec):
     prefix: GcpPrefix = Field(description="Names are PREFIX-net, PREFIX-sub and PREFIX-internal.")
     subnet_cidr: Cidr = "192.168.0.0/24"
-    firewall_source_ranges: list[Cidr] = Field(default_factory=lambda: ["192.168.0.0/16"], min_length=1)
-    mtu: StrictInt = Field(8896, ge=1300, le=8896)
+    firewall_source_ranges: list[Cidr] = Field(default_factory=lambda: ["192.168.0.0/16"], min_length=1, description="Where the gVNIC network admits traffic from.")
+    mtu: StrictInt = Field(8896, ge=1300, le=8896, description="The gVNIC network's MTU.")
 
 
 class RdmaNetwork(Spec):
     prefix: GcpPrefix = Field(description="Names are PREFIX-net and PREFIX-sub-N.")
     profile: GcpName | None = Field(None, description="Network profile; defaults to ZONE-vpc-roce.")
     subnet_cidrs: list[Cidr] = Field(min_length=1, description="One subnet per GPU on a node, in NIC order.")
-    mtu: StrictInt = Field(8896, ge=1300, le=8896)
+    mtu: StrictInt = Field(8896, ge=1300, le=8896, description="The RDMA network's MTU.")
 
 
 class GpuNicNetworks(Spec):
@@ -131,11 +137,13 @@ class GpuNicNetworks(Spec):
     prefix: GcpPrefix = Field(description="Names are PREFIX-net-N, PREFIX-sub-N and PREFIX-internal-N, N from 1.")
     subnet_cidrs: list[Cidr] = Field(min_length=1, description="One subnet per GPU NIC, in NIC order (4 on A3 High, "
                                      "8 on A3 Mega).")
-    firewall_source_ranges: list[Cidr] = Field(default_factory=lambda: ["192.168.0.0/16"], min_length=1)
+    firewall_source_ranges: list[Cidr] = Field(default_factory=lambda: ["192.168.0.0/16"], min_length=1, description="Where the GPU NICs' networks admit traffic from.")
     mtu: StrictInt = Field(8244, ge=1300, le=8896, description="8244, as GKE's TCPX(O) page sets it.")
 
 
 class PrivateServiceAccess(Spec):
+    """The private services access range Managed Lustre is peered into."""
+
     range_name: GcpName
     prefix_length: StrictInt = Field(20, ge=16, le=24, description="Size of the range Managed Lustre is peered into.")
     address: _text(IPV4) | None = Field(
@@ -148,6 +156,8 @@ class PrivateServiceAccess(Spec):
 
 
 class Networks(Spec):
+    """The VPCs: the cluster's, the GPU NICs' (by family), and the private services access range."""
+
     cluster: ClusterNetwork
     gvnic: GvnicNetwork | None = Field(None, description="GPUDirect-RDMA machines (A3 Ultra, A4, A4X) only.")
     rdma: RdmaNetwork | None = Field(None, description="GPUDirect-RDMA machines (A3 Ultra, A4, A4X) only.")
@@ -156,21 +166,25 @@ class Networks(Spec):
 
 
 class Autoscaling(Spec):
-    min_nodes: StrictInt = Field(ge=0, le=1000)
-    max_nodes: StrictInt = Field(ge=1, le=1000)
+    """Node counts the cluster autoscaler keeps a pool between, per zone."""
+
+    min_nodes: StrictInt = Field(ge=0, le=1000, description="Nodes per zone at least.")
+    max_nodes: StrictInt = Field(ge=1, le=1000, description="Nodes per zone at most (GKE's autoscaler's limit).")
 
 
 class SystemPool(Spec):
+    """The cluster's CPU node pool, which holds the Ray head."""
+
     name: GkeName = "default-pool"
     machine_type: GcpName = Field(description="Must hold the Ray head.")
-    disk_size_gb: StrictInt = Field(200, ge=10, le=65536)
-    initial_nodes: StrictInt = Field(1, ge=1, le=1000)
-    autoscaling: Autoscaling | None = None
+    disk_size_gb: StrictInt = Field(200, ge=10, le=65536, description="Boot disk per node, in GB.")
+    initial_nodes: StrictInt = Field(1, ge=1, le=1000, description="Nodes per zone when the cluster is created.")
+    autoscaling: Autoscaling | None = Field(None, description="The system pool's autoscaling; unset, a fixed size.")
 
 
 class ClusterAddons(Spec):
-    ray_operator: StrictBool = True
-    lustre_csi_driver: StrictBool = True
+    ray_operator: StrictBool = Field(True, description="GKE's Ray operator add-on (KubeRay).")
+    lustre_csi_driver: StrictBool = Field(True, description="GKE's Managed Lustre CSI driver, which mounts the instance.")
     lustre_legacy_port: StrictBool = Field(
         False, description="Deprecated by GKE (enableLegacyLustrePort): LNet on port 6988, needed on every node "
         "version to reach an existing Lustre instance made with gke_support; goes with lustre.gke_support.")
@@ -190,23 +204,27 @@ class KubernetesServiceAccount(Spec):
 
 
 class Cluster(Spec):
+    """The GKE cluster: its features, add-ons, system pool and the Ray pods' service account."""
+
     name: GkeName
-    release_channel: Literal["RAPID", "REGULAR", "STABLE", "EXTENDED"] = "REGULAR"
+    release_channel: Literal["RAPID", "REGULAR", "STABLE", "EXTENDED"] = Field("REGULAR", description="The GKE release channel the cluster follows.")
     version: _text(GKE_VERSION) | None = Field(None, description="Minimum version; unset takes the channel default.")
-    workload_identity: StrictBool = True
-    dataplane_v2: StrictBool = True
-    multi_networking: StrictBool = True
-    ip_alias: StrictBool = True
+    workload_identity: StrictBool = Field(True, description="Workload Identity: pods act as Google service accounts.")
+    dataplane_v2: StrictBool = Field(True, description="GKE Dataplane V2 (ADVANCED_DATAPATH), which multi-networking needs.")
+    multi_networking: StrictBool = Field(True, description="GKE multi-networking, for the GPU NICs' extra networks.")
+    ip_alias: StrictBool = Field(True, description="VPC-native (alias IP) pod addressing.")
     dns_endpoint: StrictBool = Field(True, description="Reach the control plane through its DNS endpoint with IAM.")
-    addons: ClusterAddons = ClusterAddons()
+    addons: ClusterAddons = Field(ClusterAddons(), description="GKE add-ons: the Ray operator and the Managed Lustre CSI driver.")
     system_pool: SystemPool
-    service_account: KubernetesServiceAccount = KubernetesServiceAccount()
+    service_account: KubernetesServiceAccount = Field(KubernetesServiceAccount(), description="The Kubernetes service account the Ray pods run as.")
 
 
 class Accelerator(Spec):
-    type: AcceleratorType
-    count: StrictInt = Field(8, ge=1, le=16)
-    driver_version: Literal["default", "latest", "disabled"] = "default"
+    """The GPUs each node of a pool carries."""
+
+    type: AcceleratorType = Field(description="The accelerator, as GKE names it (e.g. nvidia-h200-141gb).")
+    count: StrictInt = Field(8, ge=1, le=16, description="GPUs per node (the machine type's own count).")
+    driver_version: Literal["default", "latest", "disabled"] = Field("default", description="GKE's GPU driver installation: default, latest, or disabled (install it yourself).")
 
 
 class PoolCost(Spec):
@@ -216,12 +234,12 @@ class PoolCost(Spec):
 
 class GpuPool(Spec):
     name: GkeName
-    machine_type: MachineType
+    machine_type: MachineType = Field(description="A GPU machine type of the catalog (rlops validate lists them).")
     accelerator: Accelerator
     reservation: GcpName | None = Field(None, description="A specific reservation to consume (seed 1).")
     spot: StrictBool = Field(False, description="Spot VMs (seed 2); exclusive with reservation.")
     autoscaling: Autoscaling
-    disk_size_gb: StrictInt = Field(100, ge=10, le=65536)
+    disk_size_gb: StrictInt = Field(100, ge=10, le=65536, description="Boot disk per node, in GB.")
     ray_workers: StrictInt | None = Field(
         None, ge=0, description="Ray worker replicas on this pool; defaults to autoscaling.max_nodes.")
     cost: PoolCost | None = Field(None, description="Overrides the list price of the machine type (rlops cost).")
@@ -237,9 +255,11 @@ class GpuPool(Spec):
 
 
 class Lustre(Spec):
+    """The Managed Lustre instance mounted at ray.lustre_mount."""
+
     name: GcpName
-    capacity_gib: StrictInt = Field(ge=9000)
-    throughput_mb_per_tib: Literal[125, 250, 500, 1000]
+    capacity_gib: StrictInt = Field(ge=9000, description="Capacity in GiB; it can only grow (a multiple of the tier's step).")
+    throughput_mb_per_tib: Literal[125, 250, 500, 1000] = Field(description="Throughput tier, MB/s per TiB; changing it replaces the instance.")
     filesystem: _text(LUSTRE_FILESYSTEM, 8)
     gke_support: StrictBool = Field(
         False, description="The instance exists and was made with gke-support-enabled (deprecated in the Lustre API, "
@@ -250,11 +270,15 @@ class Lustre(Spec):
 
 
 class RayNode(Spec):
-    cpu: Quantity
-    memory: Quantity
+    """What one Ray node's pod asks for."""
+
+    cpu: Quantity = Field(description="CPU request and limit of the node's pod (a Kubernetes quantity).")
+    memory: Quantity = Field(description="Memory request and limit of the node's pod (a Kubernetes quantity).")
 
 
 class Ray(Spec):
+    """The RayCluster: its image, Ray version, head and worker pods, and where Lustre is mounted."""
+
     cluster_name: DnsLabel = "ray-cluster"
     namespace: DnsLabel = Field("default", description="Where the RayCluster, its Secret, claim and service account "
                                 "live; rlops creates the namespace unless it exists (as default does).")
@@ -263,13 +287,13 @@ class Ray(Spec):
     head: RayNode
     worker: RayNode
     lustre_mount: AbsolutePath = "/lustre"
-    shm_size: Quantity = "240Gi"
+    shm_size: Quantity = Field("240Gi", description="/dev/shm of each Ray node (NCCL and vLLM need a large one).")
     multi_nic: StrictBool = Field(True, description="Put the GPU NICs' interfaces (gVNIC and RDMA, or TCPX(O)) on "
                                   "worker pods.")
     nccl_installer_image: _text(IMAGE, 512) | None = Field(
         None, description="The NCCL plugin installer's image; unset: the image of the GPU catalog's pinned upstream "
         "installer manifest for the machine.")
-    nccl_tuner_config: dict[AcceleratorType, AbsolutePath] = Field(
+    nccl_tuner_config: dict[AcceleratorType, AbsolutePath] = Field(description="Per accelerator, the NCCL tuner file the GPU workers use.",
         default_factory=lambda: {m.accelerator: m.nccl_tuner_config for m in catalog.GPU_MACHINES.values()
                                  if m.nccl_tuner_config})
 
@@ -277,15 +301,15 @@ class Ray(Spec):
 class SecretRef(Spec):
     """Where a secret's value lives. The value itself never appears in a spec."""
 
-    secret_manager: _text(SECRET_VERSION) | None = None
+    secret_manager: _text(SECRET_VERSION) | None = Field(None, description="gcp: projects/P/secrets/NAME/versions/V, read at apply into the cluster's Secret.")
     env: _text(ENV_VAR) | None = Field(None, description="local only: an environment variable of the local processes")
     file: StrictStr | None = Field(None, min_length=1, description="local only: a file holding the value")
 
 
 class AllowedOverride(Spec):
-    type: Literal["int", "float", "bool", "str"]
-    min: StrictInt | StrictFloat | None = None
-    max: StrictInt | StrictFloat | None = None
+    type: Literal["int", "float", "bool", "str"] = Field(description="The JSON type a train message's value must have.")
+    min: StrictInt | StrictFloat | None = Field(None, description="int and float only: the smallest value a message may set.")
+    max: StrictInt | StrictFloat | None = Field(None, description="int and float only: the largest value a message may set.")
     pattern: StrictStr | None = Field(None, description="str only: a regular expression the whole value must match")
     max_length: StrictInt = Field(256, ge=1, le=4096, description="str only")
     default: Scalar = Field(None, description="The value used when a train message does not set it.")
@@ -342,10 +366,10 @@ class DataStep(Spec):
 
 
 class Recipe(Spec):
-    runner: Literal["nemo-rl", "trl"]
-    entrypoint: StrictStr = Field(min_length=1, max_length=512)
+    runner: Literal["nemo-rl", "trl"] = Field(description="nemo-rl (NVIDIA NeMo RL's GRPO) or trl (TRL's GRPOTrainer, the local recipe).")
+    entrypoint: StrictStr = Field(min_length=1, max_length=512, description="The script the job runs (nemo-rl: inside the image, e.g. examples/run_grpo_math.py).")
     config: StrictStr | None = Field(None, max_length=512, description="nemo-rl: config path inside the image.")
-    model: StrictStr = Field(min_length=1, max_length=256)
+    model: StrictStr = Field(min_length=1, max_length=256, description="The model it trains (a Hugging Face id).")
     gpu_pool: GkeName | None = Field(None, description="The pool it runs on; needed when there are several.")
     overrides: dict[OverrideKey, Scalar] = Field(default_factory=dict, description="Fixed overrides.")
     allowed_overrides: dict[OverrideKey, AllowedOverride] = Field(
@@ -356,7 +380,7 @@ class Recipe(Spec):
         "verified", description="verified: an attempt resumes only from a checkpoint that matches its manifest "
         "(others are set aside); newest: from the newest complete one, unhashed (for checkpoints too large to "
         "hash at every start).")
-    export: ExportPolicy = ExportPolicy()
+    export: ExportPolicy = Field(ExportPolicy(), description="When a run's checkpoints are exported to Cloud Storage.")
     gpu_wait: Duration = Field("30m", description="nemo-rl: how long an attempt's gate waits for the GPUs of "
                                "cluster.num_nodes x cluster.gpus_per_node before NeMo RL starts (it gives up after "
                                "about a minute); an attempt that does not get them is resubmitted, within "
@@ -380,7 +404,7 @@ class IdlePolicy(Spec):
     timeout: Duration | Literal["auto"] = Field(
         "30m", description="auto: chosen from this environment's measured wakes and idle gaps (rlops reap "
         "--dry-run says which and why).")
-    scale_down: list[Literal["ray-workers", "node-pools"]] = Field(
+    scale_down: list[Literal["ray-workers", "node-pools"]] = Field(description="What scaling down stops: the RayCluster's GPU workers, the GPU node pools, or both.",
         default_factory=lambda: ["ray-workers", "node-pools"], min_length=1)
     scale_reserved: StrictBool = Field(
         False, description="Scale down pools that consume a reservation too: that saves nothing (a reservation "
@@ -395,20 +419,20 @@ class IdlePolicy(Spec):
 
 
 class LocalCountsAs(Spec):
-    machine_type: MachineType = "a3-ultragpu-8g"
+    machine_type: MachineType = Field("a3-ultragpu-8g", description="The GPU machine type a local worker is priced as.")
     region: _text(REGION, 63) = "us-central1"
-    spot: StrictBool = False
-    usd_per_node_hour: StrictFloat | StrictInt | None = Field(None, gt=0, le=100_000)
+    spot: StrictBool = Field(False, description="Priced at the Spot rate.")
+    usd_per_node_hour: StrictFloat | StrictInt | None = Field(None, gt=0, le=100_000, description="A price per node-hour instead of the catalog's.")
 
 
 class LocalGpuPool(Spec):
     """Ray worker nodes carrying a custom resource that stands in for a GPU node pool."""
 
     name: DnsLabel = "gpu-pool"
-    workers: StrictInt = Field(1, ge=0, le=8)
-    resource: _text(r"^[A-Za-z_][A-Za-z0-9_]*$", 64) = "gpu_pool"
-    per_worker: StrictInt = Field(1, ge=1, le=64)
-    cpus_per_worker: StrictInt = Field(1, ge=1, le=64)
+    workers: StrictInt = Field(1, ge=0, le=8, description="Ray worker nodes in the pool when it is up.")
+    resource: _text(r"^[A-Za-z_][A-Za-z0-9_]*$", 64) = Field("gpu_pool", description="The Ray custom resource that stands in for a GPU.")
+    per_worker: StrictInt = Field(1, ge=1, le=64, description="Units of the resource each worker carries (its GPUs).")
+    cpus_per_worker: StrictInt = Field(1, ge=1, le=64, description="CPUs each worker offers Ray.")
     counts_as: LocalCountsAs = Field(default_factory=lambda: LocalCountsAs(),
                                        description="What rlops cost counts each worker as: a GPU node of this type.")
 
@@ -416,7 +440,7 @@ class LocalGpuPool(Spec):
 
 class LocalSection(Spec):
     lustre_dir: StrictStr = Field(".rlops/local/lustre", min_length=1, description="Stands in for /lustre.")
-    gpu_pool: LocalGpuPool = LocalGpuPool()
+    gpu_pool: LocalGpuPool = Field(LocalGpuPool(), description="The Ray workers that stand in for a GPU node pool.")
 
 
 class _Environment(Spec):
@@ -424,18 +448,20 @@ class _Environment(Spec):
     secrets: dict[_text(ENV_VAR, 128), SecretRef] = Field(
         default_factory=dict, description="Secret references by name. Each is a file of the Ray nodes, never an "
         "environment variable; Hugging Face reads HF_TOKEN's (HF_TOKEN_PATH), W&B WANDB_API_KEY's (as a netrc, NETRC).")
-    recipes: dict[DnsLabel, Recipe] = Field(min_length=1)
-    idle: IdlePolicy = IdlePolicy()
+    recipes: dict[DnsLabel, Recipe] = Field(min_length=1, description="The training recipes a train message may "
+                                            "name, by name.")
+    idle: IdlePolicy = Field(IdlePolicy(), description="When the reaper scales the idle GPU pool down, and what it "
+                             "scales.")
 
 
 class GcpEnvironment(_Environment):
-    provider: Literal["gcp"]
+    provider: Literal["gcp"] = Field(description="gcp: GKE, Managed Lustre and the functions in a Google Cloud project.")
     project: Project
     region: _text(REGION, 63)
     zone: _text(ZONE, 63)
     networks: Networks
     cluster: Cluster
-    gpu_pools: list[GpuPool] = Field(min_length=1)
+    gpu_pools: list[GpuPool] = Field(min_length=1, description="The GPU node pools; one stack of GPU networking for all.")
     lustre: Lustre
     ray: Ray
 
@@ -456,8 +482,8 @@ class GcpEnvironment(_Environment):
 
 
 class LocalEnvironment(_Environment):
-    provider: Literal["local"]
-    local: LocalSection = LocalSection()
+    provider: Literal["local"] = Field(description="local: a Ray cluster, emulators and the functions on this machine.")
+    local: LocalSection = Field(LocalSection(), description="The local stack: where /lustre is, the GPU-pool workers.")
 
 
 EnvironmentSpec = Annotated[Union[GcpEnvironment, LocalEnvironment], Field(discriminator="provider")]
