@@ -256,7 +256,10 @@ def _status(args) -> int:
         rows = [record for record, _ in records.all().values() if args.run_name in (None, record.run)]
         refusals = refusals_shown(records, args.run_name, rows[0] if rows else None) if args.run_name else []
         states = [(r.run, r.state, len(r.attempts), r.step, r.last_checkpoint, r.waiting) for r in rows]
-        if (states, refusals) != shown:
+        if (states, refusals) != shown and args.format == "json":
+            print(json.dumps(_status_json(args.environment, rows, refusals)), flush=True)
+            shown = states, refusals
+        elif (states, refusals) != shown:
             if rows:
                 print(_table(rows), flush=True)
                 for record in rows:
@@ -328,6 +331,19 @@ def _cost(args) -> int:
     print(costing.text(report, markdown=args.format == "markdown"), end="")
     print(f"\ntimeline: {plot}" if args.format == "text" else f"\n![timeline]({plot})")
     return Exit.OK
+
+
+def _status_json(environment: str, rows: list, refusals: list) -> dict:
+    """What the table says, as data: each run's state, attempt, step, checkpoint, reward, why it waits, when it
+    was made (epoch seconds); the refusals of a run that never started."""
+    from rlops.runs.policy import TERMINAL
+
+    return {"environment": environment,
+            "runs": [{"run": r.run, "state": r.state, "attempt": r.current.attempt, "step": r.step,
+                      "checkpoint": r.last_checkpoint, "reward": r.reward, "created_at": r.created_at,
+                      "waiting": r.waiting if r.state not in TERMINAL else None}
+                     for r in sorted(rows, key=lambda r: r.created_at)],
+            "refusals": [{"run": f.run, "message": f.message, "at": f.at, "reason": f.reason} for f in refusals]}
 
 
 def _table(rows: list) -> str:
@@ -444,6 +460,8 @@ def add_commands(commands) -> None:
     status.add_argument("--follow", action="store_true",
                         help="keep showing changes; with --run, until that run ends (exit 0 only if it succeeded)")
     status.add_argument("--interval", type=float, default=2.0, metavar="SECONDS", help=argparse.SUPPRESS)
+    status.add_argument("--format", choices=("text", "json"), default="text",
+                        help="json: one document (with --follow, one line per change)")
 
     logs = environment_command(commands, "logs", _logs, "a run's output (its latest attempt's Ray job logs)")
     logs.add_argument("run_name", type=run_name, metavar="RUN")
