@@ -326,6 +326,11 @@ def test_a_different_message_for_a_run_is_refused_kept_and_shown_beside_the_run(
     assert lines[1].split()[:2] == ["r3", "PENDING"]
     assert [line.split(" refused at ")[0] for line in lines[2:]] == ["r3: train message 2"]
     assert lines[2].endswith(": a later message, refused")
+    # The same as data: `--format json`, what scripts and dashboards read.
+    assert cli.main(["status", "h200", "--run", "r3", "--format", "json"]) == 0
+    said = json.loads(capsys.readouterr().out)
+    assert [(r["run"], r["state"], r["attempt"]) for r in said["runs"]] == [("r3", "PENDING", 1)]
+    assert [(f["message"], f["reason"]) for f in said["refusals"]] == [("2", "a later message, refused")]
 
 
 # -- --version, environments -----------------------------------------------------------------------------------------
@@ -463,8 +468,3 @@ def test_cancel_stops_a_real_ray_job_and_the_watcher_records_its_end(real):
     assert [c for c in watch.tick(real.site) if c["run"] == "cancelled"] == []
     assert [j.submission_id for j in real.site.ray.all() if (j.metadata or {}).get("rlops-run") == "cancelled"] == [
         submission]
-    # The same as data: `--format json`, what scripts and dashboards read.
-    assert cli.main(["status", "h200", "--run", "r3", "--format", "json"]) == 0
-    said = json.loads(capsys.readouterr().out)
-    assert [(r["run"], r["state"], r["attempt"]) for r in said["runs"]] == [("r3", "PENDING", 1)]
-    assert [(f["message"], f["reason"]) for f in said["refusals"]] == [("2", "a later message, refused")]
