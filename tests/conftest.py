@@ -86,3 +86,13 @@ def workload_words(entrypoint: str, run_dir: str | None = None) -> list[str]:
     split = words.index("&&")
     assert words[:5] == ["python", "-m", "rlops.checkpoints.gate", "--run-dir", run_dir or words[4]], words[:split]
     return words[split + 1:]
+
+
+def until(condition, what: str, timeout: float = 60, poll: float = 0.05) -> None:
+    """Wait for `condition` (polled every `poll` seconds), failing after `timeout` seconds naming `what`."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"gave up after {timeout}s waiting for {what}"
+        time.sleep(poll)

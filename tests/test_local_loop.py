@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, workload_words
+from conftest import REPO, until, workload_words
 from rlops.cloud.base import Connection
 from rlops.endpoints import Endpoints
 from rlops.local import processes
@@ -659,7 +659,7 @@ def gpu_node(local: Local, gpus: int = 16):
                            ports, cwd=local.root)
     try:
         dashboard = f"http://127.0.0.1:{local.port('ray-head', 'dashboard')}"
-        _until(lambda: any(n.get("resources_total", {}).get("GPU") == gpus and n.get("state") == "ALIVE"
+        until(lambda: any(n.get("resources_total", {}).get("GPU") == gpus and n.get("state") == "ALIVE"
                            for n in ray_nodes(dashboard)), f"a node with {gpus} GPUs to join Ray")
         yield node
     finally:
@@ -675,7 +675,7 @@ def forget_jobs(local: Local, *runs: str) -> None:
     client = JobSubmissionClient(f"http://127.0.0.1:{local.port('ray-head', 'dashboard')}")
     mine = lambda: [j for j in client.list_jobs() if (j.metadata or {}).get("rlops-environment") == "h200"  # noqa: E731
                     and (j.metadata or {}).get("rlops-run") in runs]
-    _until(lambda: all(str(j.status.value) in ("SUCCEEDED", "FAILED", "STOPPED") for j in mine()),
+    until(lambda: all(str(j.status.value) in ("SUCCEEDED", "FAILED", "STOPPED") for j in mine()),
            f"the jobs of {', '.join(runs)} to end", timeout=120)
     for job in mine():
         client.delete_job(job.submission_id)
@@ -764,10 +764,10 @@ def test_a_gke_attempt_waits_in_its_gate_for_gpus_that_join_late_and_one_that_ne
     assert "--wait-for GPU=16 --wait-seconds 60" in request.entrypoint
     assert site.ray.submit_once(request)
     logs = lambda: site.ray.logs(request.submission_id)  # noqa: E731
-    _until(lambda: '"have": 0.0' in logs(), "the gate to say it waits for the GPUs")
+    until(lambda: '"have": 0.0' in logs(), "the gate to say it waits for the GPUs")
     assert "[rlops-resume]" not in logs(), "the workload must not start without its GPUs"
     with gpu_node(local):
-        _until(lambda: str(site.ray.client.get_job_status(request.submission_id).value) in ("SUCCEEDED", "FAILED"),
+        until(lambda: str(site.ray.client.get_job_status(request.submission_id).value) in ("SUCCEEDED", "FAILED"),
                "the job to end", timeout=120)
     said = logs()
     assert '"got": true' in said and "[rlops-resume]" in said  # the gate had them, then chose where to resume
@@ -986,21 +986,14 @@ def test_the_reaper_and_apply_take_turns_on_the_environments_lock(h200_on_local_
     with ThreadPoolExecutor(2) as threads:
         with gcp.holding_operations():  # the reaper's resize drains nodes for a while, under the lock
             reaping = threads.submit(reap, site)
-            _until(lambda: replicas() == [0] and resizes(), "the reaper to patch the RayCluster and resize")
+            until(lambda: replicas() == [0] and resizes(), "the reaper to patch the RayCluster and resize")
             applying = threads.submit(session.apply)
-            _until(lambda: any(line.startswith("waiting for the lock on h200") for line in said), "apply to wait")
+            until(lambda: any(line.startswith("waiting for the lock on h200") for line in said), "apply to wait")
             assert not reaping.done()
         assert reaping.result(timeout=60)[0].scale_down
         applying.result(timeout=120)
     assert replicas() == [0], "apply undid the reaper's scale-down"
     assert site.pool.read()[0].scaled is True
-
-
-def _until(condition, what: str, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"gave up after {timeout}s waiting for {what}"
-        time.sleep(0.05)
 
 
 def test_a_gke_environment_hashes_its_checkpoints_in_a_ray_job_where_they_are(local, h200_on_local_ray, tmp_path,
@@ -1136,7 +1129,7 @@ def test_a_pod_template_change_waits_for_the_live_ray_job_and_reaches_every_pod_
     gate = tmp_path / "hold"
     gate.touch()
     job = ray.submit_job(entrypoint=f"python -c 'import os, time\nwhile os.path.exists(\"{gate}\"): time.sleep(0.1)'")
-    _until(lambda: ray.get_job_status(job) == JobStatus.RUNNING, f"job {job} to run")
+    until(lambda: ray.get_job_status(job) == JobStatus.RUNNING, f"job {job} to run")
     pods = {p["metadata"]["name"] for p in kube.pods("ray-cluster")}
 
     spec = specs / "h200.yaml"
@@ -1150,7 +1143,7 @@ def test_a_pod_template_change_waits_for_the_live_ray_job_and_reaches_every_pod_
     assert {p["metadata"]["name"] for p in kube.pods("ray-cluster")} == pods
 
     gate.unlink()
-    _until(lambda: not any(j.status in (JobStatus.PENDING, JobStatus.RUNNING) for j in ray.list_jobs()),
+    until(lambda: not any(j.status in (JobStatus.PENDING, JobStatus.RUNNING) for j in ray.list_jobs()),
            "every job on the head to end")
     assert ray.get_job_status(job) == JobStatus.SUCCEEDED
     assert cli.main(["apply", "h200"]) == 0

@@ -16,7 +16,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from conftest import ENVIRONMENTS, REPO
+from conftest import ENVIRONMENTS, REPO, until
 from fakes.interleave import MemoryBucket, Scheduler, phases, simulated_time
 from fakes.ray import Clock, SimulatedRay
 from rlops import cli, logs, sites
@@ -416,13 +416,6 @@ def held_run(real, run: str, max_steps: int) -> Path:
     return directory / "hold"
 
 
-def until(condition, what: str, timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"no {what} in {timeout:.0f}s"
-        time.sleep(0.2)
-
-
 def test_logs_follow_prints_a_real_jobs_output_while_it_runs(real, monkeypatch):
     """The job holds after its first step until the test sees that step's line come through: it ends only if the
     output was printed while it ran."""
@@ -451,7 +444,7 @@ def test_logs_follow_prints_a_real_jobs_output_while_it_runs(real, monkeypatch):
 def test_cancel_stops_a_real_ray_job_and_the_watcher_records_its_end(real):
     hold = held_run(real, "cancelled", 4)
     submission = "rlops.local.cancelled.1"
-    until(lambda: "paused after step=1" in real.site.ray.logs(submission), "first step")
+    until(lambda: "paused after step=1" in real.site.ray.logs(submission), "first step", timeout=120, poll=0.2)
 
     done = cancel.cancel(real.site, "cancelled", "ana")
     assert (done.cancelled, done.before, done.job) == (True, "PENDING", "STOPPED")

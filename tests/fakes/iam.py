@@ -19,26 +19,16 @@ import json
 import secrets
 import threading
 from dataclasses import dataclass
-from functools import cache
 from pathlib import Path
 
-DATA = Path(__file__).resolve().parents[2] / "functions" / "rlops" / "spec" / "gcp_iam"
+from rlops.permissions import method_permissions, roles
+
 TOKEN_SECONDS = 3600
 
 
-@cache
 def role_permissions() -> dict[str, frozenset[str]]:
     """role -> the permissions it grants (of those rlops could need: the vendored slice)."""
-    return {name: frozenset(role["permissions"]) for name, role in json.loads((DATA / "roles.json").read_text()).items()}
-
-
-@cache
-def method_permissions() -> dict[str, tuple[str, ...]]:
-    """REST method id -> the permissions Google checks for it. map.json also lists the IAM-policy permissions a
-    request needs only when it asks for ACLs (`projection=full`) or sets them: left out, as rlops asks for neither."""
-    methods = json.loads((DATA / "methods.json").read_text())
-    return {method: tuple(p for p in permissions if method.endswith("IamPolicy") or not p.endswith("IamPolicy"))
-            for method, permissions in methods.items()}
+    return {name: role.permissions for name, role in roles().items()}
 
 
 class Denied(Exception):

@@ -1,6 +1,7 @@
 """The state bucket (Cloud Storage), or a local emulator's (`Endpoints.storage`)."""
 
 import json
+from contextlib import contextmanager
 
 from google.api_core import exceptions as gexc
 from google.cloud import storage
@@ -33,26 +34,32 @@ class Forbidden(Failure):
         super().__init__(f"storage: {what}: {lacking_permission(error) or 'forbidden'}: {error}")
 
 
+@contextmanager
+def refusals_said(what: str):
+    """A refusal of the caller inside, raised as Forbidden naming `what` and the permission it lacks."""
+    try:
+        yield
+    except (gexc.Forbidden, gexc.PermissionDenied) as error:
+        raise Forbidden(what, error) from error
+
+
 def read_json(blob: storage.Blob) -> tuple[dict | None, int]:
     """(content, generation) of the object's live version; (None, 0) when the object does not exist."""
     blob = blob.bucket.blob(blob.name)  # a Blob that saw a generation asks for that one, which a newer write removed
     try:
-        data = blob.download_as_bytes()
+        with refusals_said(f"read gs://{blob.bucket.name}/{blob.name}"):
+            data = blob.download_as_bytes()
     except gexc.NotFound:
         return None, 0
-    except (gexc.Forbidden, gexc.PermissionDenied) as error:
-        raise Forbidden(f"read gs://{blob.bucket.name}/{blob.name}", error) from error
     return json.loads(data), blob.generation
 
 
 def write_json(blob: storage.Blob, content: dict, if_generation_match: int) -> int:
     """Write only if the object is still at `if_generation_match` (0: does not exist yet); new generation.
     Raises PreconditionFailed when someone wrote in between."""
-    try:
+    with refusals_said(f"write gs://{blob.bucket.name}/{blob.name}"):
         blob.upload_from_string(json.dumps(content, indent=1, sort_keys=True), content_type="application/json",
                                 if_generation_match=if_generation_match)
-    except (gexc.Forbidden, gexc.PermissionDenied) as error:
-        raise Forbidden(f"write gs://{blob.bucket.name}/{blob.name}", error) from error
     return blob.generation
 
 
@@ -68,7 +75,5 @@ def write_json_if(blob: storage.Blob, content: dict, generation: int) -> bool:
 
 def listed(bucket, prefix: str) -> list:
     """The objects under `prefix`, listed whole (a refusal raised here, as a Failure, not half way through)."""
-    try:
+    with refusals_said(f"list gs://{bucket.name}/{prefix}"):
         return list(bucket.list_blobs(prefix=prefix))
-    except (gexc.Forbidden, gexc.PermissionDenied) as error:
-        raise Forbidden(f"list gs://{bucket.name}/{prefix}", error) from error
