@@ -22,7 +22,7 @@ from rlops.cloud import base, compute
 from rlops.endpoints import Endpoints
 from rlops.errors import Failure
 from rlops.permissions import Scope, roles
-from rlops.provision import accounts
+from rlops.provision import accounts, bootstrap
 from rlops.reaper import reap
 from rlops.checkpoints import manifest
 from rlops.runs import exports, message, train, watch
@@ -49,7 +49,9 @@ class Enforced:
                 Scope.BUCKET: ["projects/_/buckets/rlops-h200-example-state"],
                 Scope.NODE_SERVICE_ACCOUNT: [f"projects/{PROJECT}/serviceAccounts/"
                                              f"{self.gcp.default_node_account(number)}"],
-                Scope.EVENTS_TOPIC: [], Scope.FUNCTION_ACCOUNTS: []}[scope]
+                Scope.EVENTS_TOPIC: [],
+                Scope.FUNCTION_ACCOUNTS: [f"projects/{PROJECT}/serviceAccounts/{name}@{PROJECT}.iam.gserviceaccount.com"
+                                          for name in bootstrap.FUNCTION_ACCOUNTS]}[scope]
 
     def act_as(self, key: str, without: str | None = None) -> str:
         """Calls from now on are made as account `key`, holding its roles (but `without`)."""
@@ -95,7 +97,7 @@ def test_rlops_iam_for_an_environment_names_where_each_role_is_granted(capsys):
 
 def test_apply_works_as_rlops_apply_with_its_roles_and_calls_only_what_it_declares(enforced, capsys):
     member = enforced.act_as("apply")
-    assert cli.main(["apply", "h200"]) == 0, capsys.readouterr().err
+    assert cli.main(["apply", "--yes", "h200"]) == 0, capsys.readouterr().err
     declared = {n.permission for n in accounts.account("apply").needs()}
     used = {permission for caller, permission, _ in enforced.iam.checked if caller == member}
     assert used and used - LIBRARIES_TRY <= declared, used - declared
@@ -110,7 +112,7 @@ LIBRARIES_TRY = {"storage.buckets.get"}
 def test_without_any_one_of_its_roles_apply_stops_before_its_first_change_naming_what_is_missing(
         enforced, capsys, role):
     enforced.act_as("apply", without=role)
-    assert cli.main(["apply", "h200"]) == 1
+    assert cli.main(["apply", "--yes", "h200"]) == 1
     said = capsys.readouterr().err
     lacking = set(re.findall(r"([a-z]+(?:\.[A-Za-z]+)+) \(in (roles/[\w.]+)", said))
     assert lacking, said
@@ -207,7 +209,7 @@ def applied(gcs, tmp_path_factory):
             patch.setattr(base, "RETRY", base.RetryPolicy(attempts=3, base_seconds=0.01, cap_seconds=0.05))
             Enforced(gcp, gcp.iam, folder, patch).act_as("apply")
             try:
-                assert cli.main(["apply", "h200"]) == 0
+                assert cli.main(["apply", "--yes", "h200"]) == 0
             finally:
                 gcs.gate.iam = None  # the session's state bucket: enforcing only while a test of this world runs
         world.keep()

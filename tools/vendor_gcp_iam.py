@@ -24,7 +24,7 @@ APIS = ("container", "servicenetworking", "secretmanager", "serviceusage", "clou
         "cloudfunctions", "cloudscheduler", "storage", "pubsub", "iam", "run")
 COMPUTE_COLLECTIONS = ("networks", "subnetworks", "firewalls", "addresses", "globalAddresses", "globalOperations",
                        "regionOperations", "zoneOperations", "projects", "regions", "zones", "reservations",
-                       "networkProfiles", "machineTypes", "instances")
+                       "networkProfiles", "machineTypes", "instances", "resourcePolicies")
 LUSTRE = {  # google.cloud.lustre.v1.Lustre's REST methods -> cloud.google.com/managed-lustre/docs/access-control
     "lustre.projects.locations.list": ["lustre.locations.list"],
     "lustre.projects.locations.get": ["lustre.locations.get"],
@@ -49,7 +49,11 @@ OVERRIDES = {"servicenetworking.services.connections.create": ["servicenetworkin
              "servicenetworking.services.connections.patch": ["servicenetworking.services.addPeering"],
              # "There are no permissions required to make this API call" (the method's reference page), as for
              # every testIamPermissions; map.json leaves this one out.
-             "iam.projects.serviceAccounts.testIamPermissions": []}
+             "iam.projects.serviceAccounts.testIamPermissions": [],
+             # "pubsub.subscriptions.create on the containing Cloud project, and pubsub.topics.attachSubscription
+             # on the requested topic" (cloud.google.com/pubsub/docs/access-control, "Required permissions");
+             # map.json has the first alone.
+             "pubsub.projects.subscriptions.create": ["pubsub.subscriptions.create", "pubsub.topics.attachSubscription"]}
 # Checked by Google beside a method's own permission, so not in map.json: acting as the node service account
 # when a cluster or node pool names one (cloud.google.com/kubernetes-engine/docs/how-to/service-accounts),
 # writing the pipelines' logs, and the Kubernetes API through GKE IAM (the Ray dashboard's service proxy, the
@@ -129,7 +133,8 @@ def main(repo: Path, out: Path) -> None:
         "added_by_hand": {"lustre": "cloud.google.com/managed-lustre/docs/access-control",
                           "cloudquotas": "cloud.google.com/docs/quotas/permissions",
                           "servicenetworking connections create/patch":
-                              "cloud.google.com/vpc/docs/configure-private-services-access"},
+                              "cloud.google.com/vpc/docs/configure-private-services-access",
+                          "pubsub subscriptions create": "cloud.google.com/pubsub/docs/access-control"},
         "left_out": "from methods.json, the permissions no predefined role grants (alternatives map.json lists)",
         "made_by": "tools/vendor_gcp_iam.py"}, indent=2) + "\n")
 

@@ -50,8 +50,8 @@ from google.rpc import code_pb2
 from fakes import google_apis, iam
 from fakes.jsonhttp import JsonServer, reply
 
-KINDS = ("network", "subnetwork", "firewall", "address", "connection", "cluster", "node_pool", "lustre_instance",
-         "secret_version")
+KINDS = ("network", "subnetwork", "firewall", "address", "resource_policy", "connection", "cluster", "node_pool",
+         "lustre_instance", "secret_version")
 COMPUTE = "https://www.googleapis.com/compute/v1"
 GKE = "https://container.googleapis.com/v1"
 _RFC1035 = re.compile(r"[a-z]([-a-z0-9]{0,61}[a-z0-9])?")
@@ -260,10 +260,13 @@ class FakeGcp:
         self.vms: list[dict] = []  # compute v1 Instances beside the GKE nodes (put_gpu_vm)
         # Who may do what (tests/fakes/iam.py); None: every request is granted, as to a project's owner.
         self.iam: iam.Iam | None = None
+        from fakes.deploy_apis import DeployApis  # here: it builds on this module's errors and operations
+
+        self.deploy_apis = DeployApis(self)  # what cloudbuild/deploy.yaml's gcloud commands call
         self._routes = [(method, re.compile(pattern), handler) for method, pattern, handler in
                         self._compute_routes() + self._servicenetworking_routes() + self._gke_routes()
                         + self._lustre_routes() + self._secret_routes() + self._project_routes()
-                        + self._deployment_routes() + self._quota_routes()]
+                        + self._deployment_routes() + self._quota_routes() + self.deploy_apis.routes()]
         self._server: JsonServer | None = None
 
     # -- lifecycle ------------------------------------------------------------------------------
@@ -371,6 +374,9 @@ class FakeGcp:
         raw = http.rfile.read(int(http.headers.get("Content-Length") or 0))
         if parts.path == "/token":
             self._token(http, raw)
+            return
+        if parts.path.startswith("/upload/"):  # a signed URL: no credentials (deploy_apis.DeployApis.upload)
+            self.deploy_apis.upload(http, raw)
             return
         query = {key: values[-1] for key, values in parse_qs(parts.query, keep_blank_values=True).items()}
         # GAPIC clients put their ClientInfo user agent in x-goog-api-client; discovery clients in User-Agent.
@@ -546,12 +552,13 @@ class FakeGcp:
         return answer
 
     # -- Compute Engine -------------------------------------------------------------------------
-    _COLLECTIONS = {"networks": "network", "subnetworks": "subnetwork", "firewalls": "firewall", "addresses": "address"}
+    _COLLECTIONS = {"networks": "network", "subnetworks": "subnetwork", "firewalls": "firewall", "addresses": "address",
+                    "resourcePolicies": "resource_policy"}
 
     def _compute_routes(self) -> list:
         project = r"/compute/v1/projects/(?P<project>[^/]+)"
         global_ = project + r"/global/(?P<collection>networks|firewalls|addresses)"
-        regional = project + r"/regions/(?P<region>[^/]+)/(?P<collection>subnetworks)"
+        regional = project + r"/regions/(?P<region>[^/]+)/(?P<collection>subnetworks|resourcePolicies)"
         operation = project + r"/(?P<scope>global|regions/[^/]+)/operations/(?P<op>[^/]+)"
         one = r"/(?P<name>[^/]+)"
         return [
@@ -607,7 +614,8 @@ class FakeGcp:
         if name in self._store[kind] or name in self._creating[kind]:
             raise conflict(f"projects/{project}/{f'regions/{region}' if region else 'global'}/{collection}/{name}")
         build = {"network": self._new_network, "subnetwork": self._new_subnetwork,
-                 "firewall": self._new_firewall, "address": self._new_address}[kind]
+                 "firewall": self._new_firewall, "address": self._new_address,
+                 "resource_policy": self._new_resource_policy}[kind]
         stored = build(project, region, body)
         stored.update(kind=f"compute#{kind}", id=str(self._random.getrandbits(63)),
                       creationTimestamp=_timestamp(), selfLink=self._link(project, collection, name, region))
@@ -677,6 +685,23 @@ class FakeGcp:
             self._check_free(network, wanted)
         return dict(body, network=self._link(project, "networks", network), status="RESERVED",
                     address=body.get("address") or self._free_range(network, prefix))
+
+    @staticmethod
+    def _new_resource_policy(project, region, body: dict) -> dict:
+        workload = body.get("workloadPolicy")
+        if workload is not None:
+            # `gcloud compute resource-policies create workload-policy`: --type is required, and --accelerator-topology
+            # and --max-topology-distance are one or the other (its synopsis); Cluster Toolkit's resource-policy module
+            # refuses acceleratorTopologyMode without an acceleratorTopology (its precondition).
+            if not workload.get("type"):
+                raise invalid("Invalid value for field 'resource.workloadPolicy.type': ''. A workload policy needs a type.")
+            if workload.get("acceleratorTopology") and workload.get("maxTopologyDistance"):
+                raise invalid("Invalid value for field 'resource.workloadPolicy': acceleratorTopology and "
+                              "maxTopologyDistance cannot both be set.")
+            if workload.get("acceleratorTopologyMode") and not workload.get("acceleratorTopology"):
+                raise invalid("Invalid value for field 'resource.workloadPolicy.acceleratorTopologyMode': it needs "
+                              "acceleratorTopology.")
+        return dict(body, region=f"{COMPUTE}/projects/{project}/regions/{region}", status="READY")
 
     def _taken(self, network: str) -> list:
         taken = [ipaddress.ip_network(_range_of(r)) for kind in ("subnetwork", "address")
@@ -759,6 +784,9 @@ class FakeGcp:
         if kind == "address":
             users += [f"peering {c['peering']}" for c in self._store["connection"].values()
                       if name in c.get("reservedPeeringRanges", [])]
+        if kind == "resource_policy":
+            users += [f"node pool {p['name']}" for p in self._store["node_pool"].values()
+                      if _last(p.get("placementPolicy", {}).get("policyName")) == name]
         return users
 
     def _network_of(self, reference: str | None, field: str) -> str:
@@ -989,6 +1017,7 @@ class FakeGcp:
                               f"'compute.googleapis.com/reservation-name' and one value, not "
                               f"{affinity.get('key')!r} = {affinity.get('values')}.")
         _check_autoscaling(pool.get("autoscaling", {}))
+        self._check_placement(pool, location, cluster)
         extras = pool.get("networkConfig", {}).get("additionalNodeNetworkConfigs", [])
         if extras and not cluster.get("networkConfig", {}).get("enableMultiNetworking"):
             raise invalid("Additional node networks need multi-networking enabled on the cluster.")
@@ -1004,6 +1033,52 @@ class FakeGcp:
             if zone and set(pool.get("locations") or [location]) != {zone}:
                 raise invalid(f"Node pool '{name}' attaches network '{network}' (network profile {profile}): its "
                               f"nodes must all be in {zone}, not {pool.get('locations') or [location]}.")
+
+    def _check_placement(self, pool: dict, location: str, cluster: dict) -> None:
+        """A node pool's placementPolicy, as GKE takes it."""
+        name, placement = pool.get("name", ""), pool.get("placementPolicy") or {}
+        machine = pool.get("config", {}).get("machineType", "")
+        if machine.startswith("a4x-") and not placement:
+            # "When creating multiple instances for machine series that support partitioning, such as A4X Max and
+            # A4X, you must apply a compact placement policy or a workload policy"
+            # (docs.cloud.google.com/ai-hypercomputer/docs/placement-policy-and-workload-policy).
+            raise invalid(f"Node pool '{name}': {machine} nodes need a placement policy (placementPolicy: a workload "
+                          "policy, or compact placement).")
+        if not placement:
+            return
+        if placement.get("type") in ("COMPACT", 1):
+            zones = pool.get("locations") or _default_zones(location, cluster)
+            if len(zones) != 1:
+                # GKE's compact placement is within one zone (cloud.google.com/kubernetes-engine/docs/how-to/
+                # compact-placement); Cluster Toolkit's gke-node-pool refuses COMPACT on more than one zone, and on a
+                # blue-green upgrade or queued provisioning (its preconditions).
+                raise invalid(f"Node pool '{name}': compact placement is only available for node pools in a single "
+                              f"zone, not {zones}.")
+            if (pool.get("upgradeSettings") or {}).get("strategy") in ("BLUE_GREEN", 2):
+                raise invalid(f"Node pool '{name}': compact placement is not supported with blue-green upgrades.")
+            if (pool.get("queuedProvisioning") or {}).get("enabled"):
+                raise invalid(f"Node pool '{name}': placementPolicy COMPACT cannot go with queued provisioning.")
+        policy_name = placement.get("policyName")
+        if not policy_name:
+            return
+        # PlacementPolicy.policyName (container v1): "The resource policy must be in the same project and region as
+        # the node pool. If not found, InvalidArgument error is returned."
+        policy = self._store["resource_policy"].get(_last(policy_name))
+        if policy is None or not policy.get("region", "").endswith(f"/regions/{_region_of(location)}"):
+            raise invalid(f"Node pool '{name}': resource policy '{policy_name}' was not found in region "
+                          f"{_region_of(location)}.")
+        topology = (policy.get("workloadPolicy") or {}).get("acceleratorTopology")
+        gpus = sum(int(a.get("acceleratorCount", 0)) for a in pool.get("config", {}).get("accelerators", []))
+        if topology and gpus:
+            # A 1x72 topology is one NVLink domain of 72 GPUs: "NODE_COUNT ... must be 18 nodes or less ... to obtain
+            # the GPU topology of 1x72 in one subblock" (Cluster Toolkit's gke-a4x-max-bm README, GKE's steps).
+            most = functools.reduce(lambda a, b: a * b, map(int, topology.split("x"))) // gpus
+            scaling = pool.get("autoscaling") or {}
+            wanted = max(int(pool.get("initialNodeCount", 0)),
+                         int(scaling.get("maxNodeCount", 0)) if scaling.get("enabled") else 0)
+            if wanted > most:
+                raise invalid(f"Node pool '{name}': {wanted} nodes of {gpus} GPUs do not fit accelerator topology "
+                              f"{topology} of resource policy '{_last(policy_name)}' ({most} nodes at most).")
 
     def _cluster(self, project: str, location: str, name: str) -> dict:
         found = self._store["cluster"].get(name)

@@ -55,9 +55,12 @@ class Account:
         return found
 
 
-# `gcloud` in cloudbuild/deploy.yaml: topics, subscriptions and their IAM, the functions (their source upload,
-# their Cloud Run service's invoker binding), the tick schedule; deploying a function to run as an account, or
-# to build as one, is acting as that account.
+# What `gcloud` (528) calls for cloudbuild/deploy.yaml, as tests/test_deploy_pipeline.py sees it run: topics,
+# subscriptions and their IAM, the functions (the runtimes offered, their source upload, their Cloud Run service's
+# invoker binding, which `functions deploy` of an existing function rewrites too), the tick schedule, and what
+# `functions deploy` reads on the side: the project's number, and whether run, cloudbuild and artifactregistry are
+# enabled (it goes on when refused that). Deploying a function to run as an account, or to build as one, and a
+# push subscription's token account, is acting as that account.
 DEPLOY_METHODS = (
     "pubsub.projects.topics.get", "pubsub.projects.topics.create", "pubsub.projects.topics.getIamPolicy",
     "pubsub.projects.topics.setIamPolicy", "pubsub.projects.subscriptions.get",
@@ -65,9 +68,10 @@ DEPLOY_METHODS = (
     "pubsub.projects.subscriptions.getIamPolicy", "pubsub.projects.subscriptions.setIamPolicy",
     "cloudfunctions.projects.locations.functions.get", "cloudfunctions.projects.locations.functions.create",
     "cloudfunctions.projects.locations.functions.patch", "cloudfunctions.projects.locations.functions.generateUploadUrl",
-    "cloudfunctions.projects.locations.operations.get", "run.projects.locations.services.getIamPolicy",
-    "run.projects.locations.services.setIamPolicy", "cloudscheduler.projects.locations.jobs.get",
-    "cloudscheduler.projects.locations.jobs.create", "cloudscheduler.projects.locations.jobs.patch")
+    "cloudfunctions.projects.locations.runtimes.list", "cloudfunctions.projects.locations.operations.get",
+    "run.projects.locations.services.getIamPolicy", "run.projects.locations.services.setIamPolicy",
+    "cloudscheduler.projects.locations.jobs.get", "cloudscheduler.projects.locations.jobs.create",
+    "cloudscheduler.projects.locations.jobs.patch", "cloudresourcemanager.projects.get", "serviceusage.services.get")
 
 ACCOUNTS = (
     Account("apply", "rlops-apply", "cloudbuild/apply.yaml",
