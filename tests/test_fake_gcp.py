@@ -622,3 +622,61 @@ def test_a_gpu_pool_is_checked_against_its_reservation_key_and_its_rdma_profiles
         gke.create_node_pool(parent=f"{location}/clusters/c", node_pool=gpu)
     gpu.config.reservation_affinity.key = "compute.googleapis.com/reservation-name"
     wait_gke(gke, location, gke.create_node_pool(parent=f"{location}/clusters/c", node_pool=gpu))
+
+
+def test_a_workload_policy_is_a_regional_compute_resource_a_pool_names_and_holds(fake):
+    """Compute's resourcePolicies through google-cloud-compute (discovery-checked like every collection), and the
+    node pool's placementPolicy as GKE takes it: a named policy of the pool's region, within its topology's nodes,
+    compact placement in one zone, A4X never without one, and a policy in use kept."""
+    policies = gapic(fake, "compute", compute_v1.ResourcePoliciesClient)
+    regional = gapic(fake, "compute", compute_v1.RegionOperationsClient)
+    workload = compute_v1.ResourcePolicyWorkloadPolicy(type_="HIGH_THROUGHPUT", accelerator_topology="1x72")
+    with pytest.raises(gexc.BadRequest, match="acceleratorTopology and maxTopologyDistance"):
+        policies.insert(project=P, region=REGION, resource_policy_resource=compute_v1.ResourcePolicy(
+            name="wp", workload_policy=compute_v1.ResourcePolicyWorkloadPolicy(
+                type_="HIGH_THROUGHPUT", accelerator_topology="1x72", max_topology_distance="BLOCK")))
+    for workload_body, said in (({"type": "LOW_LATENCY"}, "(LOW_LATENCY)"),  # the discovery document's enum
+                                ({"acceleratorTopology": "1x72"}, "needs a type")):
+        refused = _post(fake, "compute", f"/compute/v1/projects/{P}/regions/{REGION}/resourcePolicies",
+                        {"name": "wp", "workloadPolicy": workload_body})
+        assert refused.status_code == 400 and said in refused.json()["error"]["message"], refused.text
+    operation = policies.insert(project=P, region=REGION, resource_policy_resource=compute_v1.ResourcePolicy(
+        name="wp", workload_policy=workload))
+    assert regional.wait(project=P, region=REGION, operation=operation.name).status == DONE
+    got = policies.get(project=P, region=REGION, resource_policy="wp")
+    assert (got.workload_policy.accelerator_topology, got.region.rsplit("/", 1)[-1]) == ("1x72", REGION)
+    assert [p.name for p in policies.list(project=P, region=REGION)] == ["wp"]
+    assert not list(policies.list(project=P, region="europe-west4"))
+
+    make_network(fake)
+    gke = gapic(fake, "container", container_v1.ClusterManagerClient)
+    location = f"projects/{P}/locations/{REGION}"
+    cluster = container_v1.Cluster(name="c", network="net", initial_cluster_version="1.33",
+                                   node_pools=[container_v1.NodePool(name="system", initial_node_count=1)])
+    wait_gke(gke, location, gke.create_cluster(parent=location, cluster=cluster))
+    compact = container_v1.NodePool.PlacementPolicy.Type.COMPACT
+    gb200 = container_v1.NodeConfig(machine_type="a4x-highgpu-4g", accelerators=[container_v1.AcceleratorConfig(
+        accelerator_type="nvidia-gb200", accelerator_count=4)])
+    pool = container_v1.NodePool(name="gpu", locations=[ZONE], config=gb200, initial_node_count=0,
+                                 autoscaling=container_v1.NodePoolAutoscaling(enabled=True, max_node_count=19))
+    with pytest.raises(gexc.BadRequest, match="a4x-highgpu-4g nodes need a placement policy"):
+        gke.create_node_pool(parent=f"{location}/clusters/c", node_pool=pool)
+    pool.placement_policy = container_v1.NodePool.PlacementPolicy(type_=compact, policy_name="missing")
+    with pytest.raises(gexc.BadRequest, match="resource policy 'missing' was not found"):
+        gke.create_node_pool(parent=f"{location}/clusters/c", node_pool=pool)
+    pool.placement_policy.policy_name = "wp"
+    with pytest.raises(gexc.BadRequest, match=r"19 nodes of 4 GPUs do not fit accelerator topology 1x72 .*18 nodes"):
+        gke.create_node_pool(parent=f"{location}/clusters/c", node_pool=pool)
+    pool.locations = [ZONE, f"{REGION}-c"]
+    pool.autoscaling.max_node_count = 18
+    with pytest.raises(gexc.BadRequest, match="single zone"):
+        gke.create_node_pool(parent=f"{location}/clusters/c", node_pool=pool)
+    pool.locations = [ZONE]
+    wait_gke(gke, location, gke.create_node_pool(parent=f"{location}/clusters/c", node_pool=pool))
+    assert gke.get_node_pool(name=f"{location}/clusters/c/nodePools/gpu").placement_policy.policy_name == "wp"
+    with pytest.raises(gexc.BadRequest, match="already being used by 'node pool gpu'"):
+        policies.delete(project=P, region=REGION, resource_policy="wp")
+    wait_gke(gke, location, gke.delete_node_pool(name=f"{location}/clusters/c/nodePools/gpu"))
+    operation = policies.delete(project=P, region=REGION, resource_policy="wp")
+    assert regional.wait(project=P, region=REGION, operation=operation.name).status == DONE
+    assert not list(policies.list(project=P, region=REGION))

@@ -1,10 +1,15 @@
 """Every GPU machine of the catalog (issue 38): each validates, and its network stack renders as the pinned upstream
 manifests of GoogleCloudPlatform/container-engine-accelerators say, field by field, changed only where
 `rlops.kube.transports.SUBSTITUTIONS` says; its cloud requests pass the fake GCP's discovery-document checks; the
-doctor names its GPU quota family; cost prices it."""
+doctor names its GPU quota family; cost prices it; each pool gets the placement its machine offers or requires (A4X's
+workload policy, created before the pool and deleted after it).
+
+The A4X environment is the h200 seed on GB200 (`a4x_text`); its dry-run transcript is checked in
+(tests/golden/a4x.apply-dry-run.txt; after an intended change `RLOPS_UPDATE_GOLDEN=1`, then review the diff)."""
 
 import copy
 import json
+import os
 
 import jsonschema
 import kubernetes_validate
@@ -226,7 +231,7 @@ def example_projects(cloud_fakes, specs):
                                         ("a100", [])])
 def test_apply_sends_each_familys_networks_through_the_discovery_checked_fake(example_projects, name, nics, capsys):
     gcp = example_projects
-    assert cli.main(["apply", name, "--skip-doctor"]) == 0, capsys.readouterr()
+    assert cli.main(["apply", "--yes", name, "--skip-doctor"]) == 0, capsys.readouterr()
     (pool,) = [r.body["nodePool"] for r in gcp.mutations() if r.method == "POST" and r.path.endswith("/nodePools")]
     attached = (pool.get("networkConfig") or {}).get("additionalNodeNetworkConfigs", [])
     assert [(a["network"], a["subnetwork"]) for a in attached] == nics
@@ -255,7 +260,110 @@ def test_cost_prices_every_shipped_environments_pools_but_where_no_price_is_publ
         for rate in costs.rates(env):
             if rate.usd_per_node_hour is None:
                 unpriced[spec.stem] = rate.source
-    # No public B200 Spot price for us-east1 was found (gpus/catalog.yaml says so): the one gap, named.
-    assert unpriced == {"b200-spot": "no spot list price for a4-highgpu-8g in us-east1 (prices as of 2026-10-13)"}
+    # No public B200 Spot price for us-east1 was found (gpus/catalog.yaml says so): b200-spot states its estimate.
+    assert unpriced == {}
+    (b200,) = costs.rates(load(ENVIRONMENTS / "b200-spot.yaml").environment)
+    assert b200.usd_per_node_hour == pytest.approx(39.6336) and b200.source == "the spec's negotiated rate"
     (mega,) = costs.rates(load(ENVIRONMENTS / "h100-mega.yaml").environment)
     assert mega.usd_per_node_hour == pytest.approx(37.391837) and "[CY] 2025-03-06" in mega.source
+
+
+def test_placement_is_one_the_machine_offers_and_a4x_keeps_its_pool_in_one_nvlink_domain(problems):
+    said = problems(a4x_text().replace("    reservation: h200-reservation\n",
+                                       "    reservation: h200-reservation\n    placement: compact\n"))
+    assert "gpu_pools[0].placement: a4x-highgpu-4g pools need the workload policy (NVLink domain 1x72) that GKE's " \
+           "A4X node pools name; set placement: workload-1x72 or leave it unset" in said, said
+    said = problems(a4x_text().replace("autoscaling: {min_nodes: 0, max_nodes: 2}",
+                                       "autoscaling: {min_nodes: 0, max_nodes: 19}"))
+    assert ("gpu_pools[0].autoscaling.max_nodes: 19 nodes, but the 1x72 workload policy holds 18 a4x-highgpu-4g "
+            "nodes (72 GPUs, one NVLink domain); use at most 18") in said, said
+    said = problems(a4x_text().replace("cluster:\n  name: rl-h200\n", f"cluster:\n  name: {'c' * 40}\n").replace(
+        "  - name: gpu-pool\n", f"  - name: {'p' * 30}\n").replace("runner: nemo-rl\n", "runner: nemo-rl\n"))
+    assert f"gpu_pools[0].name: the pool's workload policy is named CLUSTER-POOL, {'c' * 40}-{'p' * 30} (71 " \
+           "characters), and a Compute name takes at most 63" in said, said
+    h200 = (ENVIRONMENTS / "h200.yaml").read_text()
+    said = problems(h200.replace("    reservation: h200-reservation\n",
+                                 "    reservation: h200-reservation\n    placement: workload-1x72\n"))
+    assert "gpu_pools[0].placement: a3-ultragpu-8g offers placement compact, not workload-1x72; use compact or " \
+           "none" in said, said
+    assert load_text(a4x_text(), "a4x", "a4x.yaml").environment.gpu_pools[0].placement_used.name == "workload-1x72"
+    assert load(ENVIRONMENTS / "h200.yaml").environment.gpu_pools[0].placement_used is None
+
+
+def _dry_run(name: str, text: str, folder, monkeypatch, capsys) -> str:
+    (folder / f"{name}.yaml").write_text(text)
+    monkeypatch.setenv("RLOPS_ENVIRONMENTS", str(folder))
+    monkeypatch.delenv("RLOPS_API_ENDPOINTS", raising=False)
+    assert cli.main(["apply", name, "--dry-run", "--offline"]) == 0
+    return capsys.readouterr().out
+
+
+def _posted(transcript: str, path_end: str) -> list[dict]:
+    return [json.loads(line.split(" ", 2)[2]) for line in transcript.splitlines()
+            if line.startswith("POST ") and line.split(" ", 2)[1].endswith(path_end)]
+
+
+def test_the_a4x_dry_run_creates_its_workload_policy_and_names_it_in_the_pool(tmp_path, monkeypatch, capsys):
+    transcript = _dry_run("a4x", a4x_text(), tmp_path, monkeypatch, capsys)
+    golden = REPO / "tests" / "golden" / "a4x.apply-dry-run.txt"
+    if os.environ.get("RLOPS_UPDATE_GOLDEN"):
+        golden.write_text(transcript)
+    assert transcript == golden.read_text(), f"the requests changed; if intended, RLOPS_UPDATE_GOLDEN=1 and review {golden}"
+    (policy,) = _posted(transcript, "/regions/us-central1/resourcePolicies")
+    assert policy["name"] == "rl-h200-gpu-pool" and policy["workloadPolicy"] == {
+        "type": "HIGH_THROUGHPUT", "acceleratorTopology": "1x72"}
+    (request,) = _posted(transcript, "/clusters/rl-h200/nodePools")
+    # container v1 NodePool.PlacementPolicy, its enum as the client sends it (COMPACT is 1), as Cluster Toolkit's
+    # gke-a4x blueprint makes it: type COMPACT and the workload policy's name.
+    assert request["nodePool"]["placementPolicy"] == {"type": 1, "policyName": "rl-h200-gpu-pool"}
+    lines = transcript.splitlines()
+    assert lines.index("# create resource_policy/rl-h200-gpu-pool") < lines.index("# create node_pool/gpu-pool")
+    # Compact placement elsewhere: GKE makes the policy, nothing is named.
+    mega = (ENVIRONMENTS / "h100-mega.yaml").read_text().replace("    spot: true\n", "    spot: true\n    placement: compact\n")
+    transcript = _dry_run("h100-mega", mega, tmp_path, monkeypatch, capsys)
+    (request,) = _posted(transcript, "/nodePools")
+    assert request["nodePool"]["placementPolicy"] == {"type": 1} and not _posted(transcript, "/resourcePolicies")
+    for name in ("h200", "b200-spot", "h100", "h100-mega", "a100"):  # none asks for one
+        assert "placementPolicy" not in (REPO / "tests" / "golden" / f"{name}.apply-dry-run.txt").read_text()
+
+
+def test_a4x_workers_take_the_upstream_pods_rdma_interfaces_and_arm64_nodes():
+    env, objs = rendered("a4x", a4x_text())
+    (pod, *_) = [doc for doc in upstream(env.machine.pod) if doc["kind"] == "Pod"]
+    (group,) = objs[("RayCluster", env.ray.cluster_name)]["spec"]["workerGroupSpecs"]
+    ours = json.loads(group["template"]["metadata"]["annotations"]["networking.gke.io/interfaces"])
+    theirs = json.loads(pod["metadata"]["annotations"]["networking.gke.io/interfaces"])
+    # Every interface of the upstream pod, at its device name; rlops adds eth1 on gvnic-1 (the seeds' layout).
+    assert [i for i in ours if i["network"] != "gvnic-1"] == theirs
+    assert {"interfaceName": "eth1", "network": "gvnic-1"} in ours
+    (term,) = pod["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+        "nodeSelectorTerms"]
+    spec = group["template"]["spec"]
+    assert {e["key"]: e["values"] for e in term["matchExpressions"]} == {
+        key: [spec["nodeSelector"][key]] for key in ("cloud.google.com/gke-accelerator", "kubernetes.io/arch")}
+    assert {"key": "kubernetes.io/arch", "operator": "Equal", "value": "arm64", "effect": "NoSchedule"} in \
+        spec["tolerations"]
+    jsonschema.validate(objs[("RayCluster", env.ray.cluster_name)], raycluster_schema())
+    _, objs = rendered("h200")
+    (group,) = objs[("RayCluster", "ray-cluster")]["spec"]["workerGroupSpecs"]
+    assert "kubernetes.io/arch" not in group["template"]["spec"]["nodeSelector"]
+    assert all(t["key"] != "kubernetes.io/arch" for t in group["template"]["spec"]["tolerations"])
+
+
+def test_apply_makes_the_workload_policy_before_the_pool_and_destroy_deletes_it_after(cloud_fakes, specs, capsys):
+    gcp, _ = cloud_fakes
+    (specs / "a4x.yaml").write_text(a4x_text())
+    assert cli.main(["apply", "a4x", "--skip-doctor", "--yes"]) == 0, capsys.readouterr()
+    made = [(r.method, r.path.rsplit("/", 1)[-1]) for r in gcp.mutations() if r.method == "POST"]
+    assert made.index(("POST", "resourcePolicies")) < made.index(("POST", "nodePools"))
+    assert gcp.resources("resource_policy")["rl-h200-gpu-pool"]["workloadPolicy"] == {
+        "type": "HIGH_THROUGHPUT", "acceleratorTopology": "1x72"}
+    assert gcp.resources("node_pool")["gpu-pool"]["placementPolicy"]["policyName"] == "rl-h200-gpu-pool"
+    assert cli.main(["plan", "a4x", "--detailed-exitcode"]) == 0  # applied: nothing left to change
+    capsys.readouterr()
+    assert cli.main(["destroy", "a4x", "--yes"]) == 0, capsys.readouterr()
+    deleted = [r.path for r in gcp.mutations() if r.method == "DELETE"]
+    pool = next(i for i, path in enumerate(deleted) if path.endswith("/nodePools/gpu-pool"))
+    policy = next(i for i, path in enumerate(deleted) if path.endswith("/resourcePolicies/rl-h200-gpu-pool"))
+    assert pool < policy and not gcp.resources("resource_policy")
+

@@ -115,6 +115,9 @@ CASES = [
      {"node_pool/gpu-pool": R}, {"node_pool/gpu-pool"}),
     ("spot-to-reservation", "b200-spot", [("spot: true", "reservation: b200-reservation")],
      {"node_pool/a4-pool": R}, {"node_pool/a4-pool"}),
+    # A node pool's placementPolicy is fixed at creation: compact placement comes with a new pool.
+    ("gpu-pool-compact-placement", "b200-spot", [("    spot: true\n", "    spot: true\n    placement: compact\n")],
+     {"node_pool/a4-pool": R}, {"node_pool/a4-pool"}),
     ("firewall-source-ranges", "h200",
      [("firewall_source_ranges: [192.168.0.0/16]", "firewall_source_ranges: [192.168.0.0/16, 10.8.0.0/16]")],
      {"firewall/rl-gvnic-internal": U}, set()),

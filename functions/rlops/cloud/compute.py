@@ -1,4 +1,5 @@
-"""Compute Engine: networks, subnetworks, firewalls and global addresses (google-cloud-compute, REST).
+"""Compute Engine: networks, subnetworks, firewalls, global addresses and resource policies (google-cloud-compute,
+REST).
 
 One handler per kind (`HANDLERS`), each following `cloud.base.ResourceAdapter`; what they share (the
 list read, the get, the delete, waiting on an operation) is `_ComputeKind`.
@@ -173,7 +174,26 @@ class Addresses(_ComputeKind):
             address=d["address"]))
 
 
-HANDLERS = (Networks, Subnetworks, Firewalls, Addresses)
+class ResourcePolicies(_ComputeKind):
+    """A GPU pool's workload policy (A4X's NVLink domain), which its node pool names in placementPolicy.policyName."""
+
+    kind, client_class, argument = "resource_policy", compute_v1.ResourcePoliciesClient, "resource_policy"
+    collection, regional, operations = "resourcePolicies", True, "regionOperations"
+
+    def live(self, item: compute_v1.ResourcePolicy) -> Live:
+        return Live({"region": last_segment(item.region), "workload_type": item.workload_policy.type_ or None,
+                     "accelerator_topology": item.workload_policy.accelerator_topology or None},
+                    self.target.owns_description(item.description))
+
+    def create(self, resource: Resource) -> Pending:
+        d = resource.desired
+        return self._insert(resource, compute_v1.ResourcePolicy(
+            name=resource.name, description=self.target.description,
+            workload_policy=compute_v1.ResourcePolicyWorkloadPolicy(
+                type_=d["workload_type"], accelerator_topology=d["accelerator_topology"])))
+
+
+HANDLERS = (Networks, Subnetworks, Firewalls, Addresses, ResourcePolicies)
 
 
 def _status(operation: compute_v1.Operation) -> tuple[bool, str | None]:

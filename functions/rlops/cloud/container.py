@@ -118,6 +118,8 @@ class _Gke:
             "spot": config.spot,
             "additional_networks": [[last_segment(n.network), last_segment(n.subnetwork)]
                                     for n in pool.network_config.additional_node_network_configs],
+            "placement_type": pool.placement_policy.type_.name,
+            "placement_policy": pool.placement_policy.policy_name,
             "node_locations": list(pool.locations),
             "autoscaling": pool.autoscaling.enabled,
             "min_nodes": pool.autoscaling.min_node_count if pool.autoscaling.enabled else None,
@@ -162,6 +164,9 @@ class _Gke:
             pool.autoscaling = self._autoscaling(d)
         if d["node_locations"]:
             pool.locations = d["node_locations"]
+        if d.get("placement_type", "TYPE_UNSPECIFIED") != "TYPE_UNSPECIFIED":
+            pool.placement_policy = gke.NodePool.PlacementPolicy(
+                type_=gke.NodePool.PlacementPolicy.Type[d["placement_type"]], policy_name=d["placement_policy"])
         if d["additional_networks"]:
             pool.network_config = gke.NodeNetworkConfig(additional_node_network_configs=[
                 gke.AdditionalNodeNetworkConfig(network=network, subnetwork=subnetwork)

@@ -20,6 +20,7 @@ import yaml
 
 from rlops.kube import tokens, transports
 from rlops.ownership import labels_for
+from rlops.spec import catalog
 from rlops.spec.model import GcpEnvironment, GpuPool
 
 # Package data, so that an installed rlops renders too; `manifests/` at the top of the repository links here.
@@ -181,6 +182,13 @@ def _worker_group(env: GcpEnvironment, pool: GpuPool) -> dict:
     spec["securityContext"] = dict(TOKEN_READER)
     spec["nodeSelector"] = {"cloud.google.com/gke-accelerator": pool.accelerator.type,
                             "cloud.google.com/gke-nodepool": pool.name}
+    arch = catalog.GPU_MACHINES[pool.machine_type].arch
+    if arch != "amd64":
+        # GKE taints Arm nodes kubernetes.io/arch=arm64:NoSchedule; a pod that selects arm64, as the upstream A4X
+        # pods do, may go there (cloud.google.com/kubernetes-engine/docs/how-to/prepare-arm-workloads-for-deployment).
+        spec["nodeSelector"]["kubernetes.io/arch"] = arch
+        spec["tolerations"].append({"key": "kubernetes.io/arch", "operator": "Equal", "value": arch,
+                                    "effect": "NoSchedule"})
     container = spec["containers"][0]
     container.update(image=env.ray.image,
                      resources=_resources(env.ray.worker.cpu, env.ray.worker.memory, gpus=pool.accelerator.count))

@@ -34,6 +34,9 @@ KINDS = {k.name: k for k in [
     Kind("subnetwork", {"network": I, "region": I, "ip_cidr_range": I}, True),
     Kind("firewall", {"network": I, "direction": I, "allowed": M, "source_ranges": M}, False),
     Kind("address", {"network": I, "purpose": I, "address_type": I, "prefix_length": I, "address": I}, True),
+    # A workload policy holds no data; Compute changes none of these in place (resourcePolicies.patch takes only
+    # snapshot schedules and group placement), so a change replaces it, and the pools that name it with it.
+    Kind("resource_policy", {"region": I, "workload_type": I, "accelerator_topology": I}, False),
     Kind("connection", {"network": I, "reserved_peering_ranges": M}, True),
     Kind("cluster", {
         "location": I, "network": I, "workload_pool": M, "datapath_provider": I, "enable_multi_networking": I,
@@ -42,6 +45,8 @@ KINDS = {k.name: k for k in [
     Kind("node_pool", {
         "cluster": I, "machine_type": I, "disk_size_gb": I, "accelerator_type": I, "accelerator_count": I,
         "gpu_driver_version": I, "reservation": I, "spot": I, "additional_networks": I,
+        # NodePool.placementPolicy is set at creation only (nodePools.update has no field for it).
+        "placement_type": I, "placement_policy": I,
         # GKE changes a pool's zones in place (nodePools.update `locations`), adding or removing nodes.
         "node_locations": M, "autoscaling": M, "min_nodes": M, "max_nodes": M}, True),
     Kind("lustre_instance", {
@@ -103,15 +108,23 @@ def build(env_name: str, env: GcpEnvironment) -> list[Resource]:
     graph.append(resource("node_pool", system.name, _system_pool_fields(env), [f"cluster/{cluster.name}"],
                           created_with=f"cluster/{cluster.name}"))
     for pool in env.gpu_pools:
+        placement, policy = pool.placement_used, None
+        if placement and placement.workload_type:
+            policy = env.workload_policy_name(pool)
+            graph.append(resource("resource_policy", policy, {
+                "region": env.region, "workload_type": placement.workload_type,
+                "accelerator_topology": placement.accelerator_topology}))
         graph.append(resource("node_pool", pool.name, {
             "cluster": cluster.name, "machine_type": pool.machine_type, "disk_size_gb": pool.disk_size_gb,
             "accelerator_type": pool.accelerator.type, "accelerator_count": pool.accelerator.count,
             "gpu_driver_version": pool.accelerator.driver_version.upper(), "reservation": pool.reservation,
             "spot": pool.spot,
             "additional_networks": nic_subnets,
+            "placement_type": placement.type if placement else "TYPE_UNSPECIFIED", "placement_policy": policy or "",
             "node_locations": [env.zone], "initial_node_count": pool.autoscaling.min_nodes, "autoscaling": True,
             "min_nodes": pool.autoscaling.min_nodes, "max_nodes": pool.autoscaling.max_nodes,
-        }, [f"cluster/{cluster.name}"] + [f"subnetwork/{sub}" for _, sub in nic_subnets]))
+        }, [f"cluster/{cluster.name}"] + [f"subnetwork/{sub}" for _, sub in nic_subnets]
+           + ([f"resource_policy/{policy}"] if policy else [])))
     graph.append(resource("lustre_instance", env.lustre.name, {
         "zone": env.zone, "capacity_gib": env.lustre.capacity_gib,
         "per_unit_storage_throughput": env.lustre.throughput_mb_per_tib, "filesystem": env.lustre.filesystem,

@@ -33,6 +33,28 @@ class Transport:
 
 
 @dataclass(frozen=True)
+class Placement:
+    """How a GPU pool's nodes are placed (`gpus/catalog.yaml`, placements): the node pool's placementPolicy type, and
+    for a workload policy the Compute resource policy the pool names."""
+
+    name: str                  # compact, workload-1x72
+    title: str
+    type: str                  # container v1 NodePool.PlacementPolicy.type
+    workload_type: str | None = None           # Compute ResourcePolicyWorkloadPolicy.type
+    accelerator_topology: str | None = None    # its acceleratorTopology, e.g. 1x72
+
+    @property
+    def topology_gpus(self) -> int | None:
+        """The GPUs of one accelerator topology (1x72: 72, one NVL72 NVLink domain)."""
+        if self.accelerator_topology is None:
+            return None
+        gpus = 1
+        for side in self.accelerator_topology.split("x"):
+            gpus *= int(side)
+        return gpus
+
+
+@dataclass(frozen=True)
 class Price:
     on_demand: float | None
     spot: float | None
@@ -50,6 +72,7 @@ class GpuMachine:
     transport: Transport
     gpu_nics: int              # NICs for GPU traffic besides the primary one (RDMA: the RDMA NICs)
     installer: str | None      # the NCCL plugin installer manifest (upstream/), the transport's unless the machine's own
+    pod: str | None            # the upstream NCCL test pod (upstream/), the transport's unless the machine's own
     # The file the NCCL plugin reads for tuning on this machine, where rlops sets one.
     nccl_tuner_config: str | None
     # The `gpu_family` dimension of Cloud Quotas' GPUS-PER-GPU-FAMILY-per-project-region quota for its GPUs.
@@ -58,6 +81,9 @@ class GpuMachine:
     spot: bool                 # offered as Spot VMs
     capacity: str              # how a project gets the machine (the README's table)
     prices: dict[str, Price]   # by region
+    arch: str                  # amd64, or arm64 (A4X's Grace CPUs)
+    placements: tuple[Placement, ...]    # what a pool of it may ask for
+    required_placement: Placement | None  # what every pool of it gets
 
 
 @cache
@@ -76,6 +102,11 @@ def upstream(path: str) -> list[dict]:
 
 
 UPSTREAM_COMMIT: str = _catalog()["upstream"]["commit"]
+PLACEMENTS: dict[str, Placement] = {
+    name: Placement(name, fields["title"], fields["type"], *(
+        (fields["workload_policy"]["type"], fields["workload_policy"]["accelerator_topology"])
+        if "workload_policy" in fields else ()))
+    for name, fields in _catalog()["placements"].items()}
 TRANSPORTS: dict[str, Transport] = {
     name: Transport(name=name, **{**fields, "nccl_env": tuple(fields.get("nccl_env", {}).items())})
     for name, fields in _catalog()["transports"].items()}
@@ -87,13 +118,18 @@ def _machine(name: str, fields: dict) -> GpuMachine:
               for region, row in _catalog()["prices"]["machines"].get(name, {}).items()}
     return GpuMachine(name, fields["title"], fields["accelerator"], fields["gpus"], fields["vcpus"], fields["memory_gib"],
                       transport, fields["gpu_nics"], fields.get("installer", transport.installer),
+                      fields.get("pod", transport.pod),
                       fields["nccl_tuner_config"], fields["gpu_family"], fields["min_gke"], fields["spot"],
-                      fields["capacity"], prices)
+                      fields["capacity"], prices, fields.get("arch", "amd64"),
+                      tuple(PLACEMENTS[name] for name in fields["placement"]["offered"]),
+                      PLACEMENTS.get(fields["placement"].get("required")))
 
 
 GPU_MACHINES: dict[str, GpuMachine] = {name: _machine(name, fields) for name, fields in _catalog()["machines"].items()}
 PRICES_AS_OF: str = _catalog()["prices"]["as_of"]
 PRICE_SOURCES: list[str] = _catalog()["prices"]["sources"]
+# The prices of the rest of an environment: CPU machines, Lustre capacity, GKE's fee, the functions (its comments).
+PLATFORM_PRICES: dict = yaml.safe_load((GPUS / "platform_prices.yaml").read_text())
 
 
 @dataclass(frozen=True)

@@ -33,7 +33,7 @@ class Loaded:
     file: str
     environment: GcpEnvironment | LocalEnvironment | None
     problems: list[Problem]
-    notices: list[Problem] = field(default_factory=list)  # what could not be checked
+    notices: list[Problem] = field(default_factory=list)  # what could not be checked, and warnings: valid, no effect
 
 
 class SpecError(Failure):
@@ -76,6 +76,7 @@ def _check(doc: Document, name: str) -> Loaded:
         for finding_path, message in rules.check(environment):
             doc.problems.append(doc.problem(finding_path, message))
         notices = [doc.problem(path, "not checked: " + message) for path, message in rules.notices(environment)]
+        notices += [doc.problem(path, "warning: " + message) for path, message in rules.warnings(environment)]
     doc.problems.sort(key=lambda p: (p.line, p.column))
     return Loaded(name, doc.file, None if doc.problems else environment, doc.problems, notices)
 

@@ -86,6 +86,12 @@ AbsolutePath = _text(ABSOLUTE_PATH, 4096)
 OverrideKey = _text(OVERRIDE_KEY, 200)
 Scalar = Union[StrictBool, StrictInt, StrictFloat, StrictStr, None]
 
+
+def seconds(duration: str) -> int:
+    """A Duration (90s, 30m, 2h) in seconds."""
+    return int(duration[:-1]) * {"s": 1, "m": 60, "h": 3600}[duration[-1]]
+
+
 MachineType = Literal[tuple(catalog.GPU_MACHINES)]  # type: ignore[valid-type]
 AcceleratorType = Literal[tuple(m.accelerator for m in catalog.GPU_MACHINES.values())]  # type: ignore[valid-type]
 
@@ -243,10 +249,22 @@ class GpuPool(Spec):
     ray_workers: StrictInt | None = Field(
         None, ge=0, description="Ray worker replicas on this pool; defaults to autoscaling.max_nodes.")
     cost: PoolCost | None = Field(None, description="Overrides the list price of the machine type (rlops cost).")
+    placement: Literal[("none", *catalog.PLACEMENTS)] | None = Field(  # type: ignore[valid-type]
+        None, description="Where in the zone GKE places the pool's nodes: compact (close together, for lower NCCL "
+        "latency; A3, A4 and A2 offer it), workload-1x72 (A4X: a Compute workload policy that keeps the pool in one "
+        "NVL72 NVLink domain, at most 18 nodes), or none. Unset: what the machine requires (workload-1x72 on A4X), "
+        "else none. Changing it replaces the pool.")
 
     @property
     def ray_worker_replicas(self) -> int:
         return self.autoscaling.max_nodes if self.ray_workers is None else self.ray_workers
+
+    @property
+    def placement_used(self) -> catalog.Placement | None:
+        """The placement the pool's nodes get: the spec's, else the one its machine requires; None for none."""
+        if self.placement is None:
+            return catalog.GPU_MACHINES[self.machine_type].required_placement
+        return catalog.PLACEMENTS.get(self.placement)
 
     @property
     def awake_nodes(self) -> int:
@@ -381,18 +399,27 @@ class Recipe(Spec):
         "(others are set aside); newest: from the newest complete one, unhashed (for checkpoints too large to "
         "hash at every start).")
     export: ExportPolicy = Field(ExportPolicy(), description="When a run's checkpoints are exported to Cloud Storage.")
-    gpu_wait: Duration = Field("30m", description="nemo-rl: how long an attempt's gate waits for the GPUs of "
-                               "cluster.num_nodes x cluster.gpus_per_node before NeMo RL starts (it gives up after "
-                               "about a minute); an attempt that does not get them is resubmitted, within "
-                               "resume_budget.")
+    driver: Literal["gpu-pool", "head"] | None = Field(
+        None, description="Where the job's driver runs. head: on the CPU-only Ray head, as NeMo RL's does (always, for "
+        "nemo-rl): its GPUs are its actors', so the gate waits for them first (gpu_wait). gpu-pool (trl's default): "
+        "on a GPU-pool node, which Ray holds the job for. A local trl recipe with head plays NeMo RL's driver: it "
+        "copies its environment into a training actor on the pool, after checking for it with NeMo RL's retries.")
+    gpu_wait: Duration = Field("30m", description="A driver on the head: how long an attempt's gate waits for its "
+                               "GPUs (nemo-rl: cluster.num_nodes x cluster.gpus_per_node; local: a GPU-pool node's "
+                               "resource) before the workload starts (NeMo RL gives up after about a minute); an "
+                               "attempt that does not get them is resubmitted, within resume_budget.")
     set_aside: SetAsideLimit = Field(SetAsideLimit(), description="A bound on what set-aside/ grows to: a checkpoint "
                                      "can be hundreds of GB, and on GKE manifests lag the scan, so set-asides happen.")
     data_steps: list[DataStep] = Field(default_factory=list, max_length=16, description="Data files the gate writes "
                                        "before the workload, in order.")
 
     @property
+    def driver_on_head(self) -> bool:
+        return self.driver == "head" or (self.driver is None and self.runner == "nemo-rl")
+
+    @property
     def gpu_wait_seconds(self) -> int:
-        return int(self.gpu_wait[:-1]) * {"s": 1, "m": 60, "h": 3600}[self.gpu_wait[-1]]
+        return seconds(self.gpu_wait)
 
     def default_settings(self) -> dict:
         """What a run is given when its train message sets nothing."""
@@ -415,7 +442,7 @@ class IdlePolicy(Spec):
         """The fixed timeout; None for auto."""
         if self.timeout == "auto":
             return None
-        return int(self.timeout[:-1]) * {"s": 1, "m": 60, "h": 3600}[self.timeout[-1]]
+        return seconds(self.timeout)
 
 
 class LocalCountsAs(Spec):
@@ -433,6 +460,13 @@ class LocalGpuPool(Spec):
     resource: _text(r"^[A-Za-z_][A-Za-z0-9_]*$", 64) = Field("gpu_pool", description="The Ray custom resource that stands in for a GPU.")
     per_worker: StrictInt = Field(1, ge=1, le=64, description="Units of the resource each worker carries (its GPUs).")
     cpus_per_worker: StrictInt = Field(1, ge=1, le=64, description="CPUs each worker offers Ray.")
+    join_delay: Duration | None = Field(
+        None, description="Each worker joins Ray this long after `rlops up` or a wake starts it, as a GKE node that "
+        "boots, pulls its image and joins takes minutes; unset: at once.")
+
+    @property
+    def join_delay_seconds(self) -> int:
+        return seconds(self.join_delay) if self.join_delay else 0
     counts_as: LocalCountsAs = Field(default_factory=lambda: LocalCountsAs(),
                                        description="What rlops cost counts each worker as: a GPU node of this type.")
 
@@ -469,6 +503,11 @@ class GcpEnvironment(_Environment):
     def reapable_pools(self) -> list[GpuPool]:
         """The GPU pools the reaper scales: a reservation's only if `idle.scale_reserved` (it saves nothing)."""
         return [pool for pool in self.gpu_pools if not pool.reservation or self.idle.scale_reserved]
+
+    def workload_policy_name(self, pool: GpuPool) -> str:
+        """The Compute resource policy a pool's workload placement names: one per cluster and pool, as policies are
+        regional and a region holds one cluster of a name."""
+        return f"{self.cluster.name}-{pool.name}"
 
     @property
     def rdma_profile(self) -> str:

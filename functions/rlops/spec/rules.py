@@ -127,6 +127,38 @@ def accelerator_fits_machine(env: GcpEnvironment) -> Iterator[Finding]:
                 f"{pool.machine_type} is not offered as Spot VMs; it comes as {machine.capacity}: set reservation: NAME")
 
 
+def pool_placement(env: GcpEnvironment) -> Iterator[Finding]:
+    """Each pool's placement is one its machine offers, the one it requires if it requires one (A4X's workload
+    policy), and within what that placement can hold: a 1x72 topology is one NVLink domain of 72 GPUs, 18 A4X
+    nodes ("NODE_COUNT ... must be 18 nodes or less ... to obtain the GPU topology of 1x72 in one subblock",
+    Cluster Toolkit's GKE A4X Max guide; its Slurm resume.py counts hosts per topology the same way). Compact
+    placement needs a single zone, which rlops gives every GPU pool (env.zone)."""
+    for i, pool in enumerate(env.gpu_pools):
+        machine = catalog.GPU_MACHINES[pool.machine_type]
+        offered = [placement.name for placement in machine.placements]
+        required = machine.required_placement
+        if required and pool.placement not in (None, required.name):
+            yield ("gpu_pools", i, "placement"), (
+                f"{pool.machine_type} pools need the {required.title} that GKE's A4X node pools name; set "
+                f"placement: {required.name} or leave it unset")
+        elif pool.placement not in (None, "none") and pool.placement not in offered:
+            yield ("gpu_pools", i, "placement"), (
+                f"{pool.machine_type} offers placement {' or '.join(offered) or 'none'}, not {pool.placement}; use "
+                f"{' or '.join([*offered, 'none'])}")
+        placement = pool.placement_used
+        nodes = placement.topology_gpus // machine.accelerators_per_node if placement and placement.topology_gpus else None
+        if nodes and pool.autoscaling.max_nodes > nodes:
+            yield ("gpu_pools", i, "autoscaling", "max_nodes"), (
+                f"{pool.autoscaling.max_nodes} nodes, but the {placement.accelerator_topology} workload policy holds "
+                f"{nodes} {pool.machine_type} nodes ({placement.topology_gpus} GPUs, one NVLink domain); use at most "
+                f"{nodes}, and another pool for more")
+        if placement and placement.workload_type and len(env.workload_policy_name(pool)) > 63:
+            yield ("gpu_pools", i, "name"), (
+                f"the pool's workload policy is named CLUSTER-POOL, {env.workload_policy_name(pool)} "
+                f"({len(env.workload_policy_name(pool))} characters), and a Compute name takes at most 63; shorten "
+                "this name or cluster.name")
+
+
 def pool_capacity(env: GcpEnvironment) -> Iterator[Finding]:
     names: dict[str, int] = {env.cluster.system_pool.name: -1}
     for i, pool in enumerate(env.gpu_pools):
@@ -254,11 +286,17 @@ def recipes(env: GcpEnvironment | LocalEnvironment) -> Iterator[Finding]:
         if recipe.runner == "nemo-rl":
             if not gcp:
                 yield at + ("runner",), "nemo-rl needs GPU nodes and its image; the local environment runs runner: trl"
+            if recipe.driver == "gpu-pool":
+                yield at + ("driver",), ("NeMo RL's driver runs on the head and starts its GPU workers as Ray actors; "
+                                         "remove driver")
             if recipe.config is None:
                 yield at + ("config",), "nemo-rl needs --config; set config to a YAML path inside the image"
             if gcp and recipe.config is not None:
                 for path, message in nemo_rl.check_recipe(recipe, pool_of(env, recipe), nemo_rl.tag_for(env.ray.image)):
                     yield at + path, message
+        elif recipe.driver == "head" and gcp:
+            yield at + ("driver",), ("a trl recipe plays NeMo RL's driver on the head of the local stack only, where "
+                                     "the GPU pool's resource stands for GPUs; on GKE use runner: nemo-rl")
         if gcp:
             mount = env.ray.lustre_mount.rstrip("/") + "/"
             if not recipe.checkpoint_root.startswith(mount):
@@ -323,6 +361,15 @@ def notices(env: GcpEnvironment | LocalEnvironment) -> list[Finding]:
             if recipe.runner == "nemo-rl" and reason]
 
 
+def warnings(env: GcpEnvironment | LocalEnvironment) -> list[Finding]:
+    """What is valid but does not do what it says: overrides of keys no code of the image's NeMo RL reads."""
+    tag = nemo_rl.tag_for(env.ray.image) if isinstance(env, GcpEnvironment) else None
+    if tag is None:
+        return []
+    return [(("recipes", name) + path, message) for name, recipe in env.recipes.items() if recipe.runner == "nemo-rl"
+            for path, message in nemo_rl.unread_overrides(tag, recipe)]
+
+
 def secrets_and_idle(env: GcpEnvironment | LocalEnvironment) -> Iterator[Finding]:
     gcp = isinstance(env, GcpEnvironment)
     for name, ref in env.secrets.items():
@@ -355,7 +402,7 @@ def secrets_and_idle(env: GcpEnvironment | LocalEnvironment) -> Iterator[Finding
 
 
 GCP_RULES: list[Callable] = [zone_in_region, cidrs_do_not_overlap, gpu_networks, accelerator_fits_machine,
-                             pool_capacity, cluster_features, one_namespace, lustre_tier, ray_cluster, recipes,
+                             pool_placement, pool_capacity, cluster_features, one_namespace, lustre_tier, ray_cluster, recipes,
                              secrets_and_idle]
 LOCAL_RULES: list[Callable] = [recipes, secrets_and_idle]
 
