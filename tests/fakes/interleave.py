@@ -9,13 +9,26 @@ explores, and a named list replays a known race. An actor can be crashed at a yi
 `MemoryBucket` keeps Cloud Storage's semantics for what rlops uses: every object has a generation; a write or a
 delete with `ifGenerationMatch` fails with 412 when the live generation differs (0: the object must not exist),
 which fake-gcs-server does not enforce on DELETE (https://cloud.google.com/storage/docs/request-preconditions).
+
+`explore_seeds` runs many seeded schedules on every core (forked worker processes, each schedule whole in one):
+what each found, a digest of each distinct interleaving, and each violation with its seed and its log lines.
 """
 
+import contextlib
+import hashlib
+import io
+import multiprocessing
+import os
 import random
+import tempfile
+import threading
 from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import SimpleNamespace
 
+import pytest
 from google.api_core import exceptions as gexc
 from greenlet import greenlet
 
@@ -92,6 +105,7 @@ class Scheduler:
             return _ENDED
 
         parked: dict[str, str] = {}
+        order = sorted(actors)
         runners = {}
         for name, act in actors.items():
             runners[name] = greenlet(lambda name=name, act=act: body(name, act))
@@ -100,7 +114,7 @@ class Scheduler:
         for _ in range(self.max_steps):
             if not parked:
                 break
-            chosen = self.choose(dict(sorted(parked.items())))
+            chosen = self.choose({name: parked[name] for name in order if name in parked})  # by name
             del parked[chosen]
             said = runners[chosen].switch()
             if said is not _ENDED:
@@ -248,6 +262,26 @@ class SimulatedPool:
         self.up = not down
 
 
+class ParkedThread:
+    """What the lock module starts as its refresher, never run: the real one first waits a third of the TTL in real
+    time, longer than a whole schedule lasts, and if it woke it would write the bucket from outside the schedule. A
+    refresh is exercised where a test calls `Lock.refresh` at a yield point it chose."""
+
+    def __init__(self, target: Callable[[], None], daemon: bool = False, name: str | None = None):
+        self.name = name
+
+    def start(self) -> None:
+        pass
+
+    def join(self, timeout: float | None = None) -> None:
+        pass
+
+
+def simulated_threading() -> SimpleNamespace:
+    """What the lock module calls `threading`: its stop event as it is, its refresher parked."""
+    return SimpleNamespace(Thread=ParkedThread, Event=threading.Event)
+
+
 def simulated_time(scheduler: Scheduler) -> SimpleNamespace:
     """What the modules under test call `time`: the scheduler's clock, and sleeps that yield."""
     return SimpleNamespace(time=scheduler.time, monotonic=scheduler.time, sleep=scheduler.sleep)
@@ -262,3 +296,66 @@ def simulated_datetime(scheduler: Scheduler):
         def now(cls, tz=None):
             return datetime.fromtimestamp(scheduler.clock, tz or timezone.utc)
     return SimulatedDatetime
+
+
+@dataclass
+class Explored:
+    schedules: int = 0
+    interleavings: set[str] = field(default_factory=set)  # a digest of each distinct trace
+    violations: list[str] = field(default_factory=list)   # each with its seed (which replays it) and its log
+
+    def merge(self, other: "Explored") -> None:
+        self.schedules += other.schedules
+        self.interleavings |= other.interleavings
+        self.violations += other.violations
+
+
+MEMORY = "/dev/shm"  # a memory filesystem (Linux's), for the schedules' files where there is one
+LOG_KEPT = 6000  # characters of a violating schedule's log lines kept in its report, the last ones
+
+
+def _explore_chunk(one: Callable[[int, pytest.MonkeyPatch, Path], Scheduler], seeds: range) -> Explored:
+    """`one(seed, monkeypatch, tmp)` for each seed, in this process. A schedule's log lines (rlops's `emit`, one
+    JSON line each on stdout) are kept apart and shown only with its violation: ten thousand schedules print some
+    hundred thousand lines, which would bury the one that matters."""
+    explored = Explored()
+    with pytest.MonkeyPatch.context() as monkeypatch, \
+            tempfile.TemporaryDirectory(prefix="rlops-schedules-", dir=MEMORY if os.access(MEMORY, os.W_OK) else None) \
+            as tmp:
+        # Every temporary directory of the code under test too (a job's staging of its py_modules): made and removed
+        # thousands of times, they cost more on a disk than the schedules' own work.
+        monkeypatch.setattr(tempfile, "tempdir", tmp)
+        for seed in seeds:
+            log = io.StringIO()
+            try:
+                with contextlib.redirect_stdout(log):
+                    scheduler = one(seed, monkeypatch, Path(tmp))
+            except Exception as violation:  # noqa: BLE001 - an AssertionError, or a harness error: either names its seed
+                said = str(violation) if isinstance(violation, AssertionError) else \
+                    f"seed {seed}: {type(violation).__name__}: {violation}"
+                explored.violations.append(f"{said}\nits log lines:\n{log.getvalue()[-LOG_KEPT:]}")
+            else:
+                explored.interleavings.add(hashlib.blake2b(repr(scheduler.trace).encode(), digest_size=16).hexdigest())
+            explored.schedules += 1
+    return explored
+
+
+def workers() -> int:
+    return len(os.sched_getaffinity(0))
+
+
+def explore_seeds(one: Callable[[int, pytest.MonkeyPatch, Path], Scheduler], count: int,
+                  processes: int | None = None) -> Explored:
+    """Seeds 0..count-1 of `one` (a module-level function, found by name in the forked workers), spread over
+    `processes` (default: every core this process may use). Each worker forks from this process, so it runs the
+    code as loaded here, with its own monkeypatches, clock and temporary directory."""
+    processes = processes or workers()
+    if processes == 1 or count < 2:
+        return _explore_chunk(one, range(count))
+    step = -(-count // (processes * 4))  # four chunks a worker: one slow chunk does not leave a core idle
+    explored = Explored()
+    with ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context("fork")) as pool:
+        for part in pool.map(_explore_chunk, [one] * len(range(0, count, step)),
+                             [range(start, min(start + step, count)) for start in range(0, count, step)]):
+            explored.merge(part)
+    return explored

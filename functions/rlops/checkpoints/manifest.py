@@ -37,6 +37,9 @@ from rlops.checkpoints.layout import METRICS_FILE, identify, incomplete_reason
 
 FORMAT = "rlops.checkpoint-manifest/1"
 CHUNK = 1024 * 1024
+# Below this in all, files are hashed in the calling thread: starting a pool's threads costs more than hashing a
+# few MiB (a small recipe's checkpoint, a tick's every few seconds on one).
+SMALL = 8 * CHUNK
 
 
 class ManifestError(Exception):
@@ -119,7 +122,8 @@ def _hash(path: Path, buffer: bytearray) -> tuple[int, str]:
 
 
 def hash_files(root: Path, relative: list[str], workers: int | None = None) -> dict[str, dict]:
-    """{path: {size, crc32c, mtime}} for the files, several at once, each worker with its own reused buffer."""
+    """{path: {size, crc32c, mtime}} for the files, several at once (a few small ones in this thread), each worker
+    with its own reused buffer."""
     local = threading.local()
 
     def one(name: str) -> tuple[str, dict]:
@@ -131,7 +135,10 @@ def hash_files(root: Path, relative: list[str], workers: int | None = None) -> d
         return name, {"path": name, "size": size, "crc32c": crc,
                       "mtime": datetime.fromtimestamp(mtime, timezone.utc).isoformat()}
 
-    with ThreadPoolExecutor(max_workers=workers or min(8, (os.cpu_count() or 2) * 2)) as pool:
+    workers = min(workers or min(8, (os.cpu_count() or 2) * 2), len(relative))
+    if workers <= 1 or sum((root / name).stat().st_size for name in relative) < SMALL:
+        return dict(map(one, relative))
+    with ThreadPoolExecutor(max_workers=workers) as pool:
         return dict(pool.map(one, relative))
 
 

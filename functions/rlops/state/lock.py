@@ -45,6 +45,7 @@ class Lock:
         self.ttl = ttl_seconds
         self.operation = operation
         self.token = uuid.uuid4().hex  # this holder's, in every write: a lost response is recognised as ours
+        self.holder = f"{getpass.getuser()}@{socket.gethostname()} pid {os.getpid()}"
         self.generation = 0
         self.lost: str | None = None
         self._kept_at = 0.0  # when (our monotonic clock) a write of ours last landed
@@ -53,9 +54,9 @@ class Lock:
 
     def _content(self) -> dict:
         now = datetime.now(timezone.utc)
-        return {"holder": f"{getpass.getuser()}@{socket.gethostname()} pid {os.getpid()}", "operation": self.operation,
-                "environment": self.environment, "since": now.isoformat(timespec="seconds"), "token": self.token,
-                "ttl_seconds": self.ttl, "expires": (now + timedelta(seconds=self.ttl)).isoformat(timespec="seconds")}
+        return {"holder": self.holder, "operation": self.operation, "environment": self.environment,
+                "since": now.isoformat(timespec="seconds"), "token": self.token, "ttl_seconds": self.ttl,
+                "expires": (now + timedelta(seconds=self.ttl)).isoformat(timespec="seconds")}
 
     def acquire(self, timeout: float, on_wait=lambda holder: None, poll_seconds: float = 1.0) -> None:
         deadline = time.monotonic() + timeout

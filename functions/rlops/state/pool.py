@@ -3,11 +3,11 @@ last woke it, and whether the last scale finished. The reaper and the wake write
 they read as a precondition; `up` and the run report only read it. Its JSON form is versioned like a run
 record's (`state.run_records`)."""
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 from rlops.state.bucket import read_json, write_json_if
 from rlops.state.layout import Layout
-from rlops.state.run_records import readable
+from rlops.state.run_records import plain, readable
 from rlops.permissions import calls
 
 VERSION = 1
@@ -31,8 +31,7 @@ class PoolStatus:
     ready: tuple[tuple[float, float], ...] = ()
 
     def to_json(self) -> dict:
-        return {"version": VERSION, **asdict(self), "transitions": [list(t) for t in self.transitions],
-                "ready": [list(r) for r in self.ready]}
+        return {"version": VERSION, **plain(self)}  # transitions and ready as lists of [time, what]
 
     @classmethod
     def from_json(cls, content: dict) -> "PoolStatus":

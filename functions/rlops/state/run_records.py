@@ -9,13 +9,15 @@ one without (written before records were versioned) has the same fields as versi
 conditional on the generation read, so two ticks never overwrite each other's changes.
 """
 
+import functools
 import json
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field, fields
 
 from google.api_core import exceptions as gexc
 
+from rlops.environments import did_you_mean
 from rlops.state.bucket import listed, read_json, write_json_if
 from rlops.state.layout import Layout
 from rlops.permissions import calls
@@ -91,7 +93,7 @@ class RunRecord:
         return self.attempts[-1]
 
     def to_json(self) -> dict:
-        return {"version": VERSION, **asdict(self)}
+        return {"version": VERSION, **plain(self)}
 
     @classmethod
     def from_json(cls, content: dict) -> "RunRecord":
@@ -112,11 +114,30 @@ class Refusal:
     at: float
 
     def to_json(self) -> dict:
-        return {"version": VERSION, **asdict(self)}
+        return {"version": VERSION, **plain(self)}
 
     @classmethod
     def from_json(cls, content: dict) -> "Refusal":
         return cls(**readable(cls, content, f"refusal of a message for run {content.get('run')!r}", VERSION))
+
+
+def plain(value):
+    """`value` as JSON-ready data, nested dataclasses as dicts of their fields, every container copied (a snapshot:
+    changing the record later changes nothing in it). `dataclasses.asdict` does the same but deep-copies each leaf,
+    which made it most of a watch tick's time (a tick takes a record's JSON form twice to see if it changed)."""
+    if isinstance(value, (str, int, float, bool, type(None))):
+        return value
+    if isinstance(value, dict):
+        return {key: plain(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plain(item) for item in value]
+    return {name: plain(getattr(value, name)) for name in _field_names(type(value))}
+
+
+@functools.cache
+def _field_names(cls) -> dict[str, None]:
+    """The dataclass's field names, in order (a dict: read for every record of every tick)."""
+    return dict.fromkeys(f.name for f in fields(cls))
 
 
 def readable(cls, content: dict, what: str, version: int) -> dict:
@@ -125,7 +146,7 @@ def readable(cls, content: dict, what: str, version: int) -> dict:
     found = content.get("version", 1)
     if found > version:
         raise UnknownVersion(f"{what} is version {found}; this rlops reads up to {version}: upgrade rlops")
-    known = {f.name for f in fields(cls)}
+    known = _field_names(cls)
     return {key: value for key, value in content.items() if key in known}
 
 
@@ -215,6 +236,15 @@ class RunRecords:
         """The run's refused messages, oldest first."""
         found = [read_json(blob)[0] for blob in listed(self.bucket, self.layout.refusals(run))]
         return sorted((Refusal.from_json(content) for content in found if content is not None), key=lambda r: r.at)
+
+    def names(self) -> list[str]:
+        """The runs that have a record, from the listing alone (no record is read)."""
+        return sorted(blob.name[len(self.layout.runs):-len(".json")] for blob in listed(self.bucket, self.layout.runs)
+                      if blob.name.endswith(".json") and "/" not in blob.name[len(self.layout.runs):])
+
+    def unknown(self, run: str) -> str:
+        """What to say of a run that has no record, with the closest name that has one."""
+        return f"no run {run} in {self.layout.environment}" + did_you_mean(run, self.names())
 
     def all(self) -> dict[str, tuple[RunRecord, int]]:
         records = {}
