@@ -205,7 +205,7 @@ def test_a_run_goes_from_message_to_checkpoints_to_succeeded(local, first):
     # The worker has the token as a file alone (issue 32, 3).
     assert "[rlops] step=4" in logs and "HF token file readable; HF_TOKEN not in the environment" in logs
     status = local.rlops("status", "local", "--run", "first").stdout
-    assert status.splitlines()[1].split()[:5] == ["first", "SUCCEEDED", "1", "4", "4"]
+    assert status.splitlines()[1].split()[:5] == ["first", "SUCCEEDED", "1", "4/4", "4"]  # STEP is step/total
     events = local.events()
     assert {(e["type"], e.get("state")) for e in events if e.get("run") == "first"} >= {
         ("submitted", None), ("state-changed", "SUCCEEDED")}
@@ -470,6 +470,126 @@ def test_a_preempted_run_whose_newest_checkpoint_is_torn_sets_it_aside_and_resum
     assert record["attempts"][1]["resumed_from"] == newest - 2 and record["step"] == LONG_RUN_STEPS
 
 
+LATE_JOIN_SECONDS = 90  # issue 32's: longer than NeMo RL's own wait for its GPUs (1 + 2 + ... + 32 = 63 s)
+REPLACEMENT_JOIN_SECONDS = 70  # a replacement node slower than that wait too, by a margin
+
+
+@contextmanager
+def gpu_pool_joining_late(local: Local, seconds: int):
+    """The module's spec with `local.gpu_pool.join_delay: SECONDS` while the block runs: every GPU-pool worker that
+    `rlops up` or a wake starts joins Ray that long after; the spec as it was afterwards."""
+    spec = local.root / "environments" / "local.yaml"
+    original = spec.read_text()
+    spec.write_text(original.replace("    cpus_per_worker: 1\n", f"    cpus_per_worker: 1\n    join_delay: {seconds}s\n"))
+    try:
+        yield
+    finally:
+        spec.write_text(original)
+
+
+def gpu_pool_node_stopped(local: Local) -> float:
+    """Stop the GPU-pool node (as a preemption or a reap does), once Ray has it; when Ray says it died."""
+    from rlops.local.processes import stop
+
+    dashboard = f"http://127.0.0.1:{local.port('ray-head', 'dashboard')}"
+    stop(local.registry()["ray-worker-0"])
+    until(lambda: not [n for n in ray_nodes(dashboard) if not n.get("is_head_node") and n["state"] == "ALIVE"],
+          "Ray to see the GPU-pool node gone", timeout=60)
+    return time.time()
+
+
+def gpu_pool_node_joined(local: Local, timeout: float) -> float:
+    """When the next GPU-pool node Ray has alive started, by Ray's clock (it joined then)."""
+    dashboard = f"http://127.0.0.1:{local.port('ray-head', 'dashboard')}"
+    alive = lambda: [n for n in ray_nodes(dashboard) if not n.get("is_head_node") and n["state"] == "ALIVE"]  # noqa: E731
+    until(alive, "the GPU-pool node to join", timeout=timeout, poll=0.5)
+    return alive()[0]["start_time_ms"] / 1000
+
+
+def test_a_run_driven_as_nemo_rl_drives_one_waits_for_a_late_gpu_node_then_for_a_slow_replacement(local):
+    """Issue 32 on the local Ray: a run of `tiny-arith-on-head`, whose driver plays NeMo RL's (on the head, its
+    environment copied into a training actor on the GPU pool, NeMo RL's 63 s GPU check), submitted while the GPU
+    pool's node is down. The node joins 90 s after the submission: NeMo RL alone (the same workload without the
+    gate, submitted beside it) fails with ResourceInsufficientError, which the watcher takes as a capacity failure;
+    the run's gate waits, `rlops status` says for what and until when, and it trains. Preempted after a checkpoint,
+    its replacement node joins 70 s after the new attempt was submitted: that attempt waits in its gate too, resumes
+    from that checkpoint and the run SUCCEEDS. The two waits are the test's time (about three minutes)."""
+    from ray.job_submission import JobSubmissionClient
+
+    from rlops.cloud.ray_jobs import JobView
+    from rlops.runs import policy
+    from rlops.runs.progress import last_complete_checkpoint
+
+    run = "late-gpus"
+    checkpoints = local.root / ".rlops/local/lustre/checkpoints/tiny-arith-on-head" / run
+    dashboard = f"http://127.0.0.1:{local.port('ray-head', 'dashboard')}"
+    client = JobSubmissionClient(dashboard)
+    gpu_pool_node_stopped(local)
+    with gpu_pool_joining_late(local, LATE_JOIN_SECONDS):
+        submitted = time.time()
+        local.rlops("train", "local", "--recipe", "tiny-arith-on-head", "--run", run,
+                    "--set", "max_steps=8", "--set", "pause_while=hold")
+        alone = client.submit_job(entrypoint=f"python -m rlops.workloads.trl_grpo --output-dir {local.root / 'alone'} "
+                                             "--gpus gpu_pool=1 max_steps=1")
+        up = local.rlops("up", "local").stdout
+        assert f"ray-worker-0: joins Ray in {LATE_JOIN_SECONDS}s" in up, up
+
+        # While the node is on its way the attempt runs (its driver on the head) and its gate says what it waits for.
+        record = local.tick_until(run, lambda r: "gate waits" in (r["waiting"] or ""))
+        assert record["state"] == "RUNNING" and record["attempts"][0]["resume_point"] is None
+        assert record["waiting"].startswith("no GPU-pool node is up: ray-worker-0 was started and joins Ray at about ")
+        assert "; the attempt's gate waits for 1 gpu_pool (Ray has 0) until " in record["waiting"]
+        assert f"{run}: waiting: {record['waiting']}" in local.rlops("status", "local", "--run", run).stdout
+
+        # NeMo RL alone gave up after its 63 s, before the node came.
+        until(lambda: str(client.get_job_status(alone).value) in ("SUCCEEDED", "FAILED"), "NeMo RL alone to give up",
+              timeout=LATE_JOIN_SECONDS + 30, poll=0.5)
+        info = client.get_job_info(alone)
+        output = client.get_job_logs(alone)
+        assert str(info.status.value) == "FAILED" and "Retrying placement group creation... 6/6. Next retry in 32" \
+            in output and "ResourceInsufficientError: Maximum number of retries reached (6)" in info.message
+        assert policy.failure_kind(JobView.of(info), ray_nodes(dashboard), gate_said=True) == "capacity"
+        joined = gpu_pool_node_joined(local, timeout=LATE_JOIN_SECONDS + 60)
+        assert joined - submitted >= LATE_JOIN_SECONDS and info.end_time / 1000 < joined
+        client.delete_job(alone)
+
+        # The gate had its GPU-pool node and the run trains, in an actor on it. It holds after a step past its first
+        # checkpoint (which step depends on how fast the steps go; the resume is from the newest complete one).
+        until(lambda: (checkpoints / "checkpoint-2" / "trainer_state.json").is_file(), "checkpoint 2", timeout=180,
+              poll=0.1)
+        (checkpoints / "hold").touch()
+        until(lambda: "paused after step=" in client.get_job_logs(jobs_of_run(local, run)[0]), "the run to hold",
+              timeout=60, poll=0.2)
+        saved = last_complete_checkpoint(checkpoints)
+        assert saved is not None and 2 <= saved < 8
+        record = local.tick_until(run, lambda r: r["step"] and r["step"] >= saved)
+        assert record["waiting"] is None and record["attempts"][0]["first_step"] == 1
+        local.rlops("snapshot", "local")  # its manifest: the resume is from a checkpoint that verifies
+
+    # Preempted; the replacement node is slow too.
+    with gpu_pool_joining_late(local, REPLACEMENT_JOIN_SECONDS):
+        gpu_pool_node_stopped(local)
+        record = local.tick_until(run, lambda r: len(r["attempts"]) == 2)
+        assert record["attempts"][0]["failure"]["kind"] == "node-lost"
+        resubmitted = record["attempts"][1]["submitted_at"]
+        (checkpoints / "hold").unlink()
+        local.rlops("up", "local")
+        record = local.tick_until(run, lambda r: "gate waits" in (r["waiting"] or ""))
+        assert record["attempts"][1]["resume_point"] is None
+        joined = gpu_pool_node_joined(local, timeout=REPLACEMENT_JOIN_SECONDS + 60)
+        assert joined - resubmitted >= REPLACEMENT_JOIN_SECONDS
+        record = local.tick_until(run, lambda r: r["state"] == "SUCCEEDED", timeout=180)
+    second = record["attempts"][1]
+    assert second["resume_point"]["step"] == saved and second["resume_point"]["set_aside"] == [], record
+    assert second["resumed_from"] == saved and second["first_step"] == saved + 1 and record["step"] == 8
+    assert record["waiting"] is None and len(local.jobs_of(run)) == 2
+
+
+def jobs_of_run(local: Local, run: str) -> list[str]:
+    """The submission ids of a run's jobs, its attempts in order."""
+    return sorted((j.submission_id for j in local.jobs_of(run)), key=lambda i: int(i.rsplit(".", 1)[1]))
+
+
 def test_the_planted_token_is_in_no_job_log_record_or_event(local, first):
     # Every job, record and log line made so far in this module is searched: at least `first`'s, and all of
     # them when the module runs whole.
@@ -629,7 +749,7 @@ def h200_on_local_ray(local, cloud_fakes, specs, monkeypatch):
     text = re.sub(r"    data_steps:\n(      .*\n)+", "", text)
     spec.write_text(text.replace("/lustre/data/gsm8k/train.jsonl", str(final)).replace(
         "/lustre/data/gsm8k/test.jsonl", str(final)))
-    assert cli.main(["apply", "h200"]) == 0
+    assert cli.main(["apply", "--yes", "h200"]) == 0
     kube.services[("default", "ray-cluster-head-svc:dashboard")] = \
         f"http://127.0.0.1:{local.port('ray-head', 'dashboard')}"
     monkeypatch.setenv("PUBSUB_EMULATOR_HOST", f"127.0.0.1:{local.port('pubsub', 'grpc')}")
@@ -752,9 +872,10 @@ def test_a_gke_attempt_waits_in_its_gate_for_gpus_that_join_late_and_one_that_ne
     """Issue 32, 1: NeMo RL's driver, on the CPU-only head, gives up after about a minute without its GPUs; nodes
     woken after a reap or a preemption take minutes. The attempt's gate waits for the GPUs first (the recipe's
     gpu_wait; 3 s in this module, 60 s here): a node that joins while it waits lets the workload start. An
-    attempt that never gets them ends before its workload and is resubmitted (failure kind gate), never final."""
+    attempt that never gets them ends before its workload and is resubmitted (failure kind capacity, its gate backing
+    off first), never final."""
     from rlops import sites
-    from rlops.runs import jobs, train, watch
+    from rlops.runs import jobs, policy, train, watch
 
     env = sites.load_environment("h200")
     site = sites.open_site("h200", env, Endpoints.from_environment())
@@ -784,8 +905,11 @@ def test_a_gke_attempt_waits_in_its_gate_for_gpus_that_join_late_and_one_that_ne
         if (record and len(record.attempts) >= 2) or time.monotonic() > deadline:
             break
         time.sleep(1)
-    assert record.attempts[0].failure.kind == "gate" and record.attempts[0].resume_point is None
+    assert record.attempts[0].failure.kind == "capacity" and record.attempts[0].resume_point is None
     assert len(record.attempts) >= 2, "a capacity failure is resubmitted within the resume budget"
+    second = next(j for j in local.ray_jobs() if j.submission_id == record.attempts[1].submission_id)
+    assert f"--hold {policy.BACKOFF_SECONDS} " in second.entrypoint  # its gate backs off before it looks again
+    site.ray.stop(second.submission_id)  # its backoff is not this test's to wait out
     forget_jobs(local, "late-gpus", "no-gpus")
 
 
@@ -1135,7 +1259,7 @@ def test_a_pod_template_change_waits_for_the_live_ray_job_and_reaches_every_pod_
     spec = specs / "h200.yaml"
     spec.write_text(spec.read_text().replace("image: nvcr.io/nvidia/nemo-rl:v0.5.0", "image: nvcr.io/nvidia/nemo-rl:v0.5.1"))
     capsys.readouterr()
-    assert cli.main(["apply", "h200"]) == 1
+    assert cli.main(["apply", "--yes", "h200"]) == 1
     err = capsys.readouterr().err
     assert "held, not applied: RayCluster/default/ray-cluster" in err and job in err
     live = kube.get("rayclusters", "ray-cluster", "default")["spec"]["headGroupSpec"]["template"]["spec"]
@@ -1146,7 +1270,7 @@ def test_a_pod_template_change_waits_for_the_live_ray_job_and_reaches_every_pod_
     until(lambda: not any(j.status in (JobStatus.PENDING, JobStatus.RUNNING) for j in ray.list_jobs()),
            "every job on the head to end")
     assert ray.get_job_status(job) == JobStatus.SUCCEEDED
-    assert cli.main(["apply", "h200"]) == 0
+    assert cli.main(["apply", "--yes", "h200"]) == 0
     after = kube.pods("ray-cluster")
     assert not pods & {p["metadata"]["name"] for p in after}
     assert all(c["image"] == "nvcr.io/nvidia/nemo-rl:v0.5.1" for p in after for c in p["spec"]["containers"])

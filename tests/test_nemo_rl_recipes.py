@@ -279,3 +279,49 @@ def test_every_string_reaches_hydra_as_that_string(value):
     assume("${" not in value)  # refused before a value reaches the command (an interpolation NeMo RL resolves)
     parsed = OverridesParser.create().parse_overrides([f"k={nemo_rl.hydra_value(value)}"])[0]
     assert parsed.value() == value
+
+
+def test_the_table_of_keys_no_code_reads_is_the_tags_own_and_cites_where_each_key_is_set():
+    """Issue 32, 5: `TAG/UNREAD.json` (tools/vendor_nemo_rl_unread.py, from a checkout of each tag) names the commit the
+    configs are of, and each key is set where it says, in the configs shipped from that commit. converter_type, which
+    b200's recipe set at v0.4.0, is in every tag's: no code of NeMo RL reads it at any of them."""
+    for tag in nemo_rl.tags().values():
+        table = json.loads((tag.root / "UNREAD.json").read_text())
+        assert (table["tag"], table["commit"]) == (tag.name, tag.commit)
+        assert "policy.megatron_cfg.converter_type" in table["keys"]
+        for key, entry in table["keys"].items():
+            assert entry["section"] and 1 <= len(entry["set_in"]) <= entry["configs"]
+            for place in entry["set_in"]:
+                path, line = place.rsplit(":", 1)
+                text = (tag.root / path).read_text().splitlines()[int(line) - 1]
+                assert text.lstrip().startswith(key.rsplit(".", 1)[1] + ":"), (tag.name, key, place, text)
+
+
+def test_validate_warns_on_an_override_no_code_of_the_tag_reads_naming_file_line_and_key(tmp_path, capsys):
+    """The spec stays valid (NeMo RL takes the key): a warning at the override's line, for v0.5.0's h200 (the config
+    has converter_type) and v0.7.0's b200 (it is added with +)."""
+    h200 = tmp_path / "h200.yaml"
+    h200.write_text((ENVIRONMENTS / "h200.yaml").read_text().replace(
+        "    overrides:\n", "    overrides:\n      policy.megatron_cfg.converter_type: Gemma3ForCausalLM\n", 1))
+    b200 = tmp_path / "b200-spot.yaml"
+    b200.write_text((ENVIRONMENTS / "b200-spot.yaml").read_text().replace(
+        "    overrides:\n", "    overrides:\n      +policy.megatron_cfg.converter_type: Qwen2ForCausalLM\n", 1))
+    for spec, tag, key in ((h200, "v0.5.0", "policy.megatron_cfg.converter_type"),
+                           (b200, "v0.7.0", "+policy.megatron_cfg.converter_type")):
+        assert cli.main(["validate", str(spec)]) == 0
+        out = capsys.readouterr().out
+        warned = [line for line in out.splitlines() if ": warning: " in line]
+        line = _line_of(spec, f"{key}:")
+        assert len(warned) == 1 and warned[0].startswith(f"{spec}:{line}:"), out
+        assert f'.overrides["{key}"]: warning: no code of NeMo RL {tag} reads policy.megatron_cfg.converter_type' \
+               f" (MegatronConfig (nemo_rl/models/policy/__init__.py:" in warned[0]
+        assert f"no Python file of commit {nemo_rl.tags()[tag].commit[:12]} outside tests names it" in warned[0]
+        assert f"{spec}: ok" in out
+    # A key v0.5.0's table does not have and v0.6.0's does: said by the upgrade preview, not by validate today.
+    h200.write_text((ENVIRONMENTS / "h200.yaml").read_text().replace(
+        "    overrides:\n", "    overrides:\n      +grpo.num_val_generations_per_prompt: 4\n", 1))
+    assert cli.main(["validate", str(h200)]) == 0
+    assert ": warning: " not in capsys.readouterr().out
+    assert cli.main(["validate", str(h200), "--tag", "v0.6.0"]) == 2
+    assert 'overrides["+grpo.num_val_generations_per_prompt"]: no code of NeMo RL v0.6.0 reads ' \
+           "grpo.num_val_generations_per_prompt (GRPOConfig" in capsys.readouterr().out

@@ -304,3 +304,74 @@ def test_the_export_policy_asks_for_the_final_or_every_nth_checkpoint_once():
     assert policy.exports_due(running, [2, 4, 6, 8, 10], every) == [8]
     assert policy.exports_due(done, [2, 4, 6, 8], ExportPolicy()) == []
 
+
+
+def test_a_local_recipe_driven_from_the_head_waits_in_its_gate_and_asks_ray_for_no_resource():
+    """Issue 32, 6: `driver: head` plays NeMo RL's driver on the local stack: no entrypoint resource (the driver runs
+    on the CPU-only head as on GKE), the gate waits for a GPU-pool node's resource, the workload asks for it, and the
+    job carries what NeMo RL's jobs carry (one W&B run, NeMo RL's retries raised behind the gate)."""
+    recipe = LOCAL.recipes["tiny-arith-on-head"]
+    gpus = jobs.pool_gpus(LOCAL, recipe)
+    assert gpus == ("gpu_pool", 1) and jobs.pool_gpus(LOCAL, LOCAL.recipes["tiny-arith"]) is None
+    request = jobs.request("local", "tiny-arith-on-head", recipe, "r1", {"max_steps": 4}, "ana", 2, "/l",
+                           {"gpu_pool": 1}, gpus=gpus, hold=60)
+    gate_words = request.entrypoint.split(" && ")[0].split()
+    assert gate_words[gate_words.index("--wait-for") + 1:][:3] == ["gpu_pool=1", "--wait-seconds", "300"]
+    assert gate_words[gate_words.index("--hold") + 1] == "60"
+    assert workload_words(request.entrypoint) == ["python", "-m", "rlops.workloads.trl_grpo", "--output-dir",
+                                                  "/l/checkpoints/tiny-arith-on-head/r1", "--gpus", "gpu_pool=1",
+                                                  "max_steps=4"]
+    assert request.entrypoint_resources == {}
+    assert request.runtime_env["env_vars"]["NRL_VIRTUAL_CLUSTER_MAX_RETRIES"] == "10"
+    assert "--hold" not in jobs.request("local", "tiny-arith-on-head", recipe, "r1", {}, "ana", 1, "/l",
+                                        gpus=gpus).entrypoint
+
+
+def test_progress_is_read_through_rays_prefix_on_an_actors_lines():
+    """The local recipe trains in a Ray actor when it plays NeMo RL's driver: log_to_driver prefixes each line
+    (colored, with the node's address when it is another's: ray/_private/worker.py print_worker_logs)."""
+    prefixed = "\n".join(("\x1b[36m(GpuPoolActor pid=7)\x1b[0m " if number % 2 else "(GpuPoolActor pid=7, ip=10.0.0.2) ")
+                         + line for number, line in enumerate(TRL_LOG.splitlines()))
+    assert progress.from_logs("trl", prefixed) == progress.from_logs("trl", TRL_LOG)
+    assert progress.series("trl", prefixed) == progress.series("trl", TRL_LOG)
+    assert progress.from_logs("trl", "(GpuPoolActor) [rlops] step=3 reward=1.0")["step"] is None  # no pid: not Ray's
+
+
+def test_the_drivers_last_line_gives_the_last_step_when_the_actors_last_lines_never_reached_it():
+    """Ray forwards an actor's lines to the driver asynchronously; a driver that exits as its actor returns can
+    lose the last ones. Its own `done step=N` line still says where the run ended, and never goes back."""
+    lost = "(GpuPoolActor pid=7) [rlops] step=5 reward=0.5\n[rlops] done step=8\n"
+    assert progress.from_logs("trl", lost)["step"] == 8 and progress.from_logs("trl", lost)["reward"] == 0.5
+    assert progress.from_logs("trl", "[rlops] step=9 reward=1.0\n[rlops] done step=8\n")["step"] == 9
+
+
+GAVE_UP = ('Job entrypoint command failed with exit code 75, last available logs (truncated to 20,000 chars):\n'
+           '[rlops-wait] {"resource": "GPU", "have": 8.0, "need": 16.0, "waited": 1800, "until": 1.0, "got": false}\n')
+NEMO_GAVE_UP = ("Job entrypoint command failed with exit code 1, last available logs (truncated to 20,000 chars):\n"
+                "Retrying placement group creation... 6/6. Next retry in 32 seconds.\nTraceback (most recent call "
+                "last):\n...\nnemo_rl.distributed.virtual_cluster.ResourceInsufficientError: Maximum number of "
+                "retries reached (6). Cluster resources may be insufficient")
+
+
+def test_gpus_that_never_came_are_a_capacity_failure_retried_with_a_growing_backoff_never_code():
+    """Issue 32, 1: NeMo RL's ResourceInsufficientError after the gate let the workload start, or the gate's own wait
+    running out: the cluster lacked the GPUs, so the attempt is retried within the resume budget, each retry's gate
+    backing off longer."""
+    assert policy.failure_kind(job(message=NEMO_GAVE_UP), ALIVE, gate_said=True) == "capacity"
+    assert policy.failure_kind(job(message=GAVE_UP), ALIVE, gate_said=False) == "capacity"
+    assert policy.failure_kind(job(message=GAVE_UP.replace('"got": false', '"got": true')), ALIVE, False) == "gate"
+    assert policy.failure_kind(job(message=NEMO_GAVE_UP, error_type="JOB_SUPERVISOR_ACTOR_DIED"), ALIVE) == "node-lost"
+    transition = policy.advance(run_record("RUNNING"), job(message=NEMO_GAVE_UP), ALIVE, 100.0, 2)
+    assert transition.resubmit and transition.failure.kind == "capacity"
+    spent = policy.advance(run_record("FAILED", "FAILED", "RUNNING"), job(message=NEMO_GAVE_UP), ALIVE, 100.0, 2)
+    assert not spent.resubmit and spent.reason == "the GPUs did not come, resume budget of 2 spent"
+
+    def failed(*kinds: str) -> RunRecord:
+        record = run_record(*["FAILED"] * len(kinds))
+        for attempt, kind in zip(record.attempts, kinds):
+            attempt.failure = AttemptFailure(kind, None, "")
+        return record
+    assert [policy.backoff(failed(*kinds)) for kinds in (("node-lost",), ("capacity",), ("capacity", "capacity"),
+                                                         ("capacity", "node-lost"), ("node-lost", "capacity"))] == \
+        [0, 30, 60, 0, 30]
+    assert policy.backoff(failed(*["capacity"] * 8)) == policy.BACKOFF_LIMIT_SECONDS

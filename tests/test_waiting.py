@@ -65,7 +65,7 @@ def h200(cloud_fakes, specs, monkeypatch):
     from rlops import cli, sites
 
     monkeypatch.setattr(base, "RETRY", base.RetryPolicy(attempts=10, base_seconds=0.02, cap_seconds=0.2))
-    assert cli.main(["apply", "h200", "--skip-doctor"]) == 0
+    assert cli.main(["apply", "--yes", "h200", "--skip-doctor"]) == 0
     env = sites.load_environment("h200")
     return cloud_fakes, sites.GkeCluster("h200", env, Endpoints.from_environment())
 
@@ -127,3 +127,19 @@ def test_on_the_fake_gke_a_worker_on_a_node_without_the_nccl_installer(h200):
         "DaemonSet); TriggeredScaleUp: pod triggered scale-up: [{gke-gpu-pool-grp 1->2 (max: 2)}]")
     kube.scheduling.installer_missing.clear()
     assert cluster.waiting(False).startswith("1 of 2 GPU nodes not up: TriggeredScaleUp")
+
+
+def test_a_local_worker_told_to_join_late_and_the_gates_wait_are_said_with_when_they_end():
+    """Issue 32: a GPU-pool node started with local.gpu_pool.join_delay, and the attempt's gate waiting for its
+    GPUs (its last `[rlops-wait]` line), each say until when."""
+    at = 1_700_000_000.0  # 22:13:20 UTC
+    assert waiting.on_local([HEAD], False, {"ray-worker-0": at}) == (
+        "no GPU-pool node is up: ray-worker-0 was started and joins Ray at about 22:13:20 UTC "
+        "(local.gpu_pool.join_delay)")
+    assert waiting.on_local([HEAD, {"node_id": "w", "state": "ALIVE"}], False, {"ray-worker-0": at}) is None
+    line = {"resource": "gpu_pool", "have": 0.0, "need": 1.0, "waited": 15, "until": at + 60}
+    assert waiting.in_gate(line) == ("the attempt's gate waits for 1 gpu_pool (Ray has 0) until 22:14:20 UTC, then "
+                                     "the attempt is retried")
+    assert waiting.in_gate({**line, "got": True}) is None and waiting.in_gate(None) is None
+    assert waiting.in_gate({"backoff": 30, "until": at}) == ("the attempt's gate backs off until 22:13:20 UTC: the "
+                                                            "GPUs did not come for the one before")

@@ -80,7 +80,7 @@ def ticked_environments(wanted: str | None, what: str, endpoints: Endpoints, own
     (an example) or was destroyed has no Ray to watch: ticking those would log an error every minute.
     """
     ticked = []
-    for name in [wanted] if wanted else [path.stem for path in environments.spec_files()]:
+    for name in [wanted] if wanted else environments.known_names():
         try:
             env = load_environment(name)
         except UnknownEnvironment as unknown:
@@ -127,7 +127,7 @@ def open_site(name: str, env: LocalEnvironment | GcpEnvironment, endpoints: Endp
         endpoints = stack.endpoints(endpoints)
         ray, project = RayJobs(stack.dashboard_url()), LOCAL_PROJECT
         scale = lambda down: stack.stop_pool() if down else stack.start_pool()  # noqa: E731
-        waiting = lambda scaled_down: workers_waiting.on_local(ray.nodes(), scaled_down)  # noqa: E731
+        waiting = lambda scaled_down: workers_waiting.on_local(ray.nodes(), scaled_down, stack.joining())  # noqa: E731
         publish = _publisher(project, endpoints, emulated=True)
     else:
         gke = GkeCluster(name, env, endpoints)

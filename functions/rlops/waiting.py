@@ -5,6 +5,7 @@ the scheduler, the cluster autoscaler, the node pool, its reservation and, once 
 installer. Each says something different; the most specific one that applies is the cause.
 """
 
+import time
 from dataclasses import dataclass, field
 
 REAPED = "the reaper scaled the GPU pool down and no train message has woken it yet"
@@ -16,13 +17,32 @@ NCCL_INIT_CONTAINER = "wait-for-gib"  # kube/manifests/worker-rdma.yaml
 NODE_TYPE_LABEL, GROUP_LABEL = "ray.io/node-type", "ray.io/group"
 
 
-def on_local(nodes: list[dict], pool_scaled_down: bool) -> str | None:
-    """A local run waits when no GPU-pool node (a non-head Ray node) is alive."""
+def on_local(nodes: list[dict], pool_scaled_down: bool, joining: dict[str, float] | None = None) -> str | None:
+    """A local run waits when no GPU-pool node (a non-head Ray node) is alive. `joining`: the GPU-pool workers
+    started but told to join later (`local.gpu_pool.join_delay`), with when they join."""
     if any(node["state"] == "ALIVE" and not node.get("is_head_node") for node in nodes):
         return None
     if pool_scaled_down:
         return f"no GPU-pool node: {REAPED}"
+    if joining:
+        name, at = min(joining.items(), key=lambda item: item[1])
+        return f"no GPU-pool node is up: {name} was started and joins Ray at about {_clock(at)} (local.gpu_pool.join_delay)"
     return "no GPU-pool node is up (stopped, or lost): `rlops up` starts it again"
+
+
+def in_gate(line: dict | None) -> str | None:
+    """What an attempt's checkpoint gate says it waits for (its last `[rlops-wait]` line: `checkpoints.gate.waits`);
+    None when it said none or is done waiting."""
+    if line is None or "got" in line:
+        return None
+    if "backoff" in line:
+        return f"the attempt's gate backs off until {_clock(line['until'])}: the GPUs did not come for the one before"
+    return (f"the attempt's gate waits for {line['need']:g} {line['resource']} (Ray has {line['have']:g}) until "
+            f"{_clock(line['until'])}, then the attempt is retried")
+
+
+def _clock(at: float) -> str:
+    return time.strftime("%H:%M:%S UTC", time.gmtime(at))
 
 
 @dataclass

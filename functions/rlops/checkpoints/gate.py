@@ -1,7 +1,7 @@
 """The first thing every attempt of a run does, on the node that mounts its checkpoints: choose the resume point.
 
     python -m rlops.checkpoints.gate --run-dir DIR [--manifests MODULE] [--unverified] [--keep N]
-        [--keep-bytes B] [--data PLAN] [--wait-for RESOURCE=COUNT --wait-seconds S] && <the workload>
+        [--keep-bytes B] [--data PLAN] [--hold S] [--wait-for RESOURCE=COUNT --wait-seconds S] && <the workload>
 
 Each attempt's Ray job runs this before the workload (`runs.jobs` puts it in the entrypoint), on the
 node where the run directory is: locally the Ray worker's disk, on GKE the head pod, which mounts
@@ -16,6 +16,9 @@ time the command began (when the attempt started running, for `rlops cost`).
 newest complete one without hashing it, for checkpoints too large to hash at every start. `--keep` and
 `--keep-bytes` (the recipe's `set_aside` limit) bound what set-aside/ holds: the oldest beyond are deleted,
 and the line says which and what is kept.
+
+An attempt whose driver runs on the head (NeMo RL's) waits for its GPUs (`--wait-for`, `_capacity`) before the
+workload, first backing off `--hold` seconds when it follows an attempt that lacked them (`runs.policy.backoff`).
 
 `--data` (a nemo-rl recipe's, `spec.nemo_rl_reward.for_job`) comes first, before the wait for GPUs: the recipe's
 data steps write their files (on GKE into Lustre, from the head), then the real data's own reference answers are
@@ -64,31 +67,44 @@ def _shipped(module: str) -> dict[int, dict]:
 
 
 def _capacity(resource: str, needed: float, seconds: float, every: float = 15.0) -> bool:
-    """Wait until the Ray cluster has `needed` of `resource`, saying how much it has every `every` seconds.
+    """Wait until the Ray cluster has `needed` of `resource`, saying how much it has every `every` seconds, and
+    until when it waits (the watcher shows the last line as the run's waiting cause).
 
-    NeMo RL's driver runs on the CPU-only head and checks the GPUs once a second for about a minute
-    (RayVirtualCluster: NRL_VIRTUAL_CLUSTER_MAX_RETRIES, 6 tries, 2**i seconds), then fails for good; GPU nodes
-    woken or replaced after a preemption take minutes (boot, the image, gIB, Ray's join). So the attempt waits
-    here first, within the recipe's bound, and an attempt that did not get them ends before its workload, which
-    the watcher resubmits (its failure kind is `gate`), never as the recipe's own failure."""
+    NeMo RL's driver runs on the CPU-only head and checks the GPUs for about a minute (RayVirtualCluster:
+    NRL_VIRTUAL_CLUSTER_MAX_RETRIES, 6 tries, 2**i seconds), then fails for good; GPU nodes woken or replaced after
+    a preemption take minutes (boot, the image, gIB, Ray's join). So the attempt waits here first, within the
+    recipe's bound, and an attempt that did not get them ends before its workload, which the watcher resubmits as a
+    capacity failure (`gave_up`), never as the recipe's own failure."""
     import ray
 
     ray.init(address="auto", logging_level="ERROR", log_to_driver=False)
     try:
-        began = time.monotonic()
+        began, until = time.monotonic(), time.time() + seconds
         while True:
             have = ray.cluster_resources().get(resource, 0.0)
             waited = time.monotonic() - began
             done = have >= needed
+            said = {"resource": resource, "have": have, "need": needed, "waited": round(waited), "until": until}
             if done or waited >= seconds:
-                print(WAITING + json.dumps({"resource": resource, "have": have, "need": needed,
-                                            "waited": round(waited), "got": done}), flush=True)
+                print(WAITING + json.dumps({**said, "got": done}), flush=True)
                 return done
-            print(WAITING + json.dumps({"resource": resource, "have": have, "need": needed, "waited": round(waited)}),
-                  flush=True)
+            print(WAITING + json.dumps(said), flush=True)
             time.sleep(min(every, seconds - waited))
     finally:
         ray.shutdown()
+
+
+def waits(output: str) -> dict | None:
+    """The gate's last wait line in a job's output: {resource, have, need, waited, until[, got]}, or {backoff,
+    until} while it backs off; None when it printed none."""
+    lines = [line for line in output.splitlines() if line.startswith(WAITING)]
+    return json.loads(lines[-1][len(WAITING):]) if lines else None
+
+
+def gave_up(output: str) -> bool:
+    """Whether the gate ended its wait without the GPUs (its output's last lines, as Ray's failure message has them)."""
+    last = waits(output)
+    return last is not None and last.get("got") is False
 
 
 def _lines(source: str) -> Iterator[str]:
@@ -166,11 +182,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--wait-for", metavar="RESOURCE=COUNT",
                         help="first wait until the Ray cluster has this much of a resource (GPU=16)")
     parser.add_argument("--wait-seconds", type=float, default=1800.0, metavar="S")
+    parser.add_argument("--hold", type=float, default=0.0, metavar="S",
+                        help="back off this long before the wait (the attempt follows one that lacked its GPUs)")
     parser.add_argument("--data", type=json.loads, metavar="PLAN", help="data steps and the reward check (JSON)")
     args = parser.parse_args(argv)
     started = time.time()  # the attempt's command began here: its running time (rlops cost) counts from now
     if args.data and not _data(args.data):
         return DATA_REFUSED
+    if args.hold:
+        print(WAITING + json.dumps({"backoff": args.hold, "until": time.time() + args.hold}), flush=True)
+        time.sleep(args.hold)
     if args.wait_for:
         resource, _, count = args.wait_for.partition("=")
         if not _capacity(resource, float(count), args.wait_seconds):

@@ -5,12 +5,13 @@ The pieces, in start order:
 - `pubsub`: Google's Pub/Sub emulator (from google-cloud-cli) with the train and events topics and a push
   subscription to the train function, when it is installed;
 - `ray-head`, then `ray-worker-N`: `ray start --block` processes; the workers carry the custom
-  resource that stands in for the GPU pool, and the secrets the spec names as files, as a GKE pod does;
+  resource that stands in for the GPU pool, and the secrets the spec names as files, as a GKE pod does,
+  and join Ray `local.gpu_pool.join_delay` after they start, when set (as GPU nodes take minutes to);
 - `functions-train`, `-watch`, `-snapshot`, `-reap`: functions-framework servers for
   `functions/main.py`, and `scheduler`, which ticks the scheduled ones every few seconds.
 
-Everything lives under `.rlops/ENV/` of the current directory (RLOPS_LOCAL_DIR moves `.rlops`), and
-relative paths of the spec resolve against the directory `up` ran in.
+Everything lives under `.rlops/ENV/` of the repository's root (`environments.root()`; RLOPS_LOCAL_DIR moves
+`.rlops`), and relative paths of the spec resolve against that root.
 """
 
 import json
@@ -22,6 +23,7 @@ import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
+from rlops import environments
 from rlops.cloud import pubsub
 from rlops.endpoints import Endpoints
 from rlops.errors import Failure
@@ -37,11 +39,11 @@ SERVED_FUNCTIONS = ("train", "watch", "snapshot", "reap")
 
 
 def state_directory(env_name: str) -> Path:
-    return Path(os.environ.get("RLOPS_LOCAL_DIR", ".rlops")).resolve() / env_name
+    return Path(os.environ.get("RLOPS_LOCAL_DIR") or environments.root() / ".rlops").resolve() / env_name
 
 
 def lustre_directory(env: LocalEnvironment) -> Path:
-    return Path(env.local.lustre_dir).resolve()
+    return (environments.root() / env.local.lustre_dir).resolve()  # an absolute lustre_dir stays as it is
 
 
 def pubsub_available() -> bool:
@@ -181,7 +183,13 @@ class Stack:
                    f"--labels={json.dumps({'rlops-pool': pool.name, 'rlops-node': name})}",
                    "--object-store-memory=100000000", f"--temp-dir={self._ray_temp()}", *_node_ports(ports)]
         env = self._ray_env() | self._token_files() | {"RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "0"}
+        delay = pool.join_delay_seconds
+        if delay:  # started now, in Ray later: the process is recorded (and `down` stops it) while it sleeps
+            command = ["sh", "-c", f'sleep {delay} && exec "$@"', name, *command]
         process = self._launch(name, command, env, ports)
+        if delay:
+            self.report(f"{name}: joins Ray in {delay}s (local.gpu_pool.join_delay)")
+            return process
         dashboard = self.dashboard_url()
         wait_until(lambda: _node_alive(dashboard, name), process, "joined the cluster", 90, self.report)
         return process
@@ -276,6 +284,14 @@ class Stack:
     def _pool_names(self) -> list[str]:
         return [f"ray-worker-{i}" for i in range(self.env.local.gpu_pool.workers)]
 
+    def joining(self) -> dict[str, float]:
+        """The GPU-pool workers that run but were told to join Ray late (`local.gpu_pool.join_delay`), and when they
+        join: whether they have joined is Ray's to say."""
+        delay = self.env.local.gpu_pool.join_delay_seconds
+        running = self.processes()
+        return {name: running[name].started + delay for name in self._pool_names()
+                if delay and name in running and running[name].alive()}
+
     def stop_pool(self) -> None:
         """The reaper's scale-down: the GPU-pool worker nodes go; the rest keeps running."""
         running = self.processes()
@@ -304,7 +320,6 @@ def tick_seconds() -> float:
 def hosting(bucket: str) -> Endpoints | None:
     """Locally each environment's state bucket lives in that environment's own storage emulator, where the
     cloud has one namespace: the endpoints of the running local stack whose state bucket is `bucket`."""
-    from rlops import environments
     from rlops.spec.load import load
 
     for path in environments.spec_files():
@@ -343,8 +358,6 @@ def _base_env() -> dict[str, str]:
 
 
 def _environments_directory() -> Path:
-    from rlops import environments
-
     return environments.directory().resolve()
 
 

@@ -22,7 +22,7 @@ from rlops.checkpoints import gate, manifest
 from rlops.cloud.ray_jobs import META_PREFIX, JobRequest
 from rlops.kube import render
 from rlops.spec import nemo_rl, nemo_rl_reward
-from rlops.spec.model import GcpEnvironment
+from rlops.spec.model import GcpEnvironment, LocalEnvironment
 
 LUSTRE = PurePosixPath("/lustre")
 
@@ -47,28 +47,43 @@ def _text(value) -> str:
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 
-def command(recipe, settings: dict, directory: str, data: dict | None = None) -> str:
+def command(recipe, settings: dict, directory: str, data: dict | None = None, gpus: tuple[str, int] | None = None,
+            hold: int = 0) -> str:
     """The job's shell command: the checkpoint gate (with `data`, the recipe's data steps and reward check:
-    `nemo_rl_reward.for_job`), then the workload. NeMo RL's example scripts, configs and prompts are paths relative
-    to the repository in the image, so its command starts there, whatever the Ray worker's own directory."""
+    `nemo_rl_reward.for_job`; with `hold`, a backoff before it looks for the GPUs), then the workload. NeMo RL's
+    example scripts, configs and prompts are paths relative to the repository in the image, so its command starts
+    there, whatever the Ray worker's own directory. `gpus`: what a local trl recipe whose driver plays NeMo RL's
+    (`pool_gpus`) asks Ray for."""
     limit = recipe.set_aside
     checked = ["python", "-m", "rlops.checkpoints.gate", "--run-dir", directory,
                *(["--unverified"] if recipe.resume_from == "newest" else []), "--keep", str(limit.count),
                *(["--keep-bytes", str(limit.gib * 2**30)] if limit.gib else []),
-               *(["--data", json.dumps(data, sort_keys=True)] if data else [])]
+               *(["--data", json.dumps(data, sort_keys=True)] if data else []),
+               *(["--hold", str(hold)] if hold else [])]
     if recipe.runner == "nemo-rl":
         nodes, per_node = settings.get("cluster.num_nodes"), settings.get("cluster.gpus_per_node")
         if isinstance(nodes, int) and isinstance(per_node, int):  # the GPUs NeMo RL's driver asks Ray for
             checked += ["--wait-for", f"GPU={nodes * per_node}", "--wait-seconds", str(recipe.gpu_wait_seconds)]
         words = nemo_rl.words(recipe, settings, directory)
         return f"{_shell(checked)} && cd {nemo_rl.WORKDIR} && {_shell(words)}"
-    words = ["python", "-m", recipe.entrypoint, "--output-dir", directory,
+    asked = [] if gpus is None else ["--gpus", f"{gpus[0]}={gpus[1]}"]
+    if gpus is not None:
+        checked += ["--wait-for", asked[1], "--wait-seconds", str(recipe.gpu_wait_seconds)]
+    words = ["python", "-m", recipe.entrypoint, "--output-dir", directory, *asked,
              *(f"{key}={_text(value)}" for key, value in sorted(settings.items()))]
     return f"{_shell(checked)} && {_shell(words)}"
 
 
 def _shell(words: list[str]) -> str:
     return " ".join(shlex.quote(word) for word in words)
+
+
+def pool_gpus(env, recipe) -> tuple[str, int] | None:
+    """For a local trl recipe whose driver runs on the head (`driver: head`), the Ray resource standing for GPUs and a
+    GPU-pool node's count of it, which its driver checks for and its training actor holds; otherwise None."""
+    if not isinstance(env, LocalEnvironment) or recipe.runner != "trl" or not recipe.driver_on_head:
+        return None
+    return env.local.gpu_pool.resource, env.local.gpu_pool.per_worker
 
 
 def actor_env(env, recipe) -> dict[str, str]:
@@ -79,12 +94,15 @@ def actor_env(env, recipe) -> dict[str, str]:
 
 def request(environment: str, recipe_name: str, recipe, run: str, settings: dict, requested_by: str,
             attempt: int, lustre_root: str, entrypoint_resources: dict[str, float] | None = None,
-            actors: dict[str, str] | None = None, tag: nemo_rl.Tag | None = None) -> JobRequest:
+            actors: dict[str, str] | None = None, tag: nemo_rl.Tag | None = None,
+            gpus: tuple[str, int] | None = None, hold: int = 0) -> JobRequest:
     """`actors`: the environment NeMo RL's actors need (`actor_env`); `tag`: the NeMo RL tag of the environment's
-    image (`data_tag`), whose data reading the gate's reward check follows."""
+    image (`data_tag`), whose data reading the gate's reward check follows; `gpus`: `pool_gpus`; `hold`: seconds the
+    gate backs off first (`policy.backoff`). A driver on the head asks for no resource (`entrypoint_resources` are
+    where any other driver runs)."""
     directory = checkpoint_dir(recipe, run, lustre_root)
     runtime_env: dict = {}
-    if recipe.runner == "nemo-rl":
+    if recipe.driver_on_head:
         # NeMo RL's init_ray copies the driver's os.environ into every actor: the job carries the actors' settings
         # (one HF_HOME among them), so they are the same whichever node the driver runs on.
         # NeMo RL calls wandb.init(**logger.wandb) with no id: W&B takes the run's from the environment, so every
@@ -99,9 +117,10 @@ def request(environment: str, recipe_name: str, recipe, run: str, settings: dict
                 "settings": json.dumps(settings, sort_keys=True)}
     return JobRequest(submission_id=submission_id(environment, run, attempt),
                       entrypoint=command(recipe, settings, directory, nemo_rl_reward.for_job(
-                          tag, recipe, settings, lambda path: on_lustre(path, lustre_root))),
+                          tag, recipe, settings, lambda path: on_lustre(path, lustre_root)), gpus, hold),
                       metadata={META_PREFIX + key: value for key, value in metadata.items()},
-                      runtime_env=runtime_env, entrypoint_resources=entrypoint_resources or {})
+                      runtime_env=runtime_env,
+                      entrypoint_resources={} if recipe.driver_on_head else entrypoint_resources or {})
 
 
 def wandb_run_id(environment: str, run: str) -> str:
@@ -110,11 +129,13 @@ def wandb_run_id(environment: str, run: str) -> str:
     return f"{run}-{hashlib.sha256(f'{environment}/{run}'.encode()).hexdigest()[:8]}"
 
 
-def for_site(site, recipe_name: str, run: str, settings: dict, requested_by: str, attempt: int) -> JobRequest:
+def for_site(site, recipe_name: str, run: str, settings: dict, requested_by: str, attempt: int,
+             hold: int = 0) -> JobRequest:
     """`request`, placed where the site's jobs run (its /lustre, the driver's Ray resources, its actors' settings)."""
-    return request(site.name, recipe_name, site.env.recipes[recipe_name], run, settings, requested_by, attempt,
-                   site.lustre_root, site.entrypoint_resources,
-                   actor_env(site.env, site.env.recipes[recipe_name]), data_tag(site.env))
+    recipe = site.env.recipes[recipe_name]
+    return request(site.name, recipe_name, recipe, run, settings, requested_by, attempt, site.lustre_root,
+                   site.entrypoint_resources, actor_env(site.env, recipe), data_tag(site.env),
+                   pool_gpus(site.env, recipe), hold)
 
 
 def data_tag(env) -> nemo_rl.Tag | None:

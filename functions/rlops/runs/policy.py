@@ -4,7 +4,8 @@ A failed attempt is resubmitted only when its nodes went away under it (a Spot p
 node): Ray says the job's supervisor died with its node, or a non-head node died while the job ran
 (NeMo RL's driver on the head then exits non-zero because its GPU actors are gone); or when it failed
 before its checkpoint gate said where it resumes (a full disk, Lustre away, a runtime environment that
-did not install): the workload never started, so nothing of the recipe's failed. A failure of the
+did not install): the workload never started, so nothing of the recipe's failed; or when the GPUs did not come
+(a capacity failure: the gate's wait ran out, or NeMo RL's own check gave up), after a backoff. A failure of the
 training code itself is final, and so is a gate that found the recipe's gold answers earn no reward on its data.
 """
 
@@ -19,6 +20,10 @@ NODE_DEATH_SLACK_MS = 60_000  # the driver notices a lost actor a little after t
 LISTING_GRACE_SECONDS = 60.0
 RECENT_SECONDS = 24 * 3600  # an ended run's last checkpoints land at its end: looked at for a day after
 FORGOTTEN = "the Ray head no longer knows this job (it restarted?)"
+# What NeMo RL raises when its GPU check runs out of tries (nemo_rl/distributed/virtual_cluster.py, v0.4.0-v0.7.0:
+# `RayVirtualCluster._init_placement_groups`); the traceback ends the driver's output, which Ray's message carries.
+RESOURCE_INSUFFICIENT = "ResourceInsufficientError"
+BACKOFF_SECONDS, BACKOFF_LIMIT_SECONDS = 30, 600  # doubled for each capacity failure in a row
 
 
 @dataclass(frozen=True)
@@ -33,9 +38,10 @@ class Transition:
 
 
 def failure_kind(job: JobView, nodes: list[dict], gate_said: bool = True) -> str:
-    """'node-lost', 'gate', 'data', 'code' or 'stopped' for a terminal, unsuccessful job; `gate_said`: its output has
-    the checkpoint gate's line (the workload started). 'data': the gate refused the recipe's data (its last lines,
-    which Ray's failure message carries), which no retry changes."""
+    """'node-lost', 'capacity', 'gate', 'data', 'code' or 'stopped' for a terminal, unsuccessful job; `gate_said`: its
+    output has the checkpoint gate's line (the workload started). From the output's last lines, which Ray's failure
+    message carries: 'capacity', the GPUs did not come (the gate gave up waiting, or NeMo RL's check raised
+    ResourceInsufficientError); 'data', the gate refused the recipe's data, which no retry changes."""
     if job.status == "STOPPED":
         return "stopped"
     if job.error_type == "JOB_SUPERVISOR_ACTOR_DIED":
@@ -48,12 +54,26 @@ def failure_kind(job: JobView, nodes: list[dict], gate_said: bool = True) -> str
         died = node.get("end_time_ms") or 0
         if node["node_id"] == job.driver_node_id or started <= died <= ended:
             return "node-lost"
+    if RESOURCE_INSUFFICIENT in (job.message or "") or gate.gave_up(job.message or ""):
+        return "capacity"
     if gate_said:
         return "code"
     return "data" if gate.REFUSED in (job.message or "") else "gate"
 
 
-RETRIED = {"node-lost": "node lost", "gate": "the checkpoint gate failed"}  # the kinds a new attempt follows
+RETRIED = {"node-lost": "node lost", "gate": "the checkpoint gate failed",  # the kinds a new attempt follows
+           "capacity": "the GPUs did not come"}
+
+
+def backoff(record: RunRecord) -> int:
+    """Seconds the next attempt's gate waits before it looks for the GPUs: none after a lost node or a gate error,
+    BACKOFF_SECONDS after a capacity failure, doubled for each one before it in a row, at most BACKOFF_LIMIT_SECONDS."""
+    failed = 0
+    for attempt in reversed(record.attempts):
+        if attempt.failure is None or attempt.failure.kind != "capacity":
+            break
+        failed += 1
+    return 0 if not failed else min(BACKOFF_SECONDS * 2 ** (failed - 1), BACKOFF_LIMIT_SECONDS)
 
 
 def resubmittable(record: RunRecord, kind: str, resume_budget: int) -> bool:

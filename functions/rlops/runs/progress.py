@@ -1,7 +1,8 @@
 """A run's progress from what its job prints, and its last complete checkpoint on a mounted directory.
 
 The local recipe prints `[rlops] step=N reward=R loss=L seconds=S`, `[rlops] checkpoint step=N
-seconds=S` (after the save) and `[rlops] resuming from checkpoint-N`. NeMo RL's grpo.py (v0.4.0,
+seconds=S` (after the save) and `[rlops] resuming from checkpoint-N`, behind Ray's actor prefix when it trains in
+an actor. NeMo RL's grpo.py (v0.4.0,
 v0.5.0) prints `===== Epoch E/... =====`, then for each step `===== Step i/M =====`, with i counted
 within the epoch and M = min(batches per epoch, max_num_steps), and later that step's `• Loss: L`,
 `• Avg Reward: R` (or `Avg Total Reward`), and under `Timing:` `• Total step time: Ss` and, when it
@@ -18,12 +19,20 @@ from pathlib import Path
 
 from rlops.checkpoints import gate
 
-_TRL_STEP = re.compile(r"^\[rlops\] step=(\d+) reward=([-\d.eE+naif]+)", re.M)
-_TRL_SAVE = re.compile(r"^\[rlops\] checkpoint step=(\d+)", re.M)
-_TRL_RESUME = re.compile(r"^\[rlops\] resuming from checkpoint-(\d+)", re.M)
+# A line of a Ray actor, as Ray's log_to_driver prints it in the driver's output: `(Name pid=N[, ip=A]) `, the
+# parentheses colored unless RAY_COLOR_PREFIX=0 (ray/_private/worker.py print_worker_logs). The local recipe prints
+# from one when it plays NeMo RL's driver (`driver: head`).
+_RAY = r"(?:(?:\x1b\[[0-9;]*m)?\([^()\n]*pid=\d+[^()\n]*\)(?:\x1b\[[0-9;]*m)? )?"
+_TRL_STEP = re.compile(rf"^{_RAY}\[rlops\] step=(\d+) reward=([-\d.eE+naif]+)", re.M)
+_TRL_SAVE = re.compile(rf"^{_RAY}\[rlops\] checkpoint step=(\d+)", re.M)
+_TRL_RESUME = re.compile(rf"^{_RAY}\[rlops\] resuming from checkpoint-(\d+)", re.M)
+# The driver's own last line. Driving an actor, the actor's last step lines may never reach the driver's output:
+# Ray forwards an actor's lines asynchronously, and the driver exits as soon as the actor returns.
+_TRL_DONE = re.compile(r"^\[rlops\] done step=(\d+)", re.M)
 _NUMBER = r"([-\d.eE+naif]+)"
-_TRL_POINT = re.compile(rf"^\[rlops\] step=(\d+) reward={_NUMBER}(?: loss={_NUMBER})?(?: seconds={_NUMBER})?", re.M)
-_TRL_SAVED = re.compile(rf"^\[rlops\] checkpoint step=(\d+)(?: seconds={_NUMBER})?", re.M)
+_TRL_POINT = re.compile(rf"^{_RAY}\[rlops\] step=(\d+) reward={_NUMBER}(?: loss={_NUMBER})?(?: seconds={_NUMBER})?",
+                        re.M)
+_TRL_SAVED = re.compile(rf"^{_RAY}\[rlops\] checkpoint step=(\d+)(?: seconds={_NUMBER})?", re.M)
 _NEMO_SERIES = re.compile(rf"^=+ Epoch (?P<epoch>\d+)/\d+ =+$|^=+ Step (?P<step>\d+)/(?P<of>\d+) =+$"
                           rf"|• Loss: (?P<loss>{_NUMBER[1:-1]})|Avg (?:Total )?Reward: (?P<reward>{_NUMBER[1:-1]})"
                           rf"|• Total step time: (?P<seconds>{_NUMBER[1:-1]})s|• checkpointing: (?P<save>{_NUMBER[1:-1]})s",
@@ -50,6 +59,9 @@ def from_logs(runner: str, text: str, epoch: int = 1, banner: dict | None = None
         steps = _TRL_STEP.findall(text)
         if steps:
             found.update(step=int(steps[-1][0]), reward=float(steps[-1][1]), first_step=int(steps[0][0]))
+        done = _TRL_DONE.findall(text)
+        if done and int(done[-1]) > (found["step"] or 0):
+            found["step"] = int(done[-1])
         saves, resumed = _TRL_SAVE.findall(text), _TRL_RESUME.search(text)
         found["reported_checkpoint"] = int(saves[-1]) if saves else None
         found["resumed_from"] = int(resumed.group(1)) if resumed else None

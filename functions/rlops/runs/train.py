@@ -53,14 +53,19 @@ def accept(site, request: message.TrainMessage, settings: dict, message_id: str 
         site.records.refuse(Refusal(request.run, message_key(message_id, request.model_dump_json().encode()),
                                     str(taken), time.time()))
         return "refused"
+    submitted = False
     if record is None:
         wake(site)  # a reaped pool comes back before the job is submitted; records the acceptance either way
-    if record is not None or not jobs.submit(site, job, request.run):
+        submitted = jobs.submit(site, job, request.run)
+        now = time.time()
+        # Written also when Ray had the job already: a delivery before this one submitted it and stopped before
+        # writing the record, which outlives Ray's job table (a head restarted since would leave the run known
+        # nowhere, and the message acknowledged).
+        site.records.create(new(described(job), job.submission_id, now))
+    if not submitted:
         emit("INFO", "train message for a run already submitted: nothing to do", environment=request.environment,
              run=request.run, submission_id=job.submission_id)
         return "duplicate"
-    now = time.time()
-    site.records.create(new(described(job), job.submission_id, now))
     emit("INFO", "run submitted", environment=request.environment, run=request.run, submission_id=job.submission_id)
     site.publish({"type": "submitted", "environment": request.environment, "run": request.run, "attempt": 1,
                   "recipe": request.recipe, "submission_id": job.submission_id, "requested_by": request.requested_by,

@@ -8,6 +8,8 @@ import functools
 import time
 from pathlib import Path
 
+from rlops import waiting as workers_waiting
+from rlops.checkpoints import gate
 from rlops.cloud.ray_jobs import ACTIVE, JobView, RayError
 from rlops.logs import emit
 from rlops.reaper.reap import wake
@@ -106,7 +108,7 @@ def _advance(site: Site, record: RunRecord, attempts: dict[int, JobView], nodes:
         text = _update_progress(site, record, current, job, recipe.runner if recipe else "trl")
     transition = policy.advance(record, job, nodes.get() if policy.needs_nodes(record, job) else [], now,
                                 recipe.resume_budget if recipe else None)
-    waited = closed + _waiting(site, record, job, transition, nodes)
+    waited = closed + _waiting(site, record, job, transition, nodes, text)
     if transition is None:
         return waited
     if transition.state in policy.TERMINAL and text:
@@ -121,7 +123,8 @@ def _advance(site: Site, record: RunRecord, attempts: dict[int, JobView], nodes:
         current.failure = transition.failure
     if transition.resubmit:
         number = current.attempt + 1
-        request = jobs.for_site(site, record.recipe, record.run, record.settings, record.requested_by, number)
+        request = jobs.for_site(site, record.recipe, record.run, record.settings, record.requested_by, number,
+                                hold=policy.backoff(record))
         wake(site)  # as a train message does: a pool reaped since the attempt ended comes back for it
         jobs.submit(site, request, record.run)
         record.attempts.append(Attempt(number, request.submission_id, now))
@@ -185,12 +188,17 @@ def _end(record: RunRecord, attempt: Attempt, job: JobView, nodes: _Nodes, now: 
     record.history.append(HistoryEntry(now, attempt.attempt, state))
 
 
-def _waiting(site: Site, record: RunRecord, job: JobView | None, transition, nodes: _Nodes) -> list[dict]:
-    """Why an attempt that has not trained yet waits (Ray holds its job PENDING, or NeMo RL's driver RUNNING on
-    the head waits for its GPU actors), in one line (`Site.waiting`); kept in the record and said in a `waiting`
-    event when it changes (a cleared cause is only written to the record). Empty when nothing is to be said."""
+def _waiting(site: Site, record: RunRecord, job: JobView | None, transition, nodes: _Nodes,
+             text: str | None) -> list[dict]:
+    """Why an attempt that has not trained yet waits (Ray holds its job PENDING, or a driver RUNNING on the head
+    waits for its GPU actors), in one line: why the GPU workers are not up (`Site.waiting`), and what the attempt's
+    gate waits for and until when (its last wait line in `text`, the output read this tick); kept in the record and
+    said in a `waiting` event when it changes (a cleared cause is only written to the record). Empty when nothing
+    is to be said."""
     state = transition.state if transition is not None else (job.status if job is not None else record.current.state)
-    cause = nodes.waiting() if state in ("PENDING", "RUNNING") and record.current.first_step is None else None
+    cause = None
+    if state in ("PENDING", "RUNNING") and record.current.first_step is None:
+        cause = "; ".join(filter(None, (nodes.waiting(), workers_waiting.in_gate(gate.waits(text or ""))))) or None
     if cause == record.waiting:
         return []
     record.waiting = cause

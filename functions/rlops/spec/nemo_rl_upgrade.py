@@ -82,6 +82,9 @@ def preview(name: str, recipe, pool, source: Tag, target: Tag) -> Upgrade:
         upgrade.findings.append((("config",), f"{target.name} has no {recipe.config}; pick a config of the tag"))
         return upgrade
     upgrade.findings += _refused_or_unread(moved, pool, target)
+    said = {path for path, _ in upgrade.findings} | {path for path, _ in nemo_rl.unread_overrides(source, recipe)}
+    upgrade.findings += [(path, message) for path, message in nemo_rl.unread_overrides(target, moved)
+                         if path not in said]  # not known unread today, read by no code at the target
     rewritten = _rewrite(moved, source, target)
     upgrade.rewrite = {key: getattr(rewritten, key) for key in ("entrypoint", "overrides", "allowed_overrides")
                        if getattr(rewritten, key) != getattr(recipe, key)}

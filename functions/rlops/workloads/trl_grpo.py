@@ -9,6 +9,10 @@ resumes from the newest one, as a preempted run must. Progress goes to stdout as
 `[rlops] step=N reward=R loss=L seconds=S` and `[rlops] checkpoint step=N seconds=S` lines, which the
 watcher reads.
 
+`--gpus RESOURCE=COUNT` runs it as NeMo RL runs a job (`nemo_rl_driver`): this process, the driver, may be on a
+node without the resource; it checks the cluster for COUNT of it with NeMo RL's retries (failing as NeMo RL fails),
+then trains in a Ray actor that holds them, with the driver's environment copied into it as NeMo RL copies it.
+
 `pause_while=NAME` holds the run after each step for as long as a file NAME exists in the output
 directory: whoever made the file decides when the run goes on (the local-loop tests use it to keep
 a run RUNNING exactly as long as they need, instead of hoping it is still running).
@@ -35,11 +39,19 @@ NAMES = ("ann", "bob", "kim", "lee", "max", "sam")
 THINGS = ("apples", "books", "coins", "pens", "shells")
 
 
-def parse(argv: list[str]) -> tuple[str, dict]:
+def parse(argv: list[str]) -> tuple[str, dict, tuple[str, int] | None]:
     parser = argparse.ArgumentParser(prog="rlops.workloads.trl_grpo")
     parser.add_argument("--output-dir", required=True)
+    parser.add_argument("--gpus", metavar="RESOURCE=COUNT", help="drive the training as NeMo RL does, in an actor "
+                        "holding COUNT of the Ray resource that stands for GPUs")
     parser.add_argument("settings", nargs="*", metavar="key=value")
     args = parser.parse_args(argv)
+    gpus = None
+    if args.gpus:
+        resource, _, count = args.gpus.partition("=")
+        if not resource or not count.isdigit() or int(count) < 1:
+            parser.error(f"--gpus takes RESOURCE=COUNT (a positive count), not {args.gpus!r}")
+        gpus = (resource, int(count))
     settings = dict(DEFAULTS)
     for item in args.settings:
         key, _, value = item.partition("=")
@@ -48,7 +60,7 @@ def parse(argv: list[str]) -> tuple[str, dict]:
         settings[key] = SETTINGS[key](value)
     if not re.fullmatch(r"(\w[\w.-]*)?", settings["pause_while"]):
         parser.error(f"pause_while must be a file name in the output directory, not {settings['pause_while']!r}")
-    return args.output_dir, settings
+    return args.output_dir, settings, gpus
 
 
 def problems(seed: int, count: int = 200) -> list[dict]:
@@ -139,7 +151,24 @@ def _readable(path: str | None) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
-    output_dir, settings = parse(sys.argv[1:] if argv is None else argv)
+    output_dir, settings, gpus = parse(sys.argv[1:] if argv is None else argv)
+    if gpus:
+        # This module by its name, not as __main__: the actor imports `train` from it rather than unpickling a copy.
+        from rlops.workloads import nemo_rl_driver, trl_grpo
+
+        nemo_rl_driver.init_ray()
+        nemo_rl_driver.check(*gpus)
+        step = nemo_rl_driver.run_on_pool(*gpus, trl_grpo.train, output_dir, settings)
+    else:
+        step = train(output_dir, settings)
+    print(f"[rlops] done step={step}", flush=True)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)  # skips ~2 s of interpreter teardown; the checkpoints are already written
+
+
+def train(output_dir: str, settings: dict) -> int:
+    """The whole run, resumed from the newest complete checkpoint in `output_dir`; its last step."""
     import warnings
 
     warnings.filterwarnings("ignore", message=".*gradient_checkpointing.*", category=FutureWarning)
@@ -191,10 +220,7 @@ def main(argv: list[str] | None = None) -> int:
                           train_dataset=Dataset.from_list(problems(settings["seed"])), processing_class=tok,
                           callbacks=[Progress()])
     trainer.train(resume_from_checkpoint=last)
-    print(f"[rlops] done step={trainer.state.global_step}", flush=True)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)  # skips ~2 s of interpreter teardown; the checkpoints are already written
+    return trainer.state.global_step
 
 
 if __name__ == "__main__":
