@@ -180,6 +180,8 @@ def test_cancel_of_an_unknown_or_ended_run_changes_nothing(simulated, capsys):
         assert capsys.readouterr().out == "run done of local had already ended (SUCCEEDED); nothing to cancel\n"
         watch.tick(sim.site)
     assert sim.ray.stops == [] and not [e for e in sim.events if e["type"] == "run-cancelled"]
+    assert cli.main(["cancel", "local", "dnoe"]) == 1  # a typo of a run that exists: named
+    assert capsys.readouterr().err == "rlops cancel: no run dnoe in local (did you mean 'done'?)\n"
 
 
 # -- logs --follow ---------------------------------------------------------------------------------------------------
@@ -322,7 +324,8 @@ def test_a_different_message_for_a_run_is_refused_kept_and_shown_beside_the_run(
     h200.records.refuse(run_records.Refusal("r3", "2", "a later message, refused", time.time() + 1))
     assert cli.main(["status", "h200", "--run", "r3"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0].split() == ["RUN", "STATE", "ATTEMPT", "STEP", "CHECKPOINT", "REWARD", "AGE"]
+    assert lines[0].split() == ["RUN", "STATE", "ATTEMPT", "STEP", "CHECKPOINT", "REWARD", "STARTED", "DURATION",
+                                "ETA"]
     assert lines[1].split()[:2] == ["r3", "PENDING"]
     assert [line.split(" refused at ")[0] for line in lines[2:]] == ["r3: train message 2"]
     assert lines[2].endswith(": a later message, refused")
@@ -461,3 +464,47 @@ def test_cancel_stops_a_real_ray_job_and_the_watcher_records_its_end(real):
     assert [c for c in watch.tick(real.site) if c["run"] == "cancelled"] == []
     assert [j.submission_id for j in real.site.ray.all() if (j.metadata or {}).get("rlops-run") == "cancelled"] == [
         submission]
+
+
+def test_the_tick_and_checkpoint_commands_report_as_json_for_a_program(simulated, capsys):
+    """Issue 39, 3: `--format json` on every command that reports, one document each."""
+    sim = simulated
+    submitted(sim, "done", 1, [(2, 1)], 10)
+    capsys.readouterr()
+    sim.clock.now = T0 + 5
+    assert cli.main(["watch", "local", "--format", "json"]) == 0
+    changes = json.loads(capsys.readouterr().out)
+    assert changes["environment"] == "local"
+    assert [(c["run"], c["attempt"], c["state"]) for c in changes["changes"]] == [("done", 1, "RUNNING")]
+    assert cli.main(["snapshot", "local", "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out) == {"environment": "local", "manifests": []}
+    assert cli.main(["reap", "local", "--dry-run", "--format", "json"]) == 0
+    decision = json.loads(capsys.readouterr().out)
+    assert decision == {"environment": "local", "scale_down": False, "dry_run": True,
+                        "reason": "1 job(s) pending or running", "actions": []}
+    assert cli.main(["checkpoints", "list", "local", "done", "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out) == {"environment": "local", "run": "done", "checkpoints": []}
+
+
+def test_status_says_step_of_total_when_it_started_how_long_it_ran_and_the_time_left(simulated, monkeypatch):
+    """Issue 39, 4: while RUNNING, the step out of the recipe's total, the start, the duration and an ETA at the
+    attempt's pace so far; once ended, the duration to its end and no ETA."""
+    from rlops.runs.report import Progress, progress
+
+    sim = simulated
+    submitted(sim, "eta", 10, [(20, 1), (30, 2), (40, 3)], 70)  # 6 steps (the local recipe's max_steps)
+    sim.clock.now = T0 + 45
+    watch.tick(sim.site)
+    record = sim.site.records.get("eta")[0]
+    assert record.current.started_at == T0 + 10 and record.step == 3
+    assert progress(record, T0 + 45) == Progress(total=6, started_at=T0 + 10, seconds=35, eta_seconds=35)
+    monkeypatch.setattr(cli_runs, "time", SimpleNamespace(time=lambda: T0 + 45, gmtime=time.gmtime,
+                                                          strftime=time.strftime))
+    header, row = cli_runs._table([record]).splitlines()
+    assert row.split()[3:] == ["3/6", "-", str(record.reward), time.strftime("%m-%d", time.gmtime(T0 + 10)),
+                               time.strftime("%H:%M", time.gmtime(T0 + 10)), "35s", "35s"]
+    sim.clock.now = T0 + 80
+    watch.tick(sim.site)
+    record = sim.site.records.get("eta")[0]
+    assert record.state == "SUCCEEDED"
+    assert progress(record, T0 + 500) == Progress(total=6, started_at=T0 + 10, seconds=60, eta_seconds=None)

@@ -9,7 +9,7 @@ import sys
 
 from google.auth.exceptions import GoogleAuthError
 
-from rlops.cli import infra, pipelines, runs
+from rlops.cli import helptext, infra, pipelines, runs
 from rlops.cli.common import Exit, Parser
 from rlops.endpoints import Endpoints
 from rlops.errors import Failure
@@ -20,18 +20,23 @@ def build_parser() -> Parser:
 
     parser = Parser(prog="rlops", description="GitOps for GRPO post-training on GKE.")
     parser.add_argument("--version", action="version", version=f"rlops {__version__}")
+    parser.add_argument("--log-format", choices=("auto", "text", "json"), default="auto",
+                        help="log lines on stderr: text for a person, JSON (Cloud Logging's) for a program; auto: "
+                             "text on a terminal, else JSON")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
     infra.add_commands(commands)
     runs.add_commands(commands)
     pipelines.add_commands(commands)
+    helptext.document(parser)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     from rlops import logs
 
-    logs.to_stderr()
+    logs.to_stderr()  # before the arguments are read: a bad one is said on stderr, never on stdout
     args = build_parser().parse_args(argv)
+    logs.to_stderr(args.log_format)
     if getattr(args, "base", None) and not args.offline:
         build_parser().error("--base goes with --offline")
     if getattr(args, "offline", False) and hasattr(args, "dry_run") and not args.dry_run:

@@ -22,6 +22,12 @@ class Exit(IntEnum):
 
 
 class Parser(argparse.ArgumentParser):
+    def parse_known_args(self, args=None, namespace=None):
+        parsed, extras = super().parse_known_args(args, namespace)
+        if extras and " " in self.prog:  # a subcommand's unknown flag: its own usage, not the top level's
+            self.error(f"unrecognized arguments: {' '.join(extras)}")
+        return parsed, extras
+
     def error(self, message: str):  # argparse exits 2, which `validate` and `plan` give a meaning of their own
         self.print_usage(sys.stderr)
         self.exit(Exit.ERROR, f"{self.prog}: error: {message}\n")
@@ -54,7 +60,8 @@ def load_spec(name: str):
 
     path = environments.path_for(name)
     if not path.is_file():
-        raise Failure(f"no spec for environment {name!r}: {path} does not exist")
+        raise Failure(f"no spec for environment {name!r}: {path} does not exist"
+                      + environments.did_you_mean(name, environments.known_names()))
     loaded = load(path)
     if loaded.problems:
         raise Failure("\n".join(map(str, loaded.problems)) + f"\n{path}: fix the spec first (rlops validate)")
@@ -82,6 +89,17 @@ def bucket(env, endpoints: Endpoints):
     from rlops.state.bucket import of_environment
 
     return of_environment(env.spec, endpoints)
+
+
+def format_option(command: argparse.ArgumentParser) -> None:
+    command.add_argument("--format", choices=("text", "json"), default="text",
+                         help="text for a person; json: one document for a program")
+
+
+def print_json(document) -> None:
+    import json
+
+    print(json.dumps(document, default=str), flush=True)
 
 
 def say(text: str) -> None:

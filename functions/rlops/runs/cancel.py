@@ -40,7 +40,7 @@ def cancel(site: Site, run: str, requested_by: str) -> Cancellation:
     for _ in range(WRITE_TRIES):
         record, generation = site.records.get(run)
         if record is None:
-            raise UnknownRun(f"no run {run} in {site.name}")
+            raise UnknownRun(site.records.unknown(run))
         current = record.current
         if record.state in TERMINAL:
             return Cancellation(run, current.attempt, current.submission_id, record.state, cancelled=False)

@@ -118,7 +118,7 @@ def _follow(site, transfers, record: RunRecord, manifest_object, entry: dict) ->
 def _run(site, run: str) -> tuple[RunRecord, dict[int, object]]:
     record, _ = site.records.get(run)
     if record is None:
-        raise Failure(f"no run {run} in {site.name}")
+        raise Failure(site.records.unknown(run))
     known = site.records.manifest_objects(run)
     if not known:
         raise Failure(f"run {run} has no checkpoint with a manifest yet (run `rlops snapshot {site.name}` first)")

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
+from rlops.state.run_records import TERMINAL, RunRecord
+
 MAX_STEP_ROWS = 200
 BYTES_PER_GB = 1e9
 
@@ -222,3 +224,38 @@ def _failure(failure: dict | None) -> str:
     # A pipe in a Ray error message would split the table cell.
     text = f"{failure.get('kind', '?')}: {message}" if message else str(failure.get("kind", "?"))
     return text.replace("|", "\\|")
+
+
+# Where a recipe's settings say how many steps a run takes: the local recipe's (TRL) and NeMo RL's key.
+TOTAL_STEP_SETTINGS = ("max_steps", "grpo.max_num_steps")
+
+
+@dataclass(frozen=True)
+class Progress:
+    total: int | None          # the steps the run takes, when its settings say
+    started_at: float | None   # when its first attempt began on a node
+    seconds: float | None      # how long it has run since, to its end once it ended
+    eta_seconds: float | None  # while running: the steps left at the current attempt's pace so far
+
+
+def progress(record: RunRecord, now: float) -> Progress:
+    total = next((int(record.settings[key]) for key in TOTAL_STEP_SETTINGS if key in record.settings), None)
+    started = next((a.started_at for a in record.attempts if a.started_at is not None), None)
+    ended = max((a.ended_at for a in record.attempts if a.ended_at), default=None)
+    seconds = None if started is None else (ended if record.state in TERMINAL and ended else now) - started
+    current, eta = record.current, None
+    if record.state == "RUNNING" and total and record.step and current.started_at is not None:
+        done = record.step - (current.first_step or 1) + 1  # steps this attempt made: a resumed one starts later
+        if done > 0:
+            eta = max(total - record.step, 0) * (now - current.started_at) / done
+    return Progress(total, started, seconds, eta)
+
+
+def duration(seconds: float | None) -> str:
+    """1h02m, 4m10s, 12s; - when unknown."""
+    if seconds is None:
+        return "-"
+    whole = int(seconds)
+    if whole >= 3600:
+        return f"{whole // 3600}h{whole % 3600 // 60:02d}m"
+    return f"{whole // 60}m{whole % 60:02d}s" if whole >= 60 else f"{whole}s"
