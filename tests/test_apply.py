@@ -43,7 +43,7 @@ def bodies(fake, method: str, path_end: str) -> list[dict]:
 
 
 def test_apply_h200_sends_what_the_seed_sets_and_a_second_plan_is_empty(fake, capsys):
-    assert run("apply", "h200") == 0
+    assert run("apply", "--yes", "h200") == 0
     (pool_request,) = bodies(fake, "POST", "/clusters/rl-h200/nodePools")
     pool = gke.CreateNodePoolRequest.from_json(json.dumps(pool_request), ignore_unknown_fields=True).node_pool
     affinity = pool.config.reservation_affinity
@@ -88,7 +88,7 @@ def test_apply_h200_sends_what_the_seed_sets_and_a_second_plan_is_empty(fake, ca
 
 
 def test_environments_of_one_project_share_their_list_calls_and_keep_their_own_resources(fake, specs, capsys):
-    assert run("apply", "h200") == 0
+    assert run("apply", "--yes", "h200") == 0
     seed = (specs / "h200.yaml").read_text()
     for copy in ("h200-two", "h200-three"):  # the same project, resources named apart
         (specs / f"{copy}.yaml").write_text(seed.replace("rl-", f"{copy.split('-')[1]}-"))
@@ -121,7 +121,7 @@ def test_the_json_plan_carries_cluster_object_changes_as_data_without_their_valu
 
 
 def test_a_cluster_list_with_a_zone_missing_is_asked_again_not_planned_as_a_new_cluster(fake, capsys):
-    assert run("apply", "h200") == 0
+    assert run("apply", "--yes", "h200") == 0
     capsys.readouterr()
     fake.unanswered_zones.append("us-central1-b")
     assert run("plan", "h200", "--detailed-exitcode") == 0
@@ -132,7 +132,7 @@ def test_a_cluster_list_with_a_zone_missing_is_asked_again_not_planned_as_a_new_
 
 
 def test_apply_b200_spot_without_gke_support_opens_the_lnet_port(fake):
-    assert run("apply", "b200-spot") == 0
+    assert run("apply", "--yes", "b200-spot") == 0
     (pool_request,) = bodies(fake, "POST", "/nodePools")
     pool = gke.CreateNodePoolRequest.from_json(json.dumps(pool_request), ignore_unknown_fields=True).node_pool
     assert pool.config.spot and not pool.config.reservation_affinity.values
@@ -155,14 +155,14 @@ def test_no_request_carries_lustres_deprecated_gke_support_fields(fake, env_name
     """lustre_v1 Instance.gke_support_enabled ("Deprecated: No longer required for GKE instance creation") and GKE's
     LustreCsiDriverConfig.enable_legacy_lustre_port (deprecated from node version 1.33.2-gke.4655000): the
     fake accepts both, as Google still does; rlops sends neither."""
-    assert run("apply", env_name) == 0
+    assert run("apply", "--yes", env_name) == 0
     sent = [json.dumps(r.body) for r in fake.requests if r.body]
     assert sent and not [body for body in sent if "gkeSupportEnabled" in body or "enableLegacyLustrePort" in body]
 
 
 def test_apply_converges_with_30_percent_of_calls_failing(fake):
     fake.fail_rate = 0.3
-    assert run("apply", "h200") == 0
+    assert run("apply", "--yes", "h200") == 0
     failed = [r for r in fake.requests if r.status in (429, 503)]
     assert len(failed) > 10, "the faults were not injected"
     fake.fail_rate = 0.0
@@ -172,7 +172,7 @@ def test_apply_converges_with_30_percent_of_calls_failing(fake):
 
 
 def test_drift_in_the_console_is_planned_back_to_the_spec(fake, capsys):
-    assert run("apply", "h200") == 0
+    assert run("apply", "--yes", "h200") == 0
     pool = fake.resources("node_pool")["gpu-pool"]
     pool["autoscaling"]["maxNodeCount"] = 5
     fake.put("node_pool", "gpu-pool", pool)
@@ -180,7 +180,7 @@ def test_drift_in_the_console_is_planned_back_to_the_spec(fake, capsys):
     assert run("plan", "h200", "--detailed-exitcode") == 2
     out = capsys.readouterr().out
     assert "~ node_pool/gpu-pool" in out and "max_nodes: 5 -> 2" in out
-    assert run("apply", "h200") == 0
+    assert run("apply", "--yes", "h200") == 0
     assert bodies(fake, "POST", "gpu-pool:setAutoscaling")
     assert run("plan", "h200", "--detailed-exitcode") == 0
 
@@ -189,19 +189,19 @@ def test_a_resource_rlops_does_not_own_and_that_differs_is_refused(fake, capsys)
     fake.put("network", "rl-gvnic-net", {"name": "rl-gvnic-net", "mtu": 1460, "autoCreateSubnetworks": False})
     assert run("plan", "h200", "--detailed-exitcode") == 1
     assert "network/rl-gvnic-net exists but is not managed by rlops" in capsys.readouterr().out
-    assert run("apply", "h200") == 1
+    assert run("apply", "--yes", "h200") == 1
     assert not fake.mutations(), "a refused plan changed something"
 
 
 def test_lustre_shrink_is_refused_and_growth_is_an_update(fake, specs, capsys):
-    assert run("apply", "h200") == 0
+    assert run("apply", "--yes", "h200") == 0
     spec = specs / "h200.yaml"
     original = spec.read_text()
     spec.write_text(original.replace("capacity_gib: 18000", "capacity_gib: 36000"))
     capsys.readouterr()
     assert run("plan", "h200", "--detailed-exitcode") == 2
     assert "capacity_gib: 18000 -> 36000" in capsys.readouterr().out
-    assert run("apply", "h200") == 0
+    assert run("apply", "--yes", "h200") == 0
     assert int(fake.resources("lustre_instance")["rl-lustre"]["capacityGib"]) == 36000
     spec.write_text(original)
     capsys.readouterr()
@@ -210,7 +210,7 @@ def test_lustre_shrink_is_refused_and_growth_is_an_update(fake, specs, capsys):
 
 
 def test_destroy_keeps_lustre_and_what_it_needs_unless_told_twice(fake, capsys):
-    assert run("apply", "h200") == 0
+    assert run("apply", "--yes", "h200") == 0
     assert applied("h200")
     assert run("destroy", "h200", "--yes") == 0
     assert not applied("h200")  # the next push applies it again
@@ -225,18 +225,18 @@ def test_destroy_keeps_lustre_and_what_it_needs_unless_told_twice(fake, capsys):
 
 def test_a_permission_failure_stops_apply_naming_the_api_resource_and_permission(fake, capsys):
     fake.fail_next(1, status=403, match="POST /compute/v1/projects/rlops-h200-example/global/networks")
-    assert run("apply", "h200") == 1
+    assert run("apply", "--yes", "h200") == 1
     err = capsys.readouterr().err
     assert "compute: insert network" in err and "lacks compute.networks.create (in roles/compute.editor, roles/compute.networkAdmin or roles/compute.admin)" in err
     assert not applied("h200")  # so the next push tries again
     # What did get created is recorded, so the re-run only does the rest.
-    assert run("apply", "h200") == 0
+    assert run("apply", "--yes", "h200") == 0
     assert applied("h200")
     assert run("plan", "h200", "--detailed-exitcode") == 0
 
 
 def test_destroy_goes_in_reverse_dependency_order_and_deletes_lustre_only_when_told_twice(fake, specs, capsys):
-    assert run("apply", "h200") == 0
+    assert run("apply", "--yes", "h200") == 0
     spec = specs / "h200.yaml"
     spec.write_text(spec.read_text().replace("deletion_policy: retain", "deletion_policy: delete"))
     assert "deletion_policy: delete" in spec.read_text()
@@ -258,13 +258,13 @@ def test_gke_busy_with_another_operation_is_waited_out_not_failed(fake, busy_wit
     ... Please wait and try again once it is done." and "Cluster is currently being created, deleted, updated or
     repaired" (the last two were final before: an apply right after a cluster's creation or during an auto-upgrade
     failed)."""
-    assert run("apply", "h200") == 0
+    assert run("apply", "--yes", "h200") == 0
     # Another actor keeps the cluster busy: the first tries of the node pool update are refused as GKE does.
     pool = fake.resources("node_pool")["gpu-pool"]
     pool["autoscaling"]["maxNodeCount"] = 1
     fake.put("node_pool", "gpu-pool", pool)
     fake.fail_next(2, match=":setAutoscaling", busy=busy_with)
-    assert run("apply", "h200") == 0
+    assert run("apply", "--yes", "h200") == 0
     refused = [r for r in fake.requests if r.path.endswith(":setAutoscaling") and r.status == 400]
     assert len(refused) == 2
     assert run("plan", "h200", "--detailed-exitcode") == 0
@@ -273,7 +273,7 @@ def test_gke_busy_with_another_operation_is_waited_out_not_failed(fake, busy_wit
 def test_render_takes_the_lustre_address_from_the_live_instance(fake, capsys):
     assert run("render", "h200") == 1
     assert "does not exist (yet)" in capsys.readouterr().err
-    assert run("apply", "h200") == 0
+    assert run("apply", "--yes", "h200") == 0
     capsys.readouterr()
     assert run("render", "h200") == 0
     ip = fake.resources("lustre_instance")["rl-lustre"]["mountPoint"].split("@")[0]
@@ -284,14 +284,14 @@ def test_render_takes_the_lustre_address_from_the_live_instance(fake, capsys):
 def test_in_place_updates_of_networks_and_firewalls_are_requests_google_accepts(fake, specs, capsys, env_name):
     """The patch paths, through the fake that checks every request against compute.v1's discovery document (a
     firewall patch needs its `name`)."""
-    assert run("apply", env_name) == 0
+    assert run("apply", "--yes", env_name) == 0
     spec = specs / f"{env_name}.yaml"
     spec.write_text(spec.read_text().replace("firewall_source_ranges: [192.168.0.0/16]",
                                              "firewall_source_ranges: [192.168.0.0/16, 172.16.0.0/12]")
                     .replace("  gvnic:\n", "  gvnic:\n    mtu: 8244\n", 1))
     capsys.readouterr()
     assert run("plan", env_name, "--detailed-exitcode") == 2
-    assert run("apply", env_name) == 0, capsys.readouterr().err
+    assert run("apply", "--yes", env_name) == 0, capsys.readouterr().err
     (firewall,) = [b for b in bodies(fake, "PATCH", "-internal")]
     assert firewall["name"].endswith("-gvnic-internal") and firewall["sourceRanges"][-1] == "172.16.0.0/12"
     assert [b["mtu"] for b in bodies(fake, "PATCH", "-gvnic-net")] == [8244]
@@ -307,12 +307,12 @@ def test_every_write_path_of_a_seed_is_a_request_google_accepts(fake, specs, cap
     from rlops.cloud.base import Connection
     from rlops.provision.service import target_of
 
-    assert run("apply", env_name) == 0
+    assert run("apply", "--yes", env_name) == 0
     spec = specs / f"{env_name}.yaml"
     capacity = "capacity_gib: 18000" if env_name == "h200" else "capacity_gib: 36000"
     spec.write_text(spec.read_text().replace("release_channel: REGULAR", "release_channel: RAPID")
                     .replace(*grown).replace(capacity, "capacity_gib: 54000"))
-    assert run("apply", env_name) == 0, capsys.readouterr().err
+    assert run("apply", "--yes", env_name) == 0, capsys.readouterr().err
     assert {r.method for r in fake.mutations()} >= {"POST", "PUT", "PATCH"}
     _, env = common.load_gcp(env_name)
     node_pools = NodePools(target_of(env.name, env.spec), Connection.to(Endpoints.from_environment()))

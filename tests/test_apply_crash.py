@@ -41,7 +41,7 @@ def test_killed_after_each_step_in_turn_a_rerun_converges_without_duplicates(clo
         runs += 1
         assert runs <= 40, "apply never converged"
         before = len(fake.mutations())
-        process = rlops(env, "apply", "b200-spot")
+        process = rlops(env, "apply", "--yes", "b200-spot")
         while process.poll() is None and len(fake.mutations()) == before:
             time.sleep(0.01)
         if process.poll() is not None:
@@ -64,7 +64,7 @@ def test_killed_after_each_step_in_turn_a_rerun_converges_without_duplicates(clo
 
 def test_two_concurrent_applies_never_interleave(cloud):
     fake, env = cloud
-    first, second = rlops(env, "apply", "b200-spot", "--lock-timeout", "120"), rlops(env, "apply", "b200-spot",
+    first, second = rlops(env, "apply", "--yes", "b200-spot", "--lock-timeout", "120"), rlops(env, "apply", "--yes", "b200-spot",
                                                                                      "--lock-timeout", "120")
     (code_a, out_a), (code_b, out_b) = finish(first), finish(second)
     assert (code_a, code_b) == (0, 0), out_a + out_b

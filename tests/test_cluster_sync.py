@@ -20,14 +20,14 @@ def fakes(cloud_fakes, specs, monkeypatch):
 
 def test_apply_creates_the_objects_a_second_apply_writes_nothing(fakes, capsys):
     gcp, kube = fakes
-    assert cli.main(["apply", "h200"]) == 0
+    assert cli.main(["apply", "--yes", "h200"]) == 0
     kinds = {r.path.split("/")[-2] for r in kube.writes() if r.method == "PATCH"}
     assert kinds >= {"rayclusters", "daemonsets", "persistentvolumes", "persistentvolumeclaims", "secrets",
                      "serviceaccounts", "networks", "gkenetworkparamsets"}
     assert all(r.query.get("fieldManager") == "rlops" and r.content_type.startswith("application/apply-patch+yaml")
                for r in kube.writes() if r.method == "PATCH")
     before = len(kube.writes())
-    assert cli.main(["apply", "h200"]) == 0
+    assert cli.main(["apply", "--yes", "h200"]) == 0
     assert kube.writes()[before:] == [], "a second apply wrote to the cluster"
     capsys.readouterr()
     assert cli.main(["plan", "h200", "--detailed-exitcode"]) == 0
@@ -35,7 +35,7 @@ def test_apply_creates_the_objects_a_second_apply_writes_nothing(fakes, capsys):
 
 def test_a_planted_token_reaches_the_secret_write_and_nowhere_else(fakes, capsys):
     gcp, kube = fakes
-    assert cli.main(["apply", "h200"]) == 0
+    assert cli.main(["apply", "--yes", "h200"]) == 0
     assert cli.main(["plan", "h200"]) == 0
     assert cli.main(["render", "h200"]) == 0
     out = capsys.readouterr()
@@ -52,7 +52,7 @@ def test_a_planted_token_reaches_the_secret_write_and_nowhere_else(fakes, capsys
 
 def test_reaped_replicas_are_not_drift_and_what_rlops_no_longer_renders_is_pruned(fakes, capsys):
     gcp, kube = fakes
-    assert cli.main(["apply", "h200"]) == 0
+    assert cli.main(["apply", "--yes", "h200"]) == 0
     cluster = kube.get("rayclusters", "ray-cluster", "default")
     cluster["spec"]["workerGroupSpecs"][0]["replicas"] = 0  # what the idle reaper does
     kube.objects[("rayclusters", "default", "ray-cluster")] = cluster
@@ -64,7 +64,7 @@ def test_reaped_replicas_are_not_drift_and_what_rlops_no_longer_renders_is_prune
     assert cli.main(["plan", "h200", "--detailed-exitcode"]) == 2
     out = capsys.readouterr().out
     assert "- Network/rdma-8" in out and "RayCluster" not in out
-    assert cli.main(["apply", "h200"]) == 0
+    assert cli.main(["apply", "--yes", "h200"]) == 0
     assert kube.get("networks", "rdma-8") is None and kube.get("networks", "rdma-7") is not None
     assert kube.get("rayclusters", "ray-cluster", "default")["spec"]["workerGroupSpecs"][0]["replicas"] == 0
 
@@ -73,7 +73,7 @@ def test_an_object_without_rlops_labels_is_never_touched(fakes, capsys):
     gcp, kube = fakes
     kube.put({"apiVersion": "v1", "kind": "ServiceAccount",
               "metadata": {"name": "generic-ksa", "namespace": "default", "labels": {"team": "ml"}}}, "serviceaccounts")
-    assert cli.main(["apply", "h200"]) == 1
+    assert cli.main(["apply", "--yes", "h200"]) == 1
     assert "without rlops's labels" in capsys.readouterr().err
     assert kube.get("serviceaccounts", "generic-ksa", "default")["metadata"]["labels"] == {"team": "ml"}
     assert not [r for r in kube.writes() if "serviceaccounts" in r.path]
@@ -81,7 +81,7 @@ def test_an_object_without_rlops_labels_is_never_touched(fakes, capsys):
 
 def test_destroy_deletes_the_cluster_objects_first(fakes):
     gcp, kube = fakes
-    assert cli.main(["apply", "h200"]) == 0
+    assert cli.main(["apply", "--yes", "h200"]) == 0
     assert cli.main(["destroy", "h200", "--yes"]) == 0
     deletes = [r.path for r in kube.writes() if r.method == "DELETE"]
     assert deletes and "rayclusters" in deletes[0]
@@ -91,7 +91,7 @@ def test_destroy_deletes_the_cluster_objects_first(fakes):
 def test_a_cluster_that_is_not_ready_in_time_fails_apply_naming_it_and_a_rerun_finishes(fakes, capsys):
     gcp, kube = fakes
     kube.controller_delay = None  # no controller: nothing ever reports ready
-    assert cli.main(["apply", "h200", "--ready-timeout", "0.3"]) == 1
+    assert cli.main(["apply", "--yes", "h200", "--ready-timeout", "0.3"]) == 1
     err = capsys.readouterr().err
     assert "DaemonSet/kube-system/" in err and "not ready after 0s: the controller has not seen generation 1" in err
     # The objects were written; once the controllers catch up, the same apply finishes without writing again.
@@ -100,7 +100,7 @@ def test_a_cluster_that_is_not_ready_in_time_fails_apply_naming_it_and_a_rerun_f
     kube.set_status("daemonsets", installer[2], {"desiredNumberScheduled": 2, "numberReady": 2,
                                                  "updatedNumberScheduled": 2, "observedGeneration": 1}, installer[1])
     before = len(kube.writes())
-    assert cli.main(["apply", "h200", "--ready-timeout", "5"]) == 0
+    assert cli.main(["apply", "--yes", "h200", "--ready-timeout", "5"]) == 0
     assert kube.writes()[before:] == []
     assert "ready: RayCluster/default/ray-cluster (head ready, 2 of 2 workers ready, 0 needed; 3 pods on the current " \
         "template)" in capsys.readouterr().out
@@ -159,7 +159,7 @@ def test_after_apply_a_plan_is_clean_a_console_edit_is_drift_and_the_reapers_rep
     from kubernetes import client
 
     gcp, kube = fakes
-    assert cli.main(["apply", env_name]) == 0
+    assert cli.main(["apply", "--yes", env_name]) == 0
     installer = next(obj for key, obj in kube.objects.items() if key[0] == "daemonsets")
     container = installer["spec"]["template"]["spec"]["initContainers"][0]
     assert container["terminationMessagePolicy"] == "File" and container["imagePullPolicy"], "the fake did not default"
@@ -183,7 +183,7 @@ def test_after_apply_a_plan_is_clean_a_console_edit_is_drift_and_the_reapers_rep
     capsys.readouterr()
     assert cli.main(["plan", env_name, "--detailed-exitcode"]) == 2
     assert "headGroupSpec.template.spec.containers[ray-head].image" in capsys.readouterr().out
-    assert cli.main(["apply", env_name]) == 0
+    assert cli.main(["apply", "--yes", env_name]) == 0
     applied = kube.get("rayclusters", name, namespace)["spec"]
     assert applied["headGroupSpec"]["template"]["spec"]["containers"][0]["image"] != "example.com/ray:edited"
     assert all(g["replicas"] == 0 for g in applied["workerGroupSpecs"])
@@ -191,30 +191,30 @@ def test_after_apply_a_plan_is_clean_a_console_edit_is_drift_and_the_reapers_rep
 
 def test_a_token_removed_from_the_spec_is_removed_from_the_cluster(fakes, specs):
     gcp, kube = fakes
-    assert cli.main(["apply", "h200"]) == 0
+    assert cli.main(["apply", "--yes", "h200"]) == 0
     # Each token a file of the Ray pods' Secret volume, and W&B's key as the netrc W&B reads too (issue 32, 3).
     assert set(kube.get("secrets", "ray-cluster-tokens", "default")["data"]) == {"HF_TOKEN", "WANDB_API_KEY", "netrc"}
     spec = specs / "h200.yaml"
     text = spec.read_text()
     spec.write_text(text.replace("  WANDB_API_KEY:\n    secret_manager: projects/rlops-h200-example/secrets/"
                                  "wandb-api-key/versions/latest\n", ""))
-    assert cli.main(["apply", "h200"]) == 0
+    assert cli.main(["apply", "--yes", "h200"]) == 0
     assert set(kube.get("secrets", "ray-cluster-tokens", "default")["data"]) == {"HF_TOKEN"}
 
 
 def test_a_kind_not_served_yet_is_said_in_the_plan_waited_for_by_apply_and_never_pruned(fakes, capsys):
     gcp, kube = fakes
-    assert cli.main(["apply", "h200"]) == 0
+    assert cli.main(["apply", "--yes", "h200"]) == 0
     kube.uninstall("networking.gke.io/v1")
     capsys.readouterr()
     assert cli.main(["plan", "h200", "--detailed-exitcode"]) == 2
     out = capsys.readouterr().out
     assert "Network/rdma-0  (Network is not served yet; GKE multi-networking" in out
     assert "- Network" not in out
-    assert cli.main(["apply", "h200", "--ready-timeout", "0.3"]) == 1
+    assert cli.main(["apply", "--yes", "h200", "--ready-timeout", "0.3"]) == 1
     assert "waiting for GKENetworkParamSet to be served" in capsys.readouterr().err
     kube.install("networking.gke.io/v1")
-    assert cli.main(["apply", "h200"]) == 0
+    assert cli.main(["apply", "--yes", "h200"]) == 0
     assert kube.get("networks", "rdma-0") is not None
 
 
@@ -223,14 +223,14 @@ def test_lustre_grown_in_place_and_replaced_reaches_the_cluster_and_the_next_pla
     grows the PV; a replaced instance has a new address, which a PV's source cannot take (immutable), so the
     PV, its claim and the RayCluster that mounts it are replaced, in the order the API allows."""
     gcp, kube = fakes
-    assert cli.main(["apply", "h200"]) == 0
+    assert cli.main(["apply", "--yes", "h200"]) == 0
     pv = kube.get("persistentvolumes", "rl-lustre-pv")
     first_ip = pv["spec"]["csi"]["volumeAttributes"]["ip"]
     spec = specs / "h200.yaml"
     spec.write_text(spec.read_text().replace("capacity_gib: 18000", "capacity_gib: 36000"))
     capsys.readouterr()
     assert cli.main(["plan", "h200", "--detailed-exitcode"]) == 2
-    assert cli.main(["apply", "h200"]) == 0, capsys.readouterr().err
+    assert cli.main(["apply", "--yes", "h200"]) == 0, capsys.readouterr().err
     assert kube.get("persistentvolumes", "rl-lustre-pv")["spec"]["capacity"]["storage"] == "36000Gi"
     assert kube.get("persistentvolumeclaims", "rl-lustre-pvc", "default")["status"]["phase"] == "Bound"
     capsys.readouterr()
@@ -239,7 +239,7 @@ def test_lustre_grown_in_place_and_replaced_reaches_the_cluster_and_the_next_pla
     cluster_uid = kube.get("rayclusters", "ray-cluster", "default")["metadata"]["uid"]
     spec.write_text(spec.read_text().replace("throughput_mb_per_tib: 500", "throughput_mb_per_tib: 250")
                     .replace("deletion_policy: retain", "deletion_policy: delete"))
-    assert cli.main(["apply", "h200", "--delete-data"]) == 0, capsys.readouterr().err
+    assert cli.main(["apply", "--yes", "h200", "--delete-data"]) == 0, capsys.readouterr().err
     out = capsys.readouterr().out
     replaced = kube.get("persistentvolumes", "rl-lustre-pv")
     assert replaced["spec"]["csi"]["volumeAttributes"]["ip"] != first_ip
@@ -252,17 +252,17 @@ def test_a_spot_shortfall_is_ready_with_the_pools_min_nodes_and_says_how_many_of
     """Eight Spot B200 workers asked for, three nodes granted: ready once the head and min_nodes workers are."""
     gcp, kube = fakes
     kube.grant_gpu_nodes(3)
-    assert cli.main(["apply", "b200-spot", "--ready-timeout", "20"]) == 0
+    assert cli.main(["apply", "--yes", "b200-spot", "--ready-timeout", "20"]) == 0
     assert "ready: RayCluster/default/ray-a4-gpu-spot (head ready, 3 of 8 workers ready, 0 needed; 9 pods" in \
         capsys.readouterr().out
     spec = specs / "b200-spot.yaml"
     spec.write_text(spec.read_text().replace("autoscaling: {min_nodes: 0, max_nodes: 8}",
                                              "autoscaling: {min_nodes: 4, max_nodes: 8}")
                     .replace("scale_down: [ray-workers, node-pools]", "scale_down: [ray-workers]"))
-    assert cli.main(["apply", "b200-spot", "--ready-timeout", "1"]) == 1
+    assert cli.main(["apply", "--yes", "b200-spot", "--ready-timeout", "1"]) == 1
     assert "not ready after 1s: head ready, 3 of 8 workers ready, 4 needed" in capsys.readouterr().err
     kube.grant_gpu_nodes(4)
-    assert cli.main(["apply", "b200-spot", "--ready-timeout", "20"]) == 0
+    assert cli.main(["apply", "--yes", "b200-spot", "--ready-timeout", "20"]) == 0
 
 
 def test_the_reapers_patch_cannot_resize_the_wrong_group_when_the_list_was_reordered_meanwhile(fakes):
@@ -274,7 +274,7 @@ def test_the_reapers_patch_cannot_resize_the_wrong_group_when_the_list_was_reord
     from rlops.kube.objects import Ref
 
     gcp, kube = fakes
-    assert cli.main(["apply", "h200"]) == 0
+    assert cli.main(["apply", "--yes", "h200"]) == 0
     ref = Ref("RayCluster", "ray-cluster", "default")
 
     def second_group(obj):
@@ -308,7 +308,7 @@ def test_a_new_image_reaches_every_pod_whatever_the_kuberay_and_the_next_plan_is
     the fake head's dashboard lists none)."""
     gcp, kube = fakes
     kube.kuberay = kuberay
-    assert cli.main(["apply", "h200"]) == 0
+    assert cli.main(["apply", "--yes", "h200"]) == 0
     stored = kube.get("rayclusters", "ray-cluster", "default")["spec"]
     assert ("upgradeStrategy" in stored) == (kuberay == "v1.7.0"), "the fake did not play this KubeRay's CRD"
     before = {pod["metadata"]["name"] for pod in kube.pods("ray-cluster")}
@@ -320,7 +320,7 @@ def test_a_new_image_reaches_every_pod_whatever_the_kuberay_and_the_next_plan_is
     assert cli.main(["plan", "h200", "--detailed-exitcode"]) == 2
     planned = capsys.readouterr().out
     assert f"every pod restarts ({who}" in planned if kuberay == "v1.7.0" else f"every pod restarts: {who}" in planned
-    assert cli.main(["apply", "h200"]) == 0
+    assert cli.main(["apply", "--yes", "h200"]) == 0
     out = capsys.readouterr().out
     assert ("recreating the 3 pods of RayCluster/default/ray-cluster" in out) == (kuberay == "v1.5.2")
     pods = kube.pods("ray-cluster")
@@ -341,7 +341,7 @@ def test_readiness_names_the_pods_still_on_an_older_template(fakes, capsys):
 
     gcp, kube = fakes
     kube.kuberay = "v1.5.2"
-    assert cli.main(["apply", "h200"]) == 0
+    assert cli.main(["apply", "--yes", "h200"]) == 0
     cluster = kube.get("rayclusters", "ray-cluster", "default")
     pods = kube.pods("ray-cluster")
     assert sync.pods_current(cluster, pods).ready
@@ -360,7 +360,7 @@ def test_a_namespace_of_its_own_is_applied_first_never_pruned_and_deleted_by_des
 
     gcp, kube = fakes
     in_namespace_ray(specs)
-    assert cli.main(["apply", "h200"]) == 0, capsys.readouterr().err
+    assert cli.main(["apply", "--yes", "h200"]) == 0, capsys.readouterr().err
     patches = [r.path for r in kube.writes() if r.method == "PATCH"]
     assert patches[0] == "/api/v1/namespaces/ray", patches[:3]
     assert kube.get("namespaces", "ray")["metadata"]["labels"]["rlops-env"] == "h200"
@@ -379,7 +379,7 @@ def test_a_namespace_of_its_own_is_applied_first_never_pruned_and_deleted_by_des
     assert cli.main(["plan", "h200", "--detailed-exitcode"]) == 2
     planned = capsys.readouterr().out
     assert "- RayCluster/ray/ray-cluster" in planned and "Namespace" not in planned, planned
-    assert cli.main(["apply", "h200"]) == 0, capsys.readouterr().err
+    assert cli.main(["apply", "--yes", "h200"]) == 0, capsys.readouterr().err
     assert kube.get("rayclusters", "ray-cluster", "ray") is None and kube.get("rayclusters", "ray-cluster", "default")
     assert kube.get("namespaces", "ray") is not None
     assert cli.main(["destroy", "h200", "--yes"]) == 0
@@ -441,7 +441,7 @@ def _applied_then_pods_without_their_account(kube):
     from rlops.kube.cluster import KubeApi
     from rlops.kube.objects import Ref
 
-    assert cli.main(["apply", "h200"]) == 0
+    assert cli.main(["apply", "--yes", "h200"]) == 0
     api = KubeApi(client.ApiClient(client.Configuration(host=kube.url)))
     api.delete(Ref("ServiceAccount", "generic-ksa", "default"))
     for pod in kube.pods("ray-cluster"):
@@ -463,7 +463,7 @@ def test_kuberay_makes_no_pod_whose_service_account_is_missing_and_says_why_in_a
     assert event.message.startswith("Failed to create head Pod default/ray-cluster-head-")
     assert event.message.endswith('is forbidden: error looking up service account default/generic-ksa: '
                                   'serviceaccount "generic-ksa" not found'), event.message
-    assert cli.main(["apply", "h200"]) == 0, capsys.readouterr().err
+    assert cli.main(["apply", "--yes", "h200"]) == 0, capsys.readouterr().err
     assert len(kube.pods("ray-cluster")) == 3
 
 
@@ -474,7 +474,7 @@ def test_a_namespace_made_by_hand_is_used_as_it_is_neither_taken_over_nor_delete
     kube.put({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ray", "labels": {"team": "ml"}}},
              "namespaces")
     in_namespace_ray(specs)
-    assert cli.main(["apply", "h200"]) == 0
+    assert cli.main(["apply", "--yes", "h200"]) == 0
     assert kube.get("rayclusters", "ray-cluster", "ray") is not None
     assert not [r for r in kube.writes() if r.path.endswith("/namespaces/ray")]
     assert cli.main(["destroy", "h200", "--yes"]) == 0
@@ -502,12 +502,12 @@ def test_a_head_that_does_not_say_which_jobs_run_holds_a_template_change_until_i
     knowing is not "no jobs": the change is held, and made once the head answers that none runs."""
     gcp, kube = fakes
     kube.head_service_cluster_ip = cluster_ip_service
-    assert cli.main(["apply", "h200"]) == 0
+    assert cli.main(["apply", "--yes", "h200"]) == 0
     pods = {p["metadata"]["name"] for p in kube.pods("ray-cluster")}
     kube.unready_heads.add(("default", "ray-cluster"))
     _new_image(specs)
     capsys.readouterr()
-    assert cli.main(["apply", "h200"]) == 1
+    assert cli.main(["apply", "--yes", "h200"]) == 1
     err = capsys.readouterr().err
     assert "held, not applied: RayCluster/default/ray-cluster (spec.headGroupSpec.template" in err, err
     assert f"the Ray head did not answer which jobs run ({answered}) while its pod ray-cluster-head-" in err, err
@@ -518,7 +518,7 @@ def test_a_head_that_does_not_say_which_jobs_run_holds_a_template_change_until_i
     assert {p["metadata"]["name"] for p in kube.pods("ray-cluster")} == pods
 
     kube.unready_heads.clear()  # the probe passes again; the head's dashboard lists no job
-    assert cli.main(["apply", "h200"]) == 0, capsys.readouterr().err
+    assert cli.main(["apply", "--yes", "h200"]) == 0, capsys.readouterr().err
     after = kube.pods("ray-cluster")
     assert len(after) == 3 and not pods & {p["metadata"]["name"] for p in after}
     assert all(_images(pod) == {"nvcr.io/nvidia/nemo-rl:v0.5.1"} for pod in after)
@@ -532,7 +532,7 @@ def test_a_head_that_does_not_run_holds_nothing_as_no_job_can_run_without_it(fak
     _applied_then_pods_without_their_account(kube)
     _new_image(specs)
     capsys.readouterr()
-    assert cli.main(["apply", "h200"]) == 0, capsys.readouterr().err
+    assert cli.main(["apply", "--yes", "h200"]) == 0, capsys.readouterr().err
     assert ('the Ray head did not answer which jobs run (503 no endpoints available for service '
             '"ray-cluster-head-svc"), and no head pod runs: no Ray job can run') in capsys.readouterr().out
     pods = kube.pods("ray-cluster")
@@ -554,7 +554,7 @@ def test_a_replacement_of_the_ray_cluster_is_held_while_a_job_runs_and_made_afte
 
     server = JsonServer(dashboard, "fake-ray-dashboard")
     try:
-        assert cli.main(["apply", "h200"]) == 0
+        assert cli.main(["apply", "--yes", "h200"]) == 0
         kube.services[("default", "ray-cluster-head-svc:dashboard")] = server.url
         uid = kube.get("rayclusters", "ray-cluster", "default")["metadata"]["uid"]
         pods = {p["metadata"]["name"] for p in kube.pods("ray-cluster")}
@@ -564,7 +564,7 @@ def test_a_replacement_of_the_ray_cluster_is_held_while_a_job_runs_and_made_afte
                         .replace("capacity_gib: 18000", "capacity_gib: 36000")
                         .replace("deletion_policy: retain", "deletion_policy: delete"))
         capsys.readouterr()
-        assert cli.main(["apply", "h200", "--delete-data", "--ready-timeout", "20"]) == 1
+        assert cli.main(["apply", "--yes", "h200", "--delete-data", "--ready-timeout", "20"]) == 1
         err = capsys.readouterr().err
         assert "held, not applied: RayCluster/default/ray-cluster would be deleted and created again, every pod " \
                "with it" in err, err
@@ -577,7 +577,7 @@ def test_a_replacement_of_the_ray_cluster_is_held_while_a_job_runs_and_made_afte
         assert not [r for r in kube.writes() if r.method == "DELETE" and "lustre" in r.path]
 
         jobs[0]["status"] = "SUCCEEDED"
-        assert cli.main(["apply", "h200"]) == 0, capsys.readouterr().err
+        assert cli.main(["apply", "--yes", "h200"]) == 0, capsys.readouterr().err
         assert kube.get("rayclusters", "ray-cluster", "default")["metadata"]["uid"] != uid
         assert kube.get("persistentvolumes", "rl-lustre-pv")["spec"]["csi"]["volumeAttributes"]["ip"] != first_ip
         assert not pods & {p["metadata"]["name"] for p in kube.pods("ray-cluster")}
@@ -682,7 +682,7 @@ def test_a_token_that_expires_while_apply_waits_is_refreshed_and_the_apply_compl
 
     monkeypatch.setattr(sync, "time", types.SimpleNamespace(monotonic=time.monotonic, sleep=pause))
 
-    assert cli.main(["apply", "h200"]) == 0, capsys.readouterr().err
+    assert cli.main(["apply", "--yes", "h200"]) == 0, capsys.readouterr().err
     requests = [r for r in kube.requests if r.token != "ya29.unknown"]
     written = next(i for i, r in enumerate(requests) if r.method == "PATCH" and r.query.get("dryRun") != "All"
                    and r.path.endswith("/rayclusters/ray-cluster"))
@@ -714,11 +714,11 @@ def test_a_template_change_reaches_ready_on_every_kuberay_line_without_hanging(f
     from v1.6 KubeRay's Recreate does. Either way apply is done in seconds, not after --ready-timeout."""
     gcp, kube = fakes
     kube.kuberay = kuberay
-    assert cli.main(["apply", "h200", "--ready-timeout", "5"]) == 0, capsys.readouterr().err
+    assert cli.main(["apply", "--yes", "h200", "--ready-timeout", "5"]) == 0, capsys.readouterr().err
     before = {pod["metadata"]["name"] for pod in kube.pods("ray-cluster")}
     _new_image(specs)
     capsys.readouterr()
-    assert cli.main(["apply", "h200", "--ready-timeout", "5"]) == 0, capsys.readouterr().err
+    assert cli.main(["apply", "--yes", "h200", "--ready-timeout", "5"]) == 0, capsys.readouterr().err
     out = capsys.readouterr().out
     by_rlops = kuberay < "v1.6"
     assert ("recreating the 3 pods of RayCluster/default/ray-cluster on an older template (this KubeRay has no "
@@ -738,7 +738,7 @@ def test_a_tolerations_only_change_reaches_ready_though_kuberay_writes_no_status
     behind the generation for good (consistency.go), which readiness does not wait for."""
     gcp, kube = fakes
     kube.kuberay = kuberay
-    assert cli.main(["apply", "h200", "--ready-timeout", "5"]) == 0, capsys.readouterr().err
+    assert cli.main(["apply", "--yes", "h200", "--ready-timeout", "5"]) == 0, capsys.readouterr().err
     pods = {pod["metadata"]["name"] for pod in kube.pods("ray-cluster")}
 
     def tolerate(obj):
@@ -750,7 +750,7 @@ def test_a_tolerations_only_change_reaches_ready_though_kuberay_writes_no_status
     assert cli.main(["plan", "h200", "--detailed-exitcode"]) == 2
     planned = capsys.readouterr().out
     assert "tolerations" in planned and "every pod restarts" not in planned, planned
-    assert cli.main(["apply", "h200", "--ready-timeout", "3"]) == 0, capsys.readouterr().err
+    assert cli.main(["apply", "--yes", "h200", "--ready-timeout", "3"]) == 0, capsys.readouterr().err
     cluster = _ray_cluster(kube)
     assert cluster["status"]["observedGeneration"] < cluster["metadata"]["generation"], \
         "the fake wrote a status for a change that moved nothing"
@@ -761,14 +761,14 @@ def test_an_upgrade_strategy_only_change_reaches_ready_and_restarts_nothing(fake
     """A RayCluster applied before rlops rendered `upgradeStrategy` (or by an older KubeRay's CRD, which dropped
     it): adding it is a spec change KubeRay's hash leaves out, so nothing is recreated and no status is written."""
     gcp, kube = fakes
-    assert cli.main(["apply", "h200", "--ready-timeout", "5"]) == 0, capsys.readouterr().err
+    assert cli.main(["apply", "--yes", "h200", "--ready-timeout", "5"]) == 0, capsys.readouterr().err
     pods = {pod["metadata"]["name"] for pod in kube.pods("ray-cluster")}
     kube.edit("rayclusters", "ray-cluster", lambda obj: obj["spec"].pop("upgradeStrategy"), namespace="default")
     capsys.readouterr()
     assert cli.main(["plan", "h200", "--detailed-exitcode"]) == 2
     planned = capsys.readouterr().out
     assert "~ RayCluster/default/ray-cluster  (spec.upgradeStrategy)" in planned, planned
-    assert cli.main(["apply", "h200", "--ready-timeout", "3"]) == 0, capsys.readouterr().err
+    assert cli.main(["apply", "--yes", "h200", "--ready-timeout", "3"]) == 0, capsys.readouterr().err
     cluster = _ray_cluster(kube)
     assert cluster["spec"]["upgradeStrategy"] == {"type": "Recreate"}
     assert cluster["status"]["observedGeneration"] < cluster["metadata"]["generation"]
@@ -785,7 +785,7 @@ def test_a_template_change_after_an_add_on_upgrade_across_v1_6_reaches_ready(fak
     rlops sees the pods stay on the old template and deletes them itself."""
     gcp, kube = fakes
     kube.kuberay = before
-    assert cli.main(["apply", "h200", "--ready-timeout", "5"]) == 0, capsys.readouterr().err
+    assert cli.main(["apply", "--yes", "h200", "--ready-timeout", "5"]) == 0, capsys.readouterr().err
     old = {pod["metadata"]["name"] for pod in kube.pods("ray-cluster")}
     if before == "v1.5.2":
         kube.kuberay = "v1.7.0"
@@ -793,7 +793,7 @@ def test_a_template_change_after_an_add_on_upgrade_across_v1_6_reaches_ready(fak
         kube.kuberay_pending = "v1.7.0"
     _new_image(specs)
     capsys.readouterr()
-    assert cli.main(["apply", "h200", "--ready-timeout", "5"]) == 0, capsys.readouterr().err
+    assert cli.main(["apply", "--yes", "h200", "--ready-timeout", "5"]) == 0, capsys.readouterr().err
     out = capsys.readouterr().out
     assert "every pod restarts (KubeRay's upgradeStrategy Recreate" in out, out
     assert "recreating the 3 pods of RayCluster/default/ray-cluster on an older template (" + cause in out, out
@@ -815,14 +815,14 @@ def test_a_worker_running_but_not_ready_is_not_counted_ready(fakes, specs, capsy
                                              "autoscaling: {min_nodes: 2, max_nodes: 2}")
                     .replace("scale_down: [ray-workers, node-pools]", "scale_down: [ray-workers]"))
     kube.unready_workers.add(("default", "ray-cluster"))
-    assert cli.main(["apply", "h200", "--ready-timeout", "1"]) == 1
+    assert cli.main(["apply", "--yes", "h200", "--ready-timeout", "1"]) == 1
     err = capsys.readouterr().err
     assert "RayCluster/default/ray-cluster not ready after 1s: head ready, 0 of 2 workers ready, 2 needed (2 " \
            "running, not Ready yet)" in err, err
     status = _ray_cluster(kube)["status"]
     assert status["availableWorkerReplicas"] == 2 and "readyWorkerReplicas" not in status  # omitempty
     kube.unready_workers.clear()
-    assert cli.main(["apply", "h200", "--ready-timeout", "5"]) == 0, capsys.readouterr().err
+    assert cli.main(["apply", "--yes", "h200", "--ready-timeout", "5"]) == 0, capsys.readouterr().err
     assert "head ready, 2 of 2 workers ready, 2 needed" in capsys.readouterr().out
     if kuberay >= "v1.2":
         assert _ray_cluster(kube)["status"]["readyWorkerReplicas"] == 2
@@ -835,7 +835,7 @@ def test_kuberay_1_2_spot_shortfall_is_ready_with_the_head_and_the_workers_that_
     gcp, kube = fakes
     kube.kuberay = "v1.2.2"
     kube.grant_gpu_nodes(3)
-    assert cli.main(["apply", "b200-spot", "--ready-timeout", "5"]) == 0, capsys.readouterr().err
+    assert cli.main(["apply", "--yes", "b200-spot", "--ready-timeout", "5"]) == 0, capsys.readouterr().err
     assert "ready: RayCluster/default/ray-a4-gpu-spot (head ready, 3 of 8 workers ready, 0 needed; 9 pods" in \
         capsys.readouterr().out
     status = _ray_cluster(kube, "ray-a4-gpu-spot")["status"]
@@ -850,7 +850,7 @@ def test_a_rerun_after_a_stopped_recreation_finishes_it_with_no_spec_change_left
 
     gcp, kube = fakes
     kube.kuberay = "v1.5.2"
-    assert cli.main(["apply", "h200", "--ready-timeout", "5"]) == 0, capsys.readouterr().err
+    assert cli.main(["apply", "--yes", "h200", "--ready-timeout", "5"]) == 0, capsys.readouterr().err
     _new_image(specs)
 
     def stopped(*args, **kwargs):
@@ -858,7 +858,7 @@ def test_a_rerun_after_a_stopped_recreation_finishes_it_with_no_spec_change_left
 
     with monkeypatch.context() as patched:
         patched.setattr(sync, "_recreate_pods", stopped)
-        assert cli.main(["apply", "h200", "--ready-timeout", "5"]) == 1
+        assert cli.main(["apply", "--yes", "h200", "--ready-timeout", "5"]) == 1
     assert _head_image(kube) == "nvcr.io/nvidia/nemo-rl:v0.5.1"
     assert all(_images(pod) == {"nvcr.io/nvidia/nemo-rl:v0.5.0"} for pod in kube.pods("ray-cluster"))
     capsys.readouterr()
@@ -866,7 +866,7 @@ def test_a_rerun_after_a_stopped_recreation_finishes_it_with_no_spec_change_left
     planned = capsys.readouterr().out
     assert "~ RayCluster/default/ray-cluster  (3 pods on an older template (ray-cluster-" in planned, planned
     assert "rlops deletes the pods on an older template" in planned, planned
-    assert cli.main(["apply", "h200", "--ready-timeout", "5"]) == 0, capsys.readouterr().err
+    assert cli.main(["apply", "--yes", "h200", "--ready-timeout", "5"]) == 0, capsys.readouterr().err
     assert "an earlier apply stopped before they were recreated" in capsys.readouterr().out
     assert all(_images(pod) == {"nvcr.io/nvidia/nemo-rl:v0.5.1"} for pod in kube.pods("ray-cluster"))
     assert cli.main(["plan", "h200", "--detailed-exitcode"]) == 0, capsys.readouterr().out

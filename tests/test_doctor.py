@@ -74,7 +74,7 @@ def test_each_planted_problem_fails_its_check_and_apply_stops_before_any_change(
     plant(gcp)
     code, found = _findings(capsys)
     assert code == 1 and said in found[(check, "fail")]["found"] and found[(check, "fail")]["fix"]
-    assert cli.main(["apply", "h200"]) == 1
+    assert cli.main(["apply", "--yes", "h200"]) == 1
     err = capsys.readouterr().err
     assert "doctor: " in err and "check(s) failed; nothing was changed" in err and said in err
     assert not gcp.mutations(), "apply sent a change after the doctor failed"
@@ -86,14 +86,14 @@ def test_the_system_pools_vcpus_are_counted_in_every_zone_gke_puts_its_nodes(clo
     gcp, _ = cloud_fakes
     code, found = _findings(capsys)
     need = int(re.search(r"N2_CPUS (\d+) of", found[("quotas", "ok")]["found"])[1])
-    assert cli.main(["apply", "h200"]) == 0
+    assert cli.main(["apply", "--yes", "h200"]) == 0
     pool = gcp.resources("node_pool")["default-pool"]
     assert need == 80 * pool["autoscaling"]["maxNodeCount"] * len(pool["locations"])
 
 
 def test_after_apply_the_quotas_count_what_runs_and_only_what_is_new_is_needed(cloud_fakes, capsys):
     gcp, _ = cloud_fakes
-    assert cli.main(["apply", "h200"]) == 0
+    assert cli.main(["apply", "--yes", "h200"]) == 0
     capsys.readouterr()
     # The project's own networks are in use now; a limit that just holds them is enough for a re-run.
     gcp.quota_limits[("rlops-h200-example", "global", "NETWORKS")] = 3
@@ -110,7 +110,7 @@ def test_a_gke_version_the_channel_does_not_offer_fails_and_one_older_than_a_fea
     assert code == 1 and found[("gke-version", "fail")]["found"] == (
         "1.28 is not offered in the REGULAR channel in us-central1 (offered: 1.33.2-gke.1475000, 1.32.9-gke.1108000, "
         "1.31.13-gke.1023000)")
-    assert cli.main(["apply", "h200"]) == 1 and not cloud_fakes[0].mutations()
+    assert cli.main(["apply", "--yes", "h200"]) == 1 and not cloud_fakes[0].mutations()
     spec.write_text(text.replace("release_channel: REGULAR", "release_channel: EXTENDED\n  version: \"1.30\""))
     code, found = _findings(capsys)
     assert code == 0 and found[("gke-version", "warn")]["found"] == (
@@ -124,7 +124,7 @@ def test_a_psa_range_placed_on_a_subnetwork_already_there_fails_and_a_free_one_p
     gcp, _ = cloud_fakes
     assert _findings(capsys)[1][("psa-range", "ok")]["found"] == "10.112.0.0/20 is free on network rl-net"
     # Someone's subnetwork on the cluster's network, made before rlops applies (the console, another tool).
-    assert cli.main(["apply", "h200"]) == 0
+    assert cli.main(["apply", "--yes", "h200"]) == 0
     capsys.readouterr()
     net = "https://www.googleapis.com/compute/v1/projects/rlops-h200-example/global/networks/rl-net"
     gcp.put("subnetwork", "theirs", {"name": "theirs", "network": net, "ipCidrRange": "10.64.8.0/24",
@@ -137,7 +137,7 @@ def test_a_psa_range_placed_on_a_subnetwork_already_there_fails_and_a_free_one_p
     assert code == 1 and found[("psa-range", "fail")]["found"] == \
         "10.64.0.0/20 overlaps subnetwork theirs (10.64.8.0/24) on network rl-net"
     before = len(gcp.mutations())
-    assert cli.main(["apply", "h200"]) == 1 and len(gcp.mutations()) == before
+    assert cli.main(["apply", "--yes", "h200"]) == 1 and len(gcp.mutations()) == before
     spec.write_text(text.replace("address: 10.112.0.0", "address: 10.80.0.0"))
     assert _findings(capsys)[1][("psa-range", "ok")]["found"] == "10.80.0.0/20 is free on network rl-net"
 
@@ -145,7 +145,7 @@ def test_a_psa_range_placed_on_a_subnetwork_already_there_fails_and_a_free_one_p
 def test_an_applied_environment_without_its_functions_or_schedule_is_warned_of(cloud_fakes, capsys):
     gcp, _ = cloud_fakes
     assert not any(check in ("functions", "schedule") for check, _ in _findings(capsys)[1])  # nothing applied yet
-    assert cli.main(["apply", "h200"]) == 0
+    assert cli.main(["apply", "--yes", "h200"]) == 0
     capsys.readouterr()
     code, found = _findings(capsys)
     assert code == 0 and found[("functions", "warn")]["found"] == \
@@ -184,7 +184,7 @@ def test_a_spot_pool_fits_the_regions_gpu_family_quota_counting_the_gpus_others_
         "use by other VMs and reservations: 56 free")
     assert "--dimensions=region=us-east1,gpu_family=NVIDIA_B200 --preferred-value=72" in \
         found[("gpu-quota NVIDIA_B200", "fail")]["fix"]
-    assert cli.main(["apply", "b200-spot"]) == 1 and not gcp.mutations()
+    assert cli.main(["apply", "--yes", "b200-spot"]) == 1 and not gcp.mutations()
     gcp.vms.clear()
     gcp.gpu_family_quota[("rlops-b200-example", "us-east1", "NVIDIA_B200")] = 63  # short by one GPU
     code, found = _findings(capsys, "b200-spot")
@@ -197,7 +197,7 @@ def test_a_spot_pool_fits_the_regions_gpu_family_quota_counting_the_gpus_others_
     assert code == 0 and "gcloud services enable cloudquotas.googleapis.com" in found[("gpu-quota", "warn")]["fix"]
     gcp.disabled_services.clear()
     # The pool's own nodes are not counted against it: applied and grown, it still fits.
-    assert cli.main(["apply", "b200-spot"]) == 0
+    assert cli.main(["apply", "--yes", "b200-spot"]) == 0
     capsys.readouterr()
     gcp._store["node_pool"]["a4-pool"]["nodeCount"] = 8  # the autoscaler grew it: eight nodes, 64 B200s in use
     code, found = _findings(capsys, "b200-spot")
@@ -214,14 +214,14 @@ def test_a_missing_state_bucket_fails_and_apply_changes_nothing(cloud_fakes, cap
     code, found = _findings(capsys)
     assert code == 1 and found[("state-bucket", "fail")]["found"] == "no bucket rlops-h200-example-state"
     assert not any(check in ("functions", "schedule") for check, _ in found)  # said once, by its own check
-    assert cli.main(["apply", "h200"]) == 1
+    assert cli.main(["apply", "--yes", "h200"]) == 1
     assert not gcp.mutations()
 
 
 def test_skip_doctor_is_said_and_applies(cloud_fakes, capsys):
     gcp, _ = cloud_fakes
     gcp.missing_network_profiles.add("us-central1-b-vpc-roce")
-    assert cli.main(["apply", "h200", "--skip-doctor"]) in (0, 1)  # the fake itself may refuse the profile later
+    assert cli.main(["apply", "--yes", "h200", "--skip-doctor"]) in (0, 1)  # the fake itself may refuse the profile later
     assert "doctor: skipped (--skip-doctor)" in capsys.readouterr().out
     assert gcp.mutations()
 

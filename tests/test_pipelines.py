@@ -251,6 +251,26 @@ def test_a_pull_requests_plan_is_one_comment_showing_both_changes_and_a_rerun_ed
         assert TOKEN not in done.stdout + done.stderr
 
 
+def test_a_shm_size_change_shows_in_the_comment_as_the_ray_pods_restarting_and_a_pool_change_as_its_cost(
+        workspace, github):
+    """Nothing in the cloud changes with ray.shm_size, yet every Ray pod restarts: the comment says so, from the
+    objects rendered from the base and head specs; a grown reserved pool shows what it adds an hour."""
+    edit(workspace, "h200.yaml", "shm_size: 240Gi", "shm_size: 200Gi")
+    edit(workspace, "h100.yaml", "autoscaling: {min_nodes: 0, max_nodes: 2}", "autoscaling: {min_nodes: 0, max_nodes: 3}")
+    open_pull_request(workspace, "smaller shm, a bigger h100 reservation")
+    done = run_plan(workspace, github, {"_BASE_BRANCH": "main", "_PR_NUMBER": "12"})
+    assert done.returncode == 0, done.stderr
+    [comment] = github.comments_on(12)
+    h200 = comment[comment.index("### Environment `h200`"):]
+    assert "**Plan: 0 to create, 0 to update, 0 to replace, 0 to delete.**" in h200
+    assert "**In the cluster:** update `RayCluster/default/ray-cluster`" in h200 and "(**pods restarted**)" in h200
+    assert "~ RayCluster/default/ray-cluster" in h200 and "every pod restarts" in h200
+    h100 = comment[comment.index("### Environment `h100`"):comment.index("### Environment `h200`")]
+    assert ("| ~ | `node_pool/a3-pool` | 2 x a3-highgpu-8g, reservation a3-high-reservation -> 3 x a3-highgpu-8g, "
+            "reservation a3-high-reservation | always | +$88.49/h |") in h100
+    assert "**Total: +$88.49/h" in h100
+
+
 def test_the_history_of_a_private_repository_is_fetched_with_the_token_and_never_without(workspace, github):
     """The trigger's checkout is one commit deep and its origin has no credentials: without the token the
     plan fails at the fetch, saying why; with it, git sends it to the fake's git server, never printed."""

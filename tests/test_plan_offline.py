@@ -42,6 +42,24 @@ def test_an_unchanged_spec_has_no_changes_and_a_new_one_is_all_creates(repo, cap
     assert "**Plan: 19 to create, 0 to update, 0 to replace, 0 to delete.**" in capsys.readouterr().out
 
 
+def test_the_cluster_objects_are_rendered_from_both_revisions_and_a_template_change_restarts_the_pods(repo, capsys):
+    spec = repo / "environments" / "h200.yaml"
+    spec.write_text(spec.read_text().replace("shm_size: 240Gi", "shm_size: 200Gi"))
+    assert cli.main(["plan", "h200", "--offline", "--base", "HEAD", "--format", "json", "--detailed-exitcode"]) == 2
+    (plan,) = json.loads(capsys.readouterr().out)
+    assert [c for c in plan["changes"] if c["action"] != "no-op"] == []  # nothing in the cloud changes
+    (raycluster,) = plan["cluster_objects"]
+    assert (raycluster["kind"], raycluster["name"], raycluster["action"], raycluster["restarts_pods"]) == (
+        "RayCluster", "ray-cluster", "update", "KubeRay")
+    assert any("sizeLimit" in field for field in raycluster["fields"]) and plan["cost"]["changes"] == []
+    assert cli.main(["plan", "h200", "--offline", "--base", "HEAD"]) == 0
+    assert "~ RayCluster/default/ray-cluster" in capsys.readouterr().out
+    assert cli.main(["plan", "h200", "--offline", "--base", "HEAD", "--format", "markdown"]) == 0
+    comment = capsys.readouterr().out
+    assert "**In the cluster:** update `RayCluster/default/ray-cluster`" in comment
+    assert "(**pods restarted**)" in comment and "> **Pods restarted:**" in comment
+
+
 def test_a_bad_revision_or_a_base_without_offline_is_a_clean_error(repo, capsys):
     assert cli.main(["plan", "h200", "--offline", "--base", "no-such-rev"]) == 1
     assert "no such git revision: no-such-rev" in capsys.readouterr().err
@@ -50,7 +68,7 @@ def test_a_bad_revision_or_a_base_without_offline_is_a_clean_error(repo, capsys)
     assert exit_info.value.code == 1
 
 
-@pytest.mark.parametrize("command", [["plan", "h200"], ["render", "h200"], ["status", "h200"], ["apply", "h200"],
+@pytest.mark.parametrize("command", [["plan", "h200"], ["render", "h200"], ["status", "h200"], ["apply", "h200", "--yes"],
                                      ["train", "h200", "--recipe", "gemma3-27b-gsm8k", "--run", "r1"]])
 def test_without_credentials_a_gcp_command_says_what_is_missing_in_one_line(command, monkeypatch, tmp_path, capsys):
     for name in ("RLOPS_API_ENDPOINTS", "RLOPS_KUBE_API", "PUBSUB_EMULATOR_HOST", "STORAGE_EMULATOR_HOST"):

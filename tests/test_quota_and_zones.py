@@ -57,7 +57,7 @@ def test_a_compute_quota_refusal_carries_googles_reason_and_error_info(fake):
 def test_a_quota_refusal_stops_apply_said_as_quota_not_as_a_permission(fake, capsys, api, match, metric, region, said):
     """Both answer 403, which alone reads as a missing permission; retried, the one injected refusal would pass."""
     fake.fail_next(1, status=quota_error(api, PROJECT, metric, 24.0, region, requested=400.0), match=match)
-    assert cli.main(["apply", "h200"]) == 1
+    assert cli.main(["apply", "--yes", "h200"]) == 1
     err = capsys.readouterr().err
     assert re.search(re.escape(said) + "[^:]*: " + re.escape(base.QUOTA_HINT), err), err
     assert "lacks a permission" not in err
@@ -68,13 +68,13 @@ def test_an_insert_whose_operation_ends_over_quota_says_so(fake, capsys):
     fake.fail_operations(1, "insert", "QUOTA_EXCEEDED", "Quota 'NETWORKS' exceeded.  Limit: 15.0 globally.", details=[
         {"quotaInfo": {"metricName": "compute.googleapis.com/networks", "limitName": "NETWORKS-per-project",
                        "limit": 15}}])
-    assert cli.main(["apply", "h200"]) == 1
+    assert cli.main(["apply", "--yes", "h200"]) == 1
     err = capsys.readouterr().err
     assert f"QUOTA_EXCEEDED: Quota 'NETWORKS' exceeded.  Limit: 15.0 globally. ({base.QUOTA_HINT})" in err
 
 
 def test_a_pool_outside_the_clusters_region_is_refused_and_one_without_zones_gets_three(fake):
-    assert cli.main(["apply", "h200"]) == 0
+    assert cli.main(["apply", "--yes", "h200"]) == 0
     client = gapic(fake, "container", gke.ClusterManagerClient)
     parent = f"projects/{PROJECT}/locations/us-central1/clusters/rl-h200"
     pool = gke.NodePool(name="elsewhere", initial_node_count=1, locations=["us-east1-b"],
@@ -91,14 +91,14 @@ def test_a_pool_outside_the_clusters_region_is_refused_and_one_without_zones_get
 
 def test_a_system_pool_in_three_zones_is_moved_to_the_environments_zone_in_place(fake, capsys):
     """As an rlops that sent no `locations` left it: GKE put it in three zones, the count per zone."""
-    assert cli.main(["apply", "h200"]) == 0
+    assert cli.main(["apply", "--yes", "h200"]) == 0
     pool = fake.resources("node_pool")["default-pool"]
     fake.put("node_pool", "default-pool", dict(pool, locations=["us-central1-a", "us-central1-b", "us-central1-c"]))
     capsys.readouterr()
     assert cli.main(["plan", "h200", "--detailed-exitcode"]) == 2
     assert "node_locations" in capsys.readouterr().out
     before = len(fake.mutations())
-    assert cli.main(["apply", "h200"]) == 0
+    assert cli.main(["apply", "--yes", "h200"]) == 0
     changes = [(r.method, r.path, r.body) for r in fake.mutations()[before:] if "/nodePools" in r.path]
     assert changes == [("PUT", f"/gke/v1/{SYSTEM_POOL}", {"locations": ["us-central1-b"]})]
     assert fake.resources("node_pool")["default-pool"]["locations"] == ["us-central1-b"]

@@ -1,4 +1,6 @@
-"""What an environment's GPU pools cost, and what of it trained: the accounting behind `rlops cost`. Pure.
+"""What an environment's GPU pools cost, and what of it trained: the accounting behind `rlops cost`; and the hourly
+list price of each priced resource (`resource_rate`: GPU and CPU node pools, Lustre capacity, GKE's fee, the
+functions' estimate), behind `rlops cost` and the cost a plan adds. Pure.
 
 The facts are what rlops writes anyway, each once and at the time it happened, so the totals do not
 depend on how many ticks ran: the pool's transitions (`pool.json`: the reaper's first look and
@@ -160,6 +162,109 @@ def account(transitions: list[tuple[float, str]], attempts: list[Running], since
         else:
             result.pool.idle += width
     return result
+
+
+# Google's monthly prices are per 730 hours (its pricing pages' and the Billing Catalog's convention).
+HOURS_PER_MONTH = 730
+
+
+@dataclass(frozen=True)
+class Rate:
+    """What one part of an environment costs an hour at list prices, and when it is billed."""
+
+    key: str                    # the resource it prices (node_pool/NAME, lustre_instance/NAME, cluster/NAME), or
+                                # "functions" (the project's, shared by its environments)
+    what: str                   # "2 x a3-ultragpu-8g, reservation r"
+    usd_per_hour: float | None  # None: no price known (`source` says why)
+    billed: str                 # always, while up (a GPU pool scaled to zero costs nothing), estimate
+    source: str
+
+
+@dataclass(frozen=True)
+class PoolHint:
+    """What a node pool's fields leave out, from its spec: how many nodes it has while up (Ray's worker replicas,
+    where it scales from zero; the system pool's fixed size) and a negotiated price."""
+
+    replicas: int | None = None
+    initial_nodes: int | None = None
+    usd_per_node_hour: float | None = None
+
+
+def _region_of(zone: str) -> str:
+    return zone.rsplit("-", 1)[0]
+
+
+def cpu_price(machine_type: str, region: str) -> tuple[float | None, str]:
+    """The on-demand list price of a CPU machine type per hour: its vCPUs and memory at its family's rates."""
+    family, _, shape = machine_type.partition("-")
+    size = catalog.CPU_MACHINES.get(machine_type)
+    kind, _, count = shape.rpartition("-")
+    if size is None and count.isdigit() and kind in ("standard", "highmem", "highcpu"):
+        # Compute Engine's predefined shapes: 4, 8 and 1 GiB per vCPU (general-purpose machine family pages).
+        size = catalog.CpuMachine(int(count), int(count) * {"standard": 4, "highmem": 8, "highcpu": 1}[kind])
+    row = catalog.PLATFORM_PRICES["cpu_machines"].get(family, {}).get(region)
+    if size is None or row is None:
+        return None, f"no list price for {machine_type} in {region} (spec/gpus/platform_prices.yaml)"
+    price = size.vcpus * row["vcpu_hour"] + size.memory_gib * row["gib_hour"]
+    return price, f"{size.vcpus} vCPU, {size.memory_gib:g} GiB at {region}'s {family.upper()} rates ({row['source']})"
+
+
+def lustre_price(tier: int, region: str) -> tuple[float | None, str]:
+    """Managed Lustre's list price per GiB-month of capacity in `tier` (MB/s per TiB)."""
+    row = catalog.PLATFORM_PRICES["lustre"].get(tier, {}).get(region)
+    if row is None:
+        return None, (f"no list price for the {tier} MB/s/TiB tier in {region} in spec/gpus/platform_prices.yaml "
+                      "(https://cloud.google.com/products/managed-lustre/pricing has it)")
+    return row["usd_per_gib_month"], f"${row['usd_per_gib_month']}/GiB-month ({row['source']})"
+
+
+def resource_rate(key: str, fields: dict, hint: PoolHint | None = None) -> Rate | None:
+    """The hourly list price of one cloud resource, from its fields (desired or live, in rlops's vocabulary);
+    None for a kind that costs nothing by itself (networks, subnets, firewalls, peering)."""
+    kind, name = key.split("/", 1)
+    hint = hint or PoolHint()
+    if kind == "cluster":
+        gke = catalog.PLATFORM_PRICES["gke"]
+        return Rate(key, "GKE cluster management fee", gke["cluster_usd_per_hour"], "always", gke["source"])
+    if kind == "lustre_instance":
+        tier, capacity = fields.get("per_unit_storage_throughput"), fields.get("capacity_gib") or 0
+        per_gib, source = lustre_price(tier, _region_of(fields["zone"]))
+        return Rate(key, f"{capacity:,} GiB at {tier} MB/s/TiB",
+                    None if per_gib is None else capacity * per_gib / HOURS_PER_MONTH, "always", source)
+    if kind != "node_pool":
+        return None
+    machine = fields.get("machine_type")
+    region = _region_of((fields.get("node_locations") or ["?-?"])[0])
+    zones = len(fields.get("node_locations") or [None])
+    if machine in catalog.GPU_MACHINES:
+        reservation, spot = fields.get("reservation"), bool(fields.get("spot"))
+        if hint.usd_per_node_hour:
+            price, source = float(hint.usd_per_node_hour), "the spec's negotiated rate"
+        else:
+            price, source = _listed(machine, region, spot)
+        if reservation:
+            # A reservation bills whether its VMs run or not; its size is not in the spec: max_nodes, the most the
+            # pool can consume.
+            nodes, billed, how = fields.get("max_nodes") or 0, "always", f"reservation {reservation}"
+        else:
+            nodes = fields.get("min_nodes") or hint.replicas or fields.get("max_nodes") or 0
+            billed, how = "while up", "spot" if spot else "on-demand"
+    else:
+        price, source = cpu_price(machine, region)
+        nodes = fields.get("min_nodes") if fields.get("autoscaling") else \
+            fields.get("initial_node_count", hint.initial_nodes)
+        nodes, billed, how = (nodes or 0) * zones, "always", "on-demand"
+    return Rate(key, f"{nodes} x {machine}, {how}", None if price is None else nodes * price, billed, source)
+
+
+def functions_rate() -> Rate:
+    """The project's functions, an estimate (platform_prices.yaml says what it counts and assumes)."""
+    f = catalog.PLATFORM_PRICES["functions"]
+    seconds = f["calls_per_hour"] * f["seconds_per_call"]
+    usd = seconds * (f["vcpus"] * f["vcpu_second"] + f["gib"] * f["gib_second"]) + \
+        f["calls_per_hour"] * f["per_million_requests"] / 1e6
+    return Rate("functions", "rlops's functions (the project's: shared by its environments)", usd, "estimate",
+                f["source"])
 
 
 def preemption_loss(attempts: list[dict], series: dict[int, dict | None]) -> tuple[int, float]:

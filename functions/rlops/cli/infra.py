@@ -7,11 +7,14 @@ from pathlib import Path
 
 from rlops import environments
 from rlops.cloud.base import Connection
-from rlops.cli.common import Exit, bucket, cloud_environment, environment_command, load_gcp, say
+from rlops.cli.common import (Exit, bucket, cloud_environment, environment_command, format_option, load_gcp,
+                              print_json, say)
 from rlops.errors import Failure
 
 
 def _validate(args: argparse.Namespace) -> int:
+    from dataclasses import asdict
+
     from rlops.spec import nemo_rl
     from rlops.spec.describe import describe
     from rlops.spec.load import load, preview_upgrade
@@ -22,7 +25,7 @@ def _validate(args: argparse.Namespace) -> int:
         return Exit.ERROR
     if args.tag is not None and args.tag not in nemo_rl.tags():
         raise Failure(f"--tag {args.tag}: rlops has the configs of NeMo RL {', '.join(nemo_rl.tags())}")
-    problems, changed = 0, []
+    problems, changed, documents = 0, [], []
     for path in files:
         if args.tag is None:
             loaded = load(path)
@@ -30,15 +33,23 @@ def _validate(args: argparse.Namespace) -> int:
             loaded, preview, changes = preview_upgrade(path, args.tag)
             if changes:
                 changed.append(loaded.file)
+        problems += len(loaded.problems)
+        if args.format == "json":
+            documents.append({"file": loaded.file, "environment": loaded.name, "ok": loaded.environment is not None,
+                              "problems": [asdict(problem) for problem in loaded.problems],
+                              "notices": [asdict(notice) for notice in loaded.notices],
+                              **({"upgrade": preview} if args.tag is not None else {})})
+            continue
         for problem in loaded.problems + loaded.notices:
             print(problem)
-        problems += len(loaded.problems)
         if loaded.environment is not None:
             print(f"{loaded.file}: ok")
             if args.describe:
                 print("\n".join(describe(loaded.name, loaded.environment)))
             if args.tag is not None:
                 print("\n".join(preview))
+    if args.format == "json":
+        print_json({"files": documents, "problems": problems})
     if problems:
         print(f"{problems} problem(s) in {len(files)} file(s)", file=sys.stderr)
         return Exit.INVALID
@@ -97,7 +108,20 @@ def _plan(args: argparse.Namespace) -> int:
         if env is None:
             print(f"{name}: a local environment; it has no cloud resources to plan", file=sys.stderr)
     targets = [(path, env) for path, env in loaded if env is not None]
-    if args.offline:
+    if args.out:
+        if args.offline or len(targets) != 1:
+            raise Failure("--out saves one environment's plan against the live cloud: give one GCP environment, "
+                          "without --offline")
+        from rlops.provision.saved import SavedPlan
+
+        (_, env), = targets
+        plan, live = service.plan_for_review(env, Connection.to(args.endpoints), bucket(env, args.endpoints))
+        plans = [plan]
+        saved = SavedPlan.of(env, json.loads(output.as_json(plans))[0], live, plan.cluster_objects, output.text(plan))
+        Path(args.out).write_text(saved.to_json())
+        print(f"rlops plan: saved to {args.out}; `rlops apply {env.name} --plan {args.out}` applies exactly this plan, "
+              "and refuses if the spec or the cloud moved meanwhile", file=sys.stderr)
+    elif args.offline:
         plans = [service.plan_offline(env, service.base_environment(path, args.base) if args.base else None)
                  for path, env in targets]
     elif targets:
@@ -162,10 +186,44 @@ def _bootstrap(args: argparse.Namespace) -> int:
     return Exit.OK
 
 
+def _needs_terminal(args: argparse.Namespace, verb: str) -> None:
+    """`verb` asks before it changes anything; off a terminal (CI, a pipe) nobody can answer, so it is refused
+    before anything is read or locked, unless --yes (what the apply pipeline passes)."""
+    if not args.yes and not sys.stdin.isatty():
+        reviewed = ", or apply a reviewed plan with --plan FILE (rlops plan ENV --out FILE)" if verb == "apply" else ""
+        raise Failure(f"{verb} shows its plan and asks before changing anything, and this is not a terminal: pass "
+                      f"--yes to {verb} without asking (the apply pipeline does){reviewed}; nothing was changed")
+
+
+def _confirmation(args: argparse.Namespace, verb: str, name: str):
+    """The Session's `confirm`: show the plan, then, unless --yes, ask for the environment's name, as Terraform
+    asks for `yes`."""
+    from rlops.provision import output
+
+    def confirm(plan) -> bool:
+        sys.stdout.write(output.text(plan))
+        sys.stdout.flush()
+        return args.yes or input(f"Type the environment name ({name}) to {verb} it: ").strip() == name
+
+    return confirm
+
+
 def _apply(args: argparse.Namespace) -> int:
-    from rlops.provision import output, service
+    from rlops.provision import service
 
     env = cloud_environment(args.environment, "apply")
+    if args.plan and args.dry_run:
+        raise Failure("--plan applies a saved plan; --dry-run prints what an apply would send: give one of them")
+    reviewed = None
+    if args.plan:
+        from rlops.provision.saved import SavedPlan
+
+        try:
+            reviewed = SavedPlan.from_json(Path(args.plan).read_text(), args.plan)
+        except OSError as error:
+            raise Failure(f"--plan {args.plan}: {error.strerror}") from None
+    elif not args.dry_run:
+        _needs_terminal(args, "apply")
     if args.dry_run:
         live = None
         if not args.offline:
@@ -188,17 +246,16 @@ def _apply(args: argparse.Namespace) -> int:
     session = service.Session(env, Connection.to(args.endpoints), bucket(env, args.endpoints), say, args.lock_timeout,
                               args.ready_timeout)
 
-    def show(plan) -> bool:
-        sys.stdout.write(output.text(plan))
-        return True
-
     def newer(other: str) -> bool:
         from rlops.cloud.git import descends_from
 
         return descends_from(other, args.commit)
 
+    if reviewed is not None:
+        say(f"applying the plan saved in {args.plan} ({reviewed.created_at}), if nothing moved since")
     try:
-        plan = session.apply(delete_data=args.delete_data, confirm=show, commit=args.commit, newer=newer)
+        plan = session.apply(delete_data=args.delete_data, confirm=_confirmation(args, "apply", env.name),
+                             commit=args.commit, newer=newer, reviewed=reviewed)
     except service.Superseded as skipped:
         say(f"skipped: {skipped}")
         return Exit.OK
@@ -207,20 +264,12 @@ def _apply(args: argparse.Namespace) -> int:
 
 
 def _destroy(args: argparse.Namespace) -> int:
-    from rlops.provision import output, service
+    from rlops.provision import service
 
     env = cloud_environment(args.environment, "destroy")
+    _needs_terminal(args, "destroy")
     session = service.Session(env, Connection.to(args.endpoints), bucket(env, args.endpoints), say, args.lock_timeout)
-
-    def confirm(plan) -> bool:
-        sys.stdout.write(output.text(plan))
-        if args.yes:
-            return True
-        if not sys.stdin.isatty():
-            raise Failure("destroy asks for confirmation; not a terminal, so pass --yes to go ahead")
-        return input(f"Type the environment name ({env.name}) to destroy it: ").strip() == env.name
-
-    plan = session.destroy(args.delete_data, confirm)
+    plan = session.destroy(args.delete_data, _confirmation(args, "destroy", env.name))
     say(f"Destroy complete for {env.name}: {plan.summary()}." if plan.has_changes else f"{env.name}: nothing to destroy.")
     return Exit.OK
 
@@ -259,6 +308,7 @@ def add_commands(commands) -> None:
     validate = commands.add_parser("validate", help="check environment specs; exit 2 when any has a problem")
     validate.add_argument("files", nargs="*", help="spec files (default: every environments/*.yaml)")
     validate.add_argument("--describe", action="store_true", help="also say what each valid spec describes")
+    format_option(validate)
     validate.add_argument("--tag", metavar="TAG", help="preview moving each nemo-rl recipe to NeMo RL TAG (e.g. v0.6.0): "
                           "what it refuses or no longer reads, the rewrite where one is known, the final config's "
                           "diff; exit 2 when anything changes meaning")
@@ -279,6 +329,8 @@ def add_commands(commands) -> None:
     plan.add_argument("--detailed-exitcode", action="store_true", help="exit 0 no changes, 2 changes, 1 error")
     plan.add_argument("--refuse-destructive", action="store_true",
                       help=f"exit {Exit.DESTRUCTIVE} when a change replaces or deletes something (after printing the plan)")
+    plan.add_argument("--out", metavar="FILE", help="also save the plan, with fingerprints of the spec and of the "
+                      "live state it read, for `rlops apply ENV --plan FILE` (one environment, not --offline)")
     plan.set_defaults(run=_plan)
 
     lock_timeout = dict(type=float, default=600.0, metavar="SECONDS",
@@ -293,6 +345,9 @@ def add_commands(commands) -> None:
                        help="allow replacing the Lustre instance (also needs lustre.deletion_policy: delete)")
     apply.add_argument("--skip-doctor", action="store_true",
                        help="apply without the doctor's checks first (said in the output)")
+    apply.add_argument("--yes", action="store_true", help="do not ask for confirmation (required off a terminal)")
+    apply.add_argument("--plan", metavar="FILE", help="apply exactly the plan `rlops plan ENV --out FILE` saved, "
+                       "without asking; refused, changing nothing, if the spec or the live state moved since")
     apply.add_argument("--commit", metavar="GIT_SHA",
                        help="the commit whose spec this is (the apply pipeline's): recorded, and an apply of an "
                             "older commit than the one recorded is skipped (exit 0)")

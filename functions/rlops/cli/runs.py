@@ -6,7 +6,8 @@ import os
 import sys
 import time
 
-from rlops.cli.common import Exit, environment_command, load_spec, run_name
+from rlops import environments
+from rlops.cli.common import Exit, environment_command, format_option, load_spec, print_json, run_name
 from rlops.endpoints import Endpoints
 from rlops.errors import Failure
 
@@ -17,7 +18,8 @@ def _local_stack(name: str, verb: str):
 
     _, env_name, env = load_spec(name)
     if not isinstance(env, LocalEnvironment):
-        raise Failure(f"{env_name} is a GCP environment; `rlops {verb}` is for local ones (use `rlops apply`)")
+        instead = "rlops destroy" if verb == "down" else "rlops apply"
+        raise Failure(f"{env_name} is a GCP environment; `rlops {verb}` is for local ones (use `{instead} {env_name}`)")
     return Stack(env_name, env, lambda text: print(text, flush=True))
 
 
@@ -111,7 +113,7 @@ def _would_submit(env_name: str, env, parsed, settings: dict) -> str:
     recipe = env.recipes[parsed.recipe]
     lustre, resources = placement(env)
     job = jobs.request(env_name, parsed.recipe, recipe, parsed.run, settings, parsed.requested_by, 1, lustre,
-                       resources, jobs.actor_env(env, recipe), jobs.data_tag(env))
+                       resources, jobs.actor_env(env, recipe), jobs.data_tag(env), jobs.pool_gpus(env, recipe))
     lines = [f"# rlops train {env_name} --dry-run: nothing was sent",
              yaml.safe_dump({"submission_id": job.submission_id,
                              "working_directory": nemo_rl.WORKDIR if recipe.runner == "nemo-rl" else "(Ray's)",
@@ -120,7 +122,7 @@ def _would_submit(env_name: str, env, parsed, settings: dict) -> str:
                              "secrets_by_name_only": sorted(env.secrets)},
                             sort_keys=False, width=10**6).rstrip(),
              "# secrets reach the Ray nodes as files (HF_TOKEN_PATH, NETRC), never an environment variable or the job"]
-    if recipe.runner == "nemo-rl":
+    if recipe.driver_on_head:
         lines.append("# runtime_env.env_vars reach every actor, whichever node the driver runs on: NeMo RL's init_ray "
                      "copies the driver's environment into them")
     if recipe.runner == "nemo-rl":
@@ -209,6 +211,9 @@ def _watch(args) -> int:
     from rlops.runs.watch import tick
 
     events = tick(_site(args.environment, args.endpoints))
+    if args.format == "json":
+        print_json({"environment": args.environment, "changes": events})
+        return Exit.OK
     for event in events:
         print(f"{event['run']}: attempt {event['attempt']} {event['state']}"
               + (f" ({event['reason']})" if event.get("reason") else ""))
@@ -221,6 +226,9 @@ def _snapshot(args) -> int:
     from rlops.runs import snapshot
 
     events = snapshot.tick(_site(args.environment, args.endpoints))
+    if args.format == "json":
+        print_json({"environment": args.environment, "manifests": events})
+        return Exit.OK
     for event in events:
         print(f"{event['run']}: manifest of step {event['step']} written ({event['manifest']})")
     if not events:
@@ -232,6 +240,10 @@ def _reap(args) -> int:
     from rlops.reaper.reap import reap
 
     decision, actions = reap(_site(args.environment, args.endpoints), dry_run=args.dry_run)
+    if args.format == "json":
+        print_json({"environment": args.environment, "scale_down": decision.scale_down, "dry_run": args.dry_run,
+                    "reason": decision.reason, "actions": actions})
+        return Exit.OK
     if decision.scale_down:
         print(f"{'would scale down' if args.dry_run else 'scaled down'}: {decision.reason}")
         for action in actions:
@@ -283,7 +295,7 @@ def _status(args) -> int:
     if never_started:
         return Exit.ERROR
     if args.run_name and not rows:
-        print(f"no run {args.run_name} in {args.environment}", file=sys.stderr)
+        print(records.unknown(args.run_name), file=sys.stderr)
         return Exit.ERROR
     # Following one run to its end: the exit code says how it ended (0 succeeded, 1 not).
     return Exit.ERROR if args.follow and args.run_name and rows[0].state != "SUCCEEDED" else Exit.OK
@@ -297,8 +309,8 @@ def _report(args) -> int:
     site = _site(args.environment, args.endpoints)
     record, _ = site.records.get(args.run_name)
     if record is None:
-        raise Failure(f"no run {args.run_name} in {args.environment}")
-    out = Path(args.output or Path("reports") / args.environment / args.run_name)
+        raise Failure(site.records.unknown(args.run_name))
+    out = Path(args.output or environments.root() / "reports" / args.environment / args.run_name)
     drawn = reporting.write(site, record, out)
     print(f"report: {drawn.markdown}")
     for plot in drawn.plots:
@@ -335,24 +347,36 @@ def _cost(args) -> int:
 
 def _status_json(environment: str, rows: list, refusals: list) -> dict:
     """What the table says, as data: each run's state, attempt, step, checkpoint, reward, why it waits, when it
-    was made (epoch seconds); the refusals of a run that never started."""
+    was made, when it started, how long it ran and the time left (seconds); the refusals of a run that never
+    started."""
+    from dataclasses import asdict
+
     from rlops.runs.policy import TERMINAL
+    from rlops.runs.report import progress
+
+    now = time.time()
 
     return {"environment": environment,
             "runs": [{"run": r.run, "state": r.state, "attempt": r.current.attempt, "step": r.step,
                       "checkpoint": r.last_checkpoint, "reward": r.reward, "created_at": r.created_at,
-                      "waiting": r.waiting if r.state not in TERMINAL else None}
+                      "waiting": r.waiting if r.state not in TERMINAL else None,
+                      **asdict(progress(r, now))}
                      for r in sorted(rows, key=lambda r: r.created_at)],
             "refusals": [{"run": f.run, "message": f.message, "at": f.at, "reason": f.reason} for f in refusals]}
 
 
 def _table(rows: list) -> str:
-    header = ("RUN", "STATE", "ATTEMPT", "STEP", "CHECKPOINT", "REWARD", "AGE")
+    from rlops.runs.report import duration, progress
+
+    header = ("RUN", "STATE", "ATTEMPT", "STEP", "CHECKPOINT", "REWARD", "STARTED", "DURATION", "ETA")
     lines = [header]
+    now = time.time()
     for r in sorted(rows, key=lambda r: r.created_at):
-        age = int(time.time() - r.created_at)
-        lines.append((r.run, r.state, str(r.current.attempt), _dash(r.step), _dash(r.last_checkpoint),
-                      _dash(r.reward), f"{age // 60}m{age % 60:02d}s"))
+        said = progress(r, now)
+        step = _dash(r.step) + (f"/{said.total}" if said.total else "")
+        started = time.strftime("%m-%d %H:%M", time.gmtime(said.started_at)) if said.started_at else "-"
+        lines.append((r.run, r.state, str(r.current.attempt), step, _dash(r.last_checkpoint), _dash(r.reward),
+                       started, duration(said.seconds), duration(said.eta_seconds)))
     widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
     return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(line, widths)).rstrip() for line in lines)
 
@@ -365,7 +389,7 @@ def _logs(args) -> int:
     site = _site(args.environment, args.endpoints)
     record, _ = site.records.get(args.run_name)
     if record is None:
-        raise Failure(f"no run {args.run_name} in {args.environment}")
+        raise Failure(site.records.unknown(args.run_name))
     attempts = {a.attempt: a for a in record.attempts}
     attempt = attempts.get(args.attempt or max(attempts))
     if attempt is None:
@@ -440,12 +464,14 @@ def add_commands(commands) -> None:
                             "nothing")
     train.add_argument("--samples", type=int, metavar="K", help="rows of FILE to score (default 64)")
 
-    environment_command(commands, "watch", _watch, "one watch tick now: record run states, resubmit preempted runs")
+    watch = environment_command(commands, "watch", _watch, "one watch tick now: record run states, resubmit preempted runs")
 
-    environment_command(commands, "snapshot", _snapshot, "one snapshot tick now: manifests of new complete checkpoints")
+    snapshot = environment_command(commands, "snapshot", _snapshot, "one snapshot tick now: manifests of new complete checkpoints")
 
     reap = environment_command(commands, "reap", _reap, "one reaper tick now: scale an idle GPU pool to zero")
     reap.add_argument("--dry-run", action="store_true", help="say what it would do and why; change nothing")
+    for tick in (watch, snapshot, reap):
+        format_option(tick)
 
     cost = environment_command(commands, "cost", _cost, "GPU-hours and dollars: used, waking, idle and reaped, per "
                                                         "pool and per run, with a PNG timeline")
@@ -575,7 +601,10 @@ def _list_checkpoints(args) -> int:
     site = _site(environment, args.endpoints)
     rows = snapshot.listing(site, run)
     if rows is None:
-        raise Failure(f"no run {run} in {environment}")
+        raise Failure(site.records.unknown(run))
+    if args.format == "json":
+        print_json({"environment": environment, "run": run, "checkpoints": rows})
+        return Exit.OK
     header = ("STEP", "SIZE", "SAVED", "VERIFIED", "METRICS")
     lines = [header] + [(str(r["step"]), _size(r["total_bytes"]), r["saved"], r["verified"], r["metrics"])
                         for r in rows]
@@ -606,7 +635,7 @@ def add_checkpoint_commands(commands) -> None:
         parser.set_defaults(run=run)
         return parser
 
-    of_a_run("list", _list_checkpoints, "a run's checkpoints with their manifests and whether they verify")
+    format_option(of_a_run("list", _list_checkpoints, "a run's checkpoints with their manifests and whether they verify"))
     build = verbs.add_parser("manifest", help="print the manifest of the checkpoint at PATH (JSON)")
     build.add_argument("path", metavar="PATH")
     build.set_defaults(run=_checkpoint_manifest)

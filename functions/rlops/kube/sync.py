@@ -174,6 +174,28 @@ def plan(api: KubeApi, env_name: str, rendered: list[dict], secret_values_known:
     return changes
 
 
+def plan_between(base: list[dict], head: list[dict]) -> list[ObjectChange]:
+    """The objects' changes from one rendering to another, without a cluster (a reviewer's offline plan): what
+    differs, and whether the RayCluster's pods restart. No server to ask, so no defaults, no replacements the
+    server would refuse in place; Secrets are compared by their tokens' names only (both renderings redact)."""
+    before = {Ref.of(obj): obj for obj in base}
+    changes = []
+    for obj in head:
+        ref = Ref.of(obj)
+        if ref not in before:
+            changes.append(ObjectChange(ref, "create", desired=obj))
+            continue
+        changed = differences(obj, before[ref])
+        if not changed:
+            continue
+        restarts = ""
+        if obj["kind"] == "RayCluster" and pods_made_from(obj) != pods_made_from(before[ref]):
+            restarts = "KubeRay" if obj["spec"].get("upgradeStrategy", {}).get("type") == "Recreate" else "rlops"
+        changes.append(ObjectChange(ref, "update", changed, obj, restarts_pods=restarts))
+    wanted = {Ref.of(obj) for obj in head}
+    return changes + [ObjectChange(ref, "delete") for ref in before if ref not in wanted and ref.kind not in NEVER_PRUNED]
+
+
 def _served_by(kind: str) -> str:
     return SERVED_BY.get(kind, "its CRD")
 

@@ -3,6 +3,7 @@
 import json
 
 from rlops.cloud.github import MAX_COMMENT
+from rlops.costs import HOURS_PER_MONTH
 from rlops.provision.plan import Action, Change, Plan
 
 GITHUB_COMMENT_LIMIT = MAX_COMMENT  # a plan is split into comments GitHub takes
@@ -48,9 +49,61 @@ def text(plan: Plan) -> str:
         out += change_lines(change)
     if plan.cluster_objects:
         out += ["", "Cluster objects (server-side apply, after the cluster):"] + [f"  {change.line()}" for change in plan.cluster_objects]
+    if plan.cost is not None and plan.cost.changes:
+        rows = [(c.sign, c.key, _cost_what(c), (c.after or c.before).billed, _per_hour(c.usd_per_hour))
+                for c in plan.cost.changes]
+        widths = [max(len(row[i]) for row in rows) for i in range(4)]
+        out += ["", f"Cost at list prices ({_PRICES}):"]
+        out += ["  " + "  ".join(cell.ljust(w) for cell, w in zip(row, widths)) + f"  {row[4]}" for row in rows]
+        out += [f"  {line}" for line in [cost_total(plan.cost), *cost_unpriced(plan.cost)]]
     if not plan.has_changes and not plan.errors:
         out.append("No changes: the cloud matches the spec.")
     return "\n".join(out) + "\n"
+
+
+_PRICES = "spec/gpus/catalog.yaml and platform_prices.yaml say where each comes from"
+
+
+def _per_hour(usd: float | None) -> str:
+    return "price unknown" if usd is None else f"{'-' if usd < 0 else '+'}${abs(usd):,.2f}/h"
+
+
+def _cost_what(change) -> str:
+    """The priced resource as it is after the change, and before where that differs."""
+    before, after = change.before, change.after
+    if before is not None and after is not None and before.what != after.what:
+        return f"{before.what} -> {after.what}"
+    return (after or before).what
+
+
+def cost_total(cost) -> str:
+    """One line: the total $/h, the part billed whatever the GPU pools do, a month of it, and what has no price."""
+    total, always = cost.usd_per_hour, cost.always_usd_per_hour
+    line = f"Total: {_per_hour(total)}"
+    if always != total:
+        line += f" with every GPU pool up, {_per_hour(always)} always"
+    line += f" ({_per_hour(always * HOURS_PER_MONTH).removesuffix('/h')}/month always on, at {HOURS_PER_MONTH} h)"
+    return line
+
+
+def cost_unpriced(cost) -> list[str]:
+    """Each change left out of the total, and why."""
+    return [f"not counted: {c.key}, " + next(r.source for r in (c.after, c.before) if r and r.usd_per_hour is None)
+            for c in cost.unpriced]
+
+
+def _cost_json(cost) -> dict | None:
+    if cost is None:
+        return None
+
+    def rate(r):
+        return None if r is None else {"what": r.what, "usd_per_hour": r.usd_per_hour, "billed": r.billed,
+                                       "source": r.source}
+
+    return {"usd_per_hour": cost.usd_per_hour, "always_usd_per_hour": cost.always_usd_per_hour,
+            "unpriced": [c.key for c in cost.unpriced],
+            "changes": [{"address": c.key, "usd_per_hour": c.usd_per_hour, "before": rate(c.before),
+                         "after": rate(c.after)} for c in cost.changes]}
 
 
 def as_json(plans: list[Plan]) -> str:
@@ -59,6 +112,7 @@ def as_json(plans: list[Plan]) -> str:
         "summary": {a.value: plan.count(a) for a in Action if a != Action.NOOP},
         "errors": plan.errors,
         "cluster_objects": [change.summary() for change in plan.cluster_objects],
+        "cost": _cost_json(plan.cost),
         "changes": [{
             "address": c.key, "action": c.action.value, "destructive": c.destructive, "reason": c.reason,
             "fields": [{"field": f.field, "before": f.before, "after": f.after, "mutability": f.mutability.value}
@@ -86,6 +140,26 @@ def _markdown_header(plan: Plan) -> list[str]:
         lines += ["> [!CAUTION]", "> **Destructive changes**"]
         lines += _first([f"> - **{c.action.value}** `{c.key}`: {c.reason}" for c in plan.destructive],
                         "destructive changes") + [""]
+    from rlops.kube.sync import restarts_pods
+
+    restarting = [c for c in plan.cluster_objects if restarts_pods(c)]
+    if plan.cluster_objects:
+        created = sum(1 for c in plan.cluster_objects if c.action in ("create", "wait"))
+        named = [f"{c.action} `{c.ref}`" + (f": {', '.join(c.fields[:5])}" if c.fields else "")
+                 + (" (**pods restarted**)" if c in restarting else "")
+                 for c in plan.cluster_objects if c.action not in ("create", "wait")]
+        lines += ["**In the cluster:** " + "; ".join(([f"{created} objects to create"] if created else [])
+                                                    + named[:HEADER_ITEMS])
+                  + (f"; … and {len(named) - HEADER_ITEMS} more" if len(named) > HEADER_ITEMS else ""), ""]
+    if restarting:
+        lines += ["> [!IMPORTANT]", "> **Pods restarted:** applying this recreates every pod of "
+                  + ", ".join(f"`{c.ref}`" for c in restarting) + " (held while a Ray job is pending or running)", ""]
+    if plan.cost is not None and plan.cost.changes:
+        lines += ["| | resource | what | billed | $/h |", "|---|---|---|---|---|"]
+        lines += [f"| {c.sign} | `{c.key}` | {_cost_what(c)} | {(c.after or c.before).billed} | "
+                  f"{_per_hour(c.usd_per_hour)} |" for c in plan.cost.changes[:HEADER_ITEMS]]
+        lines += ["", f"**{cost_total(plan.cost)}** (list prices; {_PRICES})", ""]
+        lines += [f"- {line}" for line in cost_unpriced(plan.cost)] + ([""] if plan.cost.unpriced else [])
     if not plan.has_changes and not plan.errors:
         lines += ["No changes.", ""]
     return lines

@@ -46,6 +46,9 @@ class Change:
     # What the live resource stands on, where it differs from the spec: a replaced node pool's old cluster.
     # (A delete's depends_on already is the live one.)
     live_depends_on: tuple[str, ...] = ()
+    # The fields of what is there now (live, or the base revision's), where something is: what a plan's cost
+    # compares with.
+    live_fields: dict | None = None
 
     @property
     def kind(self) -> str:
@@ -59,6 +62,8 @@ class Plan:
     errors: list[str] = field(default_factory=list)
     # The in-cluster objects' changes, after the cloud's.
     cluster_objects: list[ObjectChange] = field(default_factory=list)
+    # What it adds and removes an hour (`pricing.PlanCost`, set by whoever knows the spec), None until priced.
+    cost: object = None
 
     def count(self, action: Action) -> int:
         return sum(1 for c in self.changes if c.action == action)
@@ -97,6 +102,7 @@ def build_plan(environment: str, desired: list[Resource], live: dict[str, Live])
         change = _classify(resource, live.get(resource.key), by_key, plan.errors)
         if resource.key in live:
             change.live_depends_on = live[resource.key].depends_on
+            change.live_fields = live[resource.key].fields
         by_key[resource.key] = change
         plan.changes.append(change)
     _replace_dependents(plan.changes, by_key, plan.errors)
@@ -104,7 +110,8 @@ def build_plan(environment: str, desired: list[Resource], live: dict[str, Live])
     for key, state in live.items():
         if key not in wanted and state.owned:
             plan.changes.append(Change(key, Action.DELETE, None, destructive=KINDS[key.split("/", 1)[0]].destructive,
-                                       reason="no longer in the spec", depends_on=state.depends_on))
+                                       reason="no longer in the spec", depends_on=state.depends_on,
+                                       live_fields=state.fields))
     for change in plan.changes:
         if change.action == Action.REPLACE:
             change.destructive = KINDS[change.kind].destructive

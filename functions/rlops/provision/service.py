@@ -10,7 +10,7 @@ from pathlib import Path
 from rlops.cloud import git
 from rlops.cloud.base import Connection, Target
 from rlops.errors import Failure
-from rlops.provision import engine, resources
+from rlops.provision import engine, pricing, resources
 from rlops.provision.plan import Plan, build_plan, data_loss_refusals
 from rlops.resource_shapes import Live, Resource
 from rlops.spec.load import SpecError, load_text
@@ -69,6 +69,8 @@ def plan_live(envs: list[CloudEnvironment], connection: Connection, bucket_of: C
         spaces = list(pool.map(lambda env: workspace(env, connection, bucket_of(env)), envs))
         live = engine.read_live(spaces)
         plans = [build_plan(space.name, space.desired, live[space.name]) for space in spaces]
+        for plan, env in zip(plans, envs):
+            plan.cost = pricing.plan_cost(plan, env.spec)
         if with_cluster_objects:
             changes = pool.map(lambda env: cluster_changes(env, live[env.name], connection, False), envs)
             for plan, objects in zip(plans, changes):
@@ -115,9 +117,26 @@ def read_one(env: CloudEnvironment, connection: Connection, bucket) -> dict[str,
 
 
 def plan_offline(env: CloudEnvironment, base: CloudEnvironment | None) -> Plan:
-    """The plan a reviewer sees without credentials: the spec against the base revision's spec."""
+    """The plan a reviewer sees without credentials: the spec against the base revision's spec, the cluster's
+    objects as each renders them (what changes, and whether the Ray pods restart), and what it adds an hour."""
+    from rlops.kube import render, sync
+
     live = {} if base is None else {r.key: Live(r.desired, True, r.depends_on) for r in base.desired}
-    return build_plan(env.name, env.desired, live)
+    plan = build_plan(env.name, env.desired, live)
+    facts = render.LiveFacts(render.UNKNOWN_LUSTRE_IP)
+    plan.cluster_objects = sync.plan_between(
+        [] if base is None else render.objects(base.name, base.spec, facts), render.objects(env.name, env.spec, facts))
+    plan.cost = pricing.plan_cost(plan, env.spec)
+    return plan
+
+
+def plan_for_review(env: CloudEnvironment, connection: Connection, bucket) -> tuple[Plan, dict[str, Live]]:
+    """A live plan with the live state it read: what `rlops plan --out` saves (`saved.SavedPlan`)."""
+    live = read_one(env, connection, bucket)
+    plan = build_plan(env.name, env.desired, live)
+    plan.cluster_objects = cluster_changes(env, live, connection, False)
+    plan.cost = pricing.plan_cost(plan, env.spec)
+    return plan, live
 
 
 def base_environment(path: Path, revision: str) -> CloudEnvironment | None:
@@ -183,16 +202,18 @@ class Session:
         return lock
 
     def apply(self, delete_data: bool = False, confirm: Callable[[Plan], bool] = lambda plan: True,
-              commit: str | None = None, newer: Callable[[str], bool] = lambda other: False) -> Plan:
+              commit: str | None = None, newer: Callable[[str], bool] = lambda other: False,
+              reviewed=None) -> Plan:
         """`commit`: the git commit whose spec this is (a pipeline's); refused (`Superseded`) when the state
-        records a commit `newer` says is newer: Cloud Build runs two pushes' builds in any order."""
-        return self._run("apply", delete_data, confirm, commit, newer)
+        records a commit `newer` says is newer: Cloud Build runs two pushes' builds in any order. `reviewed`: a
+        `saved.SavedPlan`, applied only if nothing it was made from moved (then `confirm` is not asked)."""
+        return self._run("apply", delete_data, confirm, commit, newer, reviewed)
 
     def destroy(self, delete_data: bool, confirm: Callable[[Plan], bool]) -> Plan:
         return self._run("destroy", delete_data, confirm)
 
     def _run(self, operation: str, delete_data: bool, confirm: Callable[[Plan], bool], commit: str | None = None,
-             newer: Callable[[str], bool] = lambda other: False) -> Plan:
+             newer: Callable[[str], bool] = lambda other: False, reviewed=None) -> Plan:
         from rlops.kube import sync
 
         with self._lock(operation) as lock:
@@ -204,7 +225,6 @@ class Session:
                 if later:
                     raise Superseded(f"{self.env.name}: commit {later[0][:12]}, newer than {commit[:12]}, is applied "
                                      "(or being applied) already; this older spec is not applied over it")
-                applied.mark_attempt(commit)  # from here on, pushes to main retry it until an apply completes
             # Planned again under the lock: what another apply did while we waited is part of it.
             space = workspace(self.env, self.connection, self.bucket)
             live = engine.read_live([space])[self.env.name]
@@ -221,8 +241,17 @@ class Session:
             api = cluster_api(self.env, live, self.connection)
             if operation == "destroy" and api is not None:
                 plan.cluster_objects = [sync.ObjectChange(ref, "delete") for ref in sync.owned_refs(api, self.env.name)]
-            if plan.has_changes and not confirm(plan):
+            plan.cost = pricing.plan_cost(plan, self.env.spec)
+            if reviewed is not None:
+                moved = reviewed.moved(self.env, live, cluster_changes(self.env, live, self.connection, False))
+                if moved:
+                    raise Refused(f"the saved plan of {reviewed.created_at} is not what an apply would do now; "
+                                  f"nothing was changed. Since it was made: {'; '.join(moved)}. Plan again "
+                                  f"(rlops plan {self.env.name} --out FILE), review, and apply that")
+            elif plan.has_changes and not confirm(plan):
                 raise Refused(f"{operation} not confirmed; nothing was changed")
+            if operation == "apply":
+                applied.mark_attempt(commit)  # from here on, pushes to main retry it until an apply completes
             if operation == "destroy":
                 applied.clear()  # no push builds back what is being destroyed, even if this destroy stops part way
             if plan.has_changes:

@@ -1,7 +1,9 @@
-"""`rlops cost`: what an environment's GPU pools cost over a window, what of it trained, and what the reaper saved.
+"""`rlops cost`: what an environment cost over a window (its GPU pools, and the system pool, GKE's fee, Lustre and the
+functions beside them), what of the GPU time trained, and what the reaper saved.
 
 Gathered from the pool's state (its transitions and measured wakes) and the run records (each attempt's
-running interval, its per-step series for the steps redone after a resume), accounted by `rlops.costs`,
+running interval, its per-step series for the steps redone after a resume), accounted by `rlops.costs`; the
+rest of the environment at its spec's hourly list prices over the same window (`provision.pricing`),
 and written as text, markdown or JSON, with a PNG timeline: the pool's nodes over time, each run's
 attempts as bars, scale-downs and wakes marked.
 """
@@ -24,7 +26,7 @@ def gather(site, since: float | None = None, until: float | None = None, run: st
     state, _ = site.pool.read()
     records = {name: record for name, (record, _) in site.records.all().items()}
     if run is not None and run not in records:
-        raise Failure(f"no run {run} in {site.name}")
+        raise Failure(site.records.unknown(run))
     attempts = [costs.Running(record.run, a.attempt, a.started_at or a.submitted_at, a.ended_at)
                 for record in records.values() for a in record.attempts
                 if a.started_at is not None or a.ended_at is not None]
@@ -64,12 +66,32 @@ def gather(site, since: float | None = None, until: float | None = None, run: st
                 hours[kind] += value
                 usd[kind] += value / rate.gpus_per_node * (rate.usd_per_node_hour or 0.0)
         runs.append({"run": name, "state": record.state, "gpu_hours": hours, "usd": usd, "steps_redone": steps})
+    others = _others(site, window)
+    priced = [pool["usd"]["billed"] for pool in pools] + [row["usd"] for row in others]
     return {"environment": site.name, "since": since, "until": until, "known_from": known_from,
-            "prices_as_of": catalog.PRICES_AS_OF, "pools": pools, "runs": runs,
+            "window_hours": window / 3600, "prices_as_of": catalog.PRICES_AS_OF, "pools": pools, "others": others,
+            "total_usd": sum(usd for usd in priced if usd is not None),
+            "unpriced": [p["pool"] for p in pools if p["usd_per_node_hour"] is None]
+            + [row["resource"] for row in others if row["usd"] is None], "runs": runs,
             "wakes": [{"at": at, "seconds": seconds} for at, seconds in account.wakes],
             "reaps": account.reaps, "transitions": [list(t) for t in state.transitions],
             "attempts": [{"run": a.run, "attempt": a.attempt, "started": a.started, "ended": a.ended}
                          for a in attempts], "notes": _notes(site, pools, known_from, since)}
+
+
+def _others(site, window: float) -> list[dict]:
+    """The rest of a GCP environment over the window at its spec's hourly rates: the system pool, GKE's fee and
+    Lustre (billed whether the GPU pools are up or not) and the project's functions (an estimate). The GPU pools
+    are the `pools` rows, counted from their history."""
+    from rlops.provision import pricing
+    from rlops.spec.model import GcpEnvironment
+
+    if not isinstance(site.env, GcpEnvironment):
+        return []
+    gpu_pools = {f"node_pool/{pool.name}" for pool in site.env.gpu_pools}
+    return [{"resource": rate.key, "what": rate.what, "billed": rate.billed, "usd_per_hour": rate.usd_per_hour,
+             "usd": None if rate.usd_per_hour is None else rate.usd_per_hour * window / 3600, "source": rate.source}
+            for rate in pricing.environment_rates(site.name, site.env) if rate.key not in gpu_pools]
 
 
 def _usd(hours: dict[str, float], rate: costs.PoolRate) -> dict[str, float | None]:
@@ -100,6 +122,31 @@ def _utc(at: float | None) -> str:
     return "-" if at is None else datetime.fromtimestamp(at, timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
 
 
+def duration(seconds: float) -> str:
+    """A span as a person says it: 45 s, 12 min, 3 h 05 min, 2 d 4 h."""
+    if seconds < 60:
+        return f"{seconds:.0f} s"
+    minutes = int(seconds // 60)
+    if minutes < 60:
+        return f"{minutes} min"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 48:
+        return f"{hours} h {minutes:02d} min"
+    days, hours = divmod(hours, 24)
+    return f"{days} d {hours} h"
+
+
+def window(since: float, until: float, known_from: float | None) -> str:
+    """The window counted: from the later of `since` and the pool's first recorded transition to `until`, the
+    second date left out when it is the first's, with its length."""
+    if known_from is None:
+        return "no history yet: the reaper's first look at the pool starts it (nothing is counted before)"
+    start = max(since, known_from)
+    first, last = (datetime.fromtimestamp(at, timezone.utc) for at in (start, until))
+    end = last.strftime("%H:%M UTC") if first.date() == last.date() else last.strftime("%Y-%m-%d %H:%M UTC")
+    return f"{first.strftime('%Y-%m-%d %H:%M')} to {end} ({duration(until - start)})"
+
+
 def _money(value: float | None) -> str:
     return "-" if value is None else f"${value:,.2f}"
 
@@ -117,12 +164,24 @@ def text(report: dict, markdown: bool = False) -> str:
         run_rows.append((run["run"], run["state"], f"{hours['used']:.2f}", f"{hours['waking']:.2f}",
                          _money(usd["used"] + usd["waking"]), str(run["steps_redone"]), f"{hours['redone']:.2f}"))
     wakes = [w["seconds"] for w in report["wakes"] if w["seconds"] is not None]
-    head = [f"{report['environment']}: {_utc(report['since'])} to {_utc(report['until'])}; list prices as of "
-            f"{report['prices_as_of']}",
+    head = [f"{report['environment']}: {window(report['since'], report['until'], report['known_from'])}; list "
+            f"prices as of {report['prices_as_of']}",
             f"{len(report['reaps'])} scale-downs, {len(report['wakes'])} wakes"
             + (f" (median {sorted(wakes)[len(wakes) // 2]:.0f}s to the first GPU node)" if wakes else "")]
-    return "\n".join([*head, "", _table(rows, markdown), "", _table(run_rows, markdown),
-                      *([""] + [f"note: {note}" for note in report["notes"]] if report["notes"] else [])]) + "\n"
+    rest = []
+    if report["others"]:
+        other_rows = [("resource", "what", "billed", "$/h", "over the window")]
+        other_rows += [(row["resource"], row["what"], row["billed"], _money(row["usd_per_hour"]), _money(row["usd"]))
+                       for row in report["others"]]
+        gpu = sum(p["usd"]["billed"] or 0.0 for p in report["pools"])
+        rest = ["", _table(other_rows, markdown), "",
+                f"total over the window: {_money(report['total_usd'])} (GPU pools {_money(gpu)}, the rest "
+                f"{_money(report['total_usd'] - gpu)})"
+                + (f"; not counted, no price known: {', '.join(report['unpriced'])}" if report["unpriced"] else "")]
+    notes = report["notes"] + [f"{row['resource']}: {row['source']}" for row in report["others"]
+                               if row["usd"] is None or row["billed"] == "estimate"]
+    return "\n".join([*head, "", _table(rows, markdown), *rest, "", _table(run_rows, markdown),
+                      *([""] + [f"note: {note}" for note in notes] if notes else [])]) + "\n"
 
 
 def _table(rows: list[tuple], markdown: bool) -> str:
