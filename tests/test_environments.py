@@ -6,7 +6,7 @@ import pytest
 import yaml
 
 from rlops import cli
-from rlops.spec.load import json_schema, load
+from rlops.spec.load import load
 from rlops.spec.model import GcpEnvironment, LocalEnvironment
 
 ENVIRONMENTS = Path(__file__).resolve().parent.parent / "environments"
@@ -42,17 +42,40 @@ def test_committed_schema_is_what_rlops_schema_prints(capsys):
     assert printed == json.loads((ENVIRONMENTS / "schema.json").read_text()), "run `make schema`"
 
 
+def _schema_errors(spec: dict) -> list[tuple[list, str, str]]:
+    """What an editor's validator reports on `spec` under the committed schema: (path, keyword, message) each."""
+    schema = json.loads((ENVIRONMENTS / "schema.json").read_text())
+    validator = jsonschema.validators.validator_for(schema)(schema)
+    return [(list(e.absolute_path), e.validator, e.message) for e in validator.iter_errors(spec)]
+
+
 @pytest.mark.parametrize("path", SPECS, ids=lambda p: p.name)
 def test_json_schema_accepts_each_environment(path):
-    jsonschema.validate(yaml.safe_load(path.read_text()), json_schema())
+    assert _schema_errors(yaml.safe_load(path.read_text())) == []
 
 
-def test_json_schema_rejects_unknown_keys_and_wrong_provider():
-    spec = yaml.safe_load((ENVIRONMENTS / "local.yaml").read_text())
-    with pytest.raises(jsonschema.ValidationError):
-        jsonschema.validate({**spec, "colour": "blue"}, json_schema())
-    with pytest.raises(jsonschema.ValidationError):
-        jsonschema.validate({**spec, "provider": "aws"}, json_schema())
+@pytest.mark.parametrize("name, change, path", [
+    ("local.yaml", lambda spec: spec.update(idle={"timout": "30s"}), ["idle"]),
+    ("local.yaml", lambda spec: spec.update(colour="blue"), []),
+    ("h200.yaml", lambda spec: spec["gpu_pools"][0]["autoscaling"].update(max_node=3), ["gpu_pools", 0, "autoscaling"]),
+    ("h200.yaml", lambda spec: spec["idle"].update(timout="30s"), ["idle"]),
+], ids=["local-idle", "local-root", "gcp-pool-autoscaling", "gcp-idle"])
+def test_json_schema_reports_an_unknown_key_where_it_is(name, change, path):
+    """Issue 39, 7: under pydantic's bare oneOf a typo anywhere was "not valid under any of the given schemas" at the
+    root; an editor must point at the key itself."""
+    spec = yaml.safe_load((ENVIRONMENTS / name).read_text())
+    change(spec)
+    [(where, keyword, message)] = _schema_errors(spec)
+    assert (where, keyword) == (path, "additionalProperties")
+    assert "was unexpected" in message
+
+
+def test_json_schema_reports_a_wrong_or_missing_provider_at_provider():
+    spec = yaml.safe_load((ENVIRONMENTS / "h200.yaml").read_text())
+    wrong = _schema_errors({**spec, "provider": "aws"})
+    assert wrong == [(["provider"], "enum", "'aws' is not one of ['gcp', 'local']")]
+    spec.pop("provider")
+    assert _schema_errors(spec) == [([], "required", "'provider' is a required property")]
 
 
 def test_h200_is_the_first_seed():
@@ -96,16 +119,23 @@ def test_local_is_the_embedded_default_with_a_short_idle_timeout():
 
 
 def test_every_property_of_the_schema_says_what_it_is():
-    """Issue 39, 7: an editor shows a description on every key; a key whose value is another model is described
-    there, by that model's own description."""
+    """Issue 39, 7: an editor shows a description on every key, at every depth, the key's own (a model's description,
+    on its definition, says what the model is, not what the key is for; pydantic drops a key's description that
+    repeats it)."""
     schema = json.loads((ENVIRONMENTS / "schema.json").read_text())
-    models = schema.get("$defs", {})
 
-    def undescribed(node: dict, where: str):
-        for key, value in node.get("properties", {}).items():
-            target = models.get(value.get("$ref", "").rsplit("/", 1)[-1], {})
-            if "description" not in value and "description" not in target:
-                yield f"{where}.{key}"
+    def undescribed(node, where: str):
+        if isinstance(node, list):
+            for index, item in enumerate(node):
+                yield from undescribed(item, f"{where}[{index}]")
+        elif isinstance(node, dict):
+            for key, value in node.get("properties", {}).items():
+                if not str(value.get("description", "")).strip():
+                    yield f"{where}.properties.{key}"
+            for key, value in node.items():
+                if key not in ("default", "enum", "const", "if"):  # values, and the guard that picks a provider
+                    yield from undescribed(value, f"{where}.{key}")
 
-    missing = [found for name, model in models.items() for found in undescribed(model, name)]
-    assert missing == [], missing
+    properties = sum(len(model.get("properties", {})) for model in schema["$defs"].values())
+    assert properties > 130 and "provider" in schema["properties"]
+    assert list(undescribed(schema, "#")) == []

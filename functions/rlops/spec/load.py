@@ -43,9 +43,26 @@ class SpecError(Failure):
 
 
 def json_schema() -> dict:
+    """The spec's JSON Schema, for editors. pydantic writes the provider union as a `oneOf` (its `discriminator` is
+    OpenAPI's, which JSON Schema validators ignore), so yaml-language-server and jsonschema reported any typo as the
+    whole file matching no branch; `provider` picks the branch with if/then instead, and each problem is reported at
+    its own key."""
     schema = _ADAPTER.json_schema()
-    schema["title"] = "rlops environment"
-    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    branches = schema.pop("discriminator")["mapping"]
+    del schema["oneOf"]
+    kinds = " ".join(model.model_fields["provider"].description for model in ROOT_MODELS.values())
+    schema.update({
+        "title": "rlops environment",
+        "description": "An environment spec, environments/NAME.yaml: where rlops builds a training cluster, and the "
+                       "recipes it runs there.",
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "type": "object",
+        "required": ["provider"],
+        "properties": {"provider": {"enum": list(branches), "description": f"Which kind of environment; it decides "
+                                    f"the other keys. {kinds}"}},
+        "allOf": [{"if": {"properties": {"provider": {"const": provider}}, "required": ["provider"]},
+                   "then": {"$ref": ref}} for provider, ref in branches.items()],
+    })
     return schema
 
 

@@ -75,6 +75,11 @@ def _text(pattern: str, max_length: int | None = None, description: str | None =
     ]
 
 
+def _what(it: str, pattern: str) -> str:
+    """A patterned field's description: what it is, then the form of its value (which the type alone says)."""
+    return f"{it}; {PATTERN_HINTS[pattern]}."
+
+
 GcpName = _text(GCP_NAME, 63)
 GcpPrefix = _text(GCP_PREFIX, 54)
 GkeName = _text(GKE_NAME, 40)
@@ -103,7 +108,7 @@ class Spec(BaseModel):
 class Project(Spec):
     """The Google Cloud project everything is made in."""
 
-    id: _text(PROJECT_ID, 30)
+    id: _text(PROJECT_ID, 30) = Field(description=_what("The project's ID (not its number)", PROJECT_ID))
     number: StrictInt = Field(ge=1, description="The project number; service networking addresses networks by it.")
 
 
@@ -111,20 +116,22 @@ class State(Spec):
     """Where rlops keeps its state: the lock, the resource record, run records and manifests."""
 
     bucket: _text(BUCKET, 63) = Field(description="Cloud Storage bucket for state, locks, run records and manifests.")
-    prefix: DnsLabel = "rlops"
+    prefix: DnsLabel = Field("rlops", description=_what("The folder of the bucket rlops writes under (PREFIX/locks/, "
+                             "PREFIX/environments/ENV/)", DNS_LABEL))
 
 
 class ClusterNetwork(Spec):
     """The VPC the cluster's nodes and Managed Lustre share."""
 
-    name: GcpName
+    name: GcpName = Field(description=_what("The VPC network rlops creates for the cluster and Lustre", GCP_NAME))
     auto_subnets: StrictBool = Field(True, description="Auto-mode VPC, as in the first seed (--subnet-mode=auto).")
     mtu: StrictInt = Field(8896, ge=1300, le=8896, description="8896 gives Managed Lustre about 10% more throughput.")
 
 
 class GvnicNetwork(Spec):
     prefix: GcpPrefix = Field(description="Names are PREFIX-net, PREFIX-sub and PREFIX-internal.")
-    subnet_cidr: Cidr = "192.168.0.0/24"
+    subnet_cidr: Cidr = Field("192.168.0.0/24", description=_what("The range of the gVNIC subnet (PREFIX-sub), "
+                              "where the GPU nodes' second NIC is", CIDR))
     firewall_source_ranges: list[Cidr] = Field(default_factory=lambda: ["192.168.0.0/16"], min_length=1, description="Where the gVNIC network admits traffic from.")
     mtu: StrictInt = Field(8896, ge=1300, le=8896, description="The gVNIC network's MTU.")
 
@@ -150,7 +157,8 @@ class GpuNicNetworks(Spec):
 class PrivateServiceAccess(Spec):
     """The private services access range Managed Lustre is peered into."""
 
-    range_name: GcpName
+    range_name: GcpName = Field(description=_what("The name of the global address rlops reserves for the range",
+                                                  GCP_NAME))
     prefix_length: StrictInt = Field(20, ge=16, le=24, description="Size of the range Managed Lustre is peered into.")
     address: _text(IPV4) | None = Field(
         None, description="First address of the range. Required: the Lustre firewall admits this range, so rlops "
@@ -164,11 +172,13 @@ class PrivateServiceAccess(Spec):
 class Networks(Spec):
     """The VPCs: the cluster's, the GPU NICs' (by family), and the private services access range."""
 
-    cluster: ClusterNetwork
+    cluster: ClusterNetwork = Field(description="The cluster's VPC network, which the nodes' primary NICs and "
+                                    "Managed Lustre share.")
     gvnic: GvnicNetwork | None = Field(None, description="GPUDirect-RDMA machines (A3 Ultra, A4, A4X) only.")
     rdma: RdmaNetwork | None = Field(None, description="GPUDirect-RDMA machines (A3 Ultra, A4, A4X) only.")
     gpu_nics: GpuNicNetworks | None = Field(None, description="GPUDirect-TCPX(O) machines (A3 High, A3 Mega) only.")
-    private_service_access: PrivateServiceAccess
+    private_service_access: PrivateServiceAccess = Field(
+        description="The private services access range of the cluster's VPC, into which Managed Lustre is peered.")
 
 
 class Autoscaling(Spec):
@@ -181,8 +191,10 @@ class Autoscaling(Spec):
 class SystemPool(Spec):
     """The cluster's CPU node pool, which holds the Ray head."""
 
-    name: GkeName = "default-pool"
-    machine_type: GcpName = Field(description="Must hold the Ray head.")
+    name: GkeName = Field("default-pool", description=_what("The node pool's name; the Ray head is scheduled on it",
+                          GKE_NAME))
+    machine_type: GcpName = Field(description="A Compute Engine CPU machine type (e.g. n2-highmem-32); ray.head's cpu "
+                                  "and memory must fit on it (checked for the types rlops knows).")
     disk_size_gb: StrictInt = Field(200, ge=10, le=65536, description="Boot disk per node, in GB.")
     initial_nodes: StrictInt = Field(1, ge=1, le=1000, description="Nodes per zone when the cluster is created.")
     autoscaling: Autoscaling | None = Field(None, description="The system pool's autoscaling; unset, a fixed size.")
@@ -201,7 +213,8 @@ class ClusterAddons(Spec):
 
 
 class KubernetesServiceAccount(Spec):
-    name: DnsLabel = "rlops-ray"
+    name: DnsLabel = Field("rlops-ray", description=_what("The Kubernetes service account rlops creates for "
+                           "the Ray pods", DNS_LABEL))
     namespace: DnsLabel = Field("default", description="The same as ray.namespace: a pod can use only a service "
                                 "account of its own namespace.")
     google_service_account: _text(GSA_EMAIL, 100) | None = Field(
@@ -212,7 +225,7 @@ class KubernetesServiceAccount(Spec):
 class Cluster(Spec):
     """The GKE cluster: its features, add-ons, system pool and the Ray pods' service account."""
 
-    name: GkeName
+    name: GkeName = Field(description=_what("The regional GKE cluster's name (in region)", GKE_NAME))
     release_channel: Literal["RAPID", "REGULAR", "STABLE", "EXTENDED"] = Field("REGULAR", description="The GKE release channel the cluster follows.")
     version: _text(GKE_VERSION) | None = Field(None, description="Minimum version; unset takes the channel default.")
     workload_identity: StrictBool = Field(True, description="Workload Identity: pods act as Google service accounts.")
@@ -221,7 +234,8 @@ class Cluster(Spec):
     ip_alias: StrictBool = Field(True, description="VPC-native (alias IP) pod addressing.")
     dns_endpoint: StrictBool = Field(True, description="Reach the control plane through its DNS endpoint with IAM.")
     addons: ClusterAddons = Field(ClusterAddons(), description="GKE add-ons: the Ray operator and the Managed Lustre CSI driver.")
-    system_pool: SystemPool
+    system_pool: SystemPool = Field(description="The CPU node pool the cluster is created with; it runs the Ray head "
+                                    "and is never scaled down by the reaper.")
     service_account: KubernetesServiceAccount = Field(KubernetesServiceAccount(), description="The Kubernetes service account the Ray pods run as.")
 
 
@@ -239,12 +253,15 @@ class PoolCost(Spec):
 
 
 class GpuPool(Spec):
-    name: GkeName
+    name: GkeName = Field(description=_what("The node pool's name, also the RayCluster's worker group and what a "
+                                        "recipe's gpu_pool names", GKE_NAME))
     machine_type: MachineType = Field(description="A GPU machine type of the catalog (rlops validate lists them).")
-    accelerator: Accelerator
+    accelerator: Accelerator = Field(description="The GPUs each node of the pool carries; they must be the machine "
+                                     "type's own.")
     reservation: GcpName | None = Field(None, description="A specific reservation to consume (seed 1).")
     spot: StrictBool = Field(False, description="Spot VMs (seed 2); exclusive with reservation.")
-    autoscaling: Autoscaling
+    autoscaling: Autoscaling = Field(description="The pool's node counts in zone; min_nodes must be 0 while "
+                                     "idle.scale_down includes node-pools.")
     disk_size_gb: StrictInt = Field(100, ge=10, le=65536, description="Boot disk per node, in GB.")
     ray_workers: StrictInt | None = Field(
         None, ge=0, description="Ray worker replicas on this pool; defaults to autoscaling.max_nodes.")
@@ -275,10 +292,12 @@ class GpuPool(Spec):
 class Lustre(Spec):
     """The Managed Lustre instance mounted at ray.lustre_mount."""
 
-    name: GcpName
+    name: GcpName = Field(description=_what("The Managed Lustre instance's name (in zone); its volume is NAME-pv and "
+                                            "claim NAME-pvc", GCP_NAME))
     capacity_gib: StrictInt = Field(ge=9000, description="Capacity in GiB; it can only grow (a multiple of the tier's step).")
     throughput_mb_per_tib: Literal[125, 250, 500, 1000] = Field(description="Throughput tier, MB/s per TiB; changing it replaces the instance.")
-    filesystem: _text(LUSTRE_FILESYSTEM, 8)
+    filesystem: _text(LUSTRE_FILESYSTEM, 8) = Field(description=_what("The instance's Lustre filesystem name, which "
+                                                    "the CSI driver mounts", LUSTRE_FILESYSTEM))
     gke_support: StrictBool = Field(
         False, description="The instance exists and was made with gke-support-enabled (deprecated in the Lustre API, "
         "as the codelab's scripts still make it): it serves LNet on port 6988. rlops never creates such an instance; "
@@ -297,14 +316,20 @@ class RayNode(Spec):
 class Ray(Spec):
     """The RayCluster: its image, Ray version, head and worker pods, and where Lustre is mounted."""
 
-    cluster_name: DnsLabel = "ray-cluster"
+    cluster_name: DnsLabel = Field("ray-cluster", description=_what("The RayCluster's name; its Secret is "
+                                   "NAME-tokens", DNS_LABEL))
     namespace: DnsLabel = Field("default", description="Where the RayCluster, its Secret, claim and service account "
                                 "live; rlops creates the namespace unless it exists (as default does).")
-    image: _text(IMAGE, 512)
-    ray_version: _text(RAY_VERSION)
-    head: RayNode
-    worker: RayNode
-    lustre_mount: AbsolutePath = "/lustre"
+    image: _text(IMAGE, 512) = Field(description=_what("The image of the head and worker pods, which the recipes run "
+                                     "in", IMAGE))
+    ray_version: _text(RAY_VERSION) = Field(description=_what("The Ray version in the image (the RayCluster's "
+                                            "rayVersion); for a NeMo RL image rlops knows, it must be the one it ships",
+                                            RAY_VERSION))
+    head: RayNode = Field(description="The head pod's CPU and memory; it must fit on a system pool node.")
+    worker: RayNode = Field(description="Each GPU worker pod's CPU and memory (it gets all its node's GPUs); it must "
+                          "fit on a GPU pool node.")
+    lustre_mount: AbsolutePath = Field("/lustre", description=_what("Where Lustre is mounted in every Ray pod; "
+                                       "checkpoint roots and data step paths must be under it", ABSOLUTE_PATH))
     shm_size: Quantity = Field("240Gi", description="/dev/shm of each Ray node (NCCL and vLLM need a large one).")
     multi_nic: StrictBool = Field(True, description="Put the GPU NICs' interfaces (gVNIC and RDMA, or TCPX(O)) on "
                                   "worker pods.")
@@ -329,7 +354,8 @@ class AllowedOverride(Spec):
     min: StrictInt | StrictFloat | None = Field(None, description="int and float only: the smallest value a message may set.")
     max: StrictInt | StrictFloat | None = Field(None, description="int and float only: the largest value a message may set.")
     pattern: StrictStr | None = Field(None, description="str only: a regular expression the whole value must match")
-    max_length: StrictInt = Field(256, ge=1, le=4096, description="str only")
+    max_length: StrictInt = Field(256, ge=1, le=4096, description="str only: the longest value a message may set, in "
+                                  "characters.")
     default: Scalar = Field(None, description="The value used when a train message does not set it.")
 
     def problem_with(self, value: object) -> str | None:
@@ -359,7 +385,8 @@ class ExportPolicy(Spec):
         "none", description="final: the last checkpoint of a run that succeeded; every: every `every`-th checkpoint.")
     every: StrictInt | None = Field(None, ge=1, le=10_000, description="with when: every, the N of every N-th.")
     to: _text(GCS_PREFIX, 1024) | None = Field(
-        None, description="gs://BUCKET/PREFIX; RUN/step-N/ goes under it. Default: the state bucket, runs/RUN/exports.")
+        None, description="gs://BUCKET/PREFIX; RUN/step-N/ goes under it. Default: the state bucket, under "
+        "state.prefix/environments/ENV/runs/RUN/exports.")
 
 
 class SetAsideLimit(Spec):
@@ -389,7 +416,8 @@ class Recipe(Spec):
     config: StrictStr | None = Field(None, max_length=512, description="nemo-rl: config path inside the image.")
     model: StrictStr = Field(min_length=1, max_length=256, description="The model it trains (a Hugging Face id).")
     gpu_pool: GkeName | None = Field(None, description="The pool it runs on; needed when there are several.")
-    overrides: dict[OverrideKey, Scalar] = Field(default_factory=dict, description="Fixed overrides.")
+    overrides: dict[OverrideKey, Scalar] = Field(default_factory=dict, description="Config values every run of the "
+                                                 "recipe gets, by dotted key; a train message cannot change them.")
     allowed_overrides: dict[OverrideKey, AllowedOverride] = Field(
         default_factory=dict, description="What a train message may set, and within which bounds.")
     checkpoint_root: AbsolutePath = Field(description="Each run checkpoints into CHECKPOINT_ROOT/RUN.")
@@ -447,7 +475,8 @@ class IdlePolicy(Spec):
 
 class LocalCountsAs(Spec):
     machine_type: MachineType = Field("a3-ultragpu-8g", description="The GPU machine type a local worker is priced as.")
-    region: _text(REGION, 63) = "us-central1"
+    region: _text(REGION, 63) = Field("us-central1", description=_what("The region whose list price is counted",
+                                      REGION))
     spot: StrictBool = Field(False, description="Priced at the Spot rate.")
     usd_per_node_hour: StrictFloat | StrictInt | None = Field(None, gt=0, le=100_000, description="A price per node-hour instead of the catalog's.")
 
@@ -455,7 +484,8 @@ class LocalCountsAs(Spec):
 class LocalGpuPool(Spec):
     """Ray worker nodes carrying a custom resource that stands in for a GPU node pool."""
 
-    name: DnsLabel = "gpu-pool"
+    name: DnsLabel = Field("gpu-pool", description=_what("The pool's name, which a recipe's gpu_pool may name",
+                           DNS_LABEL))
     workers: StrictInt = Field(1, ge=0, le=8, description="Ray worker nodes in the pool when it is up.")
     resource: _text(r"^[A-Za-z_][A-Za-z0-9_]*$", 64) = Field("gpu_pool", description="The Ray custom resource that stands in for a GPU.")
     per_worker: StrictInt = Field(1, ge=1, le=64, description="Units of the resource each worker carries (its GPUs).")
@@ -478,7 +508,8 @@ class LocalSection(Spec):
 
 
 class _Environment(Spec):
-    state: State
+    state: State = Field(description="The Cloud Storage bucket (on local, its emulator's) where rlops keeps locks, "
+                         "the resource record, run records and checkpoint manifests.")
     secrets: dict[_text(ENV_VAR, 128), SecretRef] = Field(
         default_factory=dict, description="Secret references by name. Each is a file of the Ray nodes, never an "
         "environment variable; Hugging Face reads HF_TOKEN's (HF_TOKEN_PATH), W&B WANDB_API_KEY's (as a netrc, NETRC).")
@@ -490,14 +521,21 @@ class _Environment(Spec):
 
 class GcpEnvironment(_Environment):
     provider: Literal["gcp"] = Field(description="gcp: GKE, Managed Lustre and the functions in a Google Cloud project.")
-    project: Project
-    region: _text(REGION, 63)
-    zone: _text(ZONE, 63)
-    networks: Networks
-    cluster: Cluster
+    project: Project = Field(description="The Google Cloud project the environment's resources are made in: its ID "
+                             "and number.")
+    region: _text(REGION, 63) = Field(description=_what("The region of the cluster, the subnets and the GPU list "
+                                      "prices", REGION))
+    zone: _text(ZONE, 63) = Field(description=_what("The zone, in region, of the GPU pools and the Lustre instance",
+                                  ZONE))
+    networks: Networks = Field(description="The VPCs rlops creates: the cluster's, the GPU NICs' (by machine "
+                               "family) and the private services access range Lustre is peered into.")
+    cluster: Cluster = Field(description="The regional GKE cluster rlops creates: its features, add-ons, system pool "
+                             "and the Ray pods' service account.")
     gpu_pools: list[GpuPool] = Field(min_length=1, description="The GPU node pools; one stack of GPU networking for all.")
-    lustre: Lustre
-    ray: Ray
+    lustre: Lustre = Field(description="The Managed Lustre instance that holds checkpoints, data and the Hugging Face "
+                           "cache, mounted at ray.lustre_mount.")
+    ray: Ray = Field(description="The RayCluster rlops applies: image, Ray version, head and worker pods, /dev/shm "
+                     "and where Lustre is mounted.")
 
     @property
     def reapable_pools(self) -> list[GpuPool]:
