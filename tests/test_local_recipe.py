@@ -22,8 +22,13 @@ def test_the_local_recipe_learns_its_mean_reward_rises_within_the_demos_steps(tm
                            "max_steps=40", "num_generations=8", "save_steps=40", "seed=0"],
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
-    rewards = [reward for _, reward, _, _ in progress.series("trl", done.stdout)["steps"]]
+    series = progress.series("trl", done.stdout)
+    rewards = [reward for _, reward, _, _ in series["steps"]]
     assert len(rewards) == 40
+    # Every other number TRL logs reaches the series, one metrics point per step (names as TRL 0.2x logs them).
+    assert [step for step, _ in series["metrics"]] == list(range(1, 41))
+    assert {"entropy", "completions/mean_length", "clip_ratio/region_mean", "grad_norm", "reward_std"} <= set(
+        series["metrics"][-1][1])
     first, last = sum(rewards[:5]) / 5, sum(rewards[-5:]) / 5
     assert last > 1.6 * first, (first, last)  # 0.18 -> 0.49 here; a reward with nothing to learn stays flat
 

@@ -508,3 +508,41 @@ def test_status_says_step_of_total_when_it_started_how_long_it_ran_and_the_time_
     record = sim.site.records.get("eta")[0]
     assert record.state == "SUCCEEDED"
     assert progress(record, T0 + 500) == Progress(total=6, started_at=T0 + 10, seconds=60, eta_seconds=None)
+
+
+def test_report_of_one_run_carries_its_metadata_and_of_several_compares_them(simulated, capsys, tmp_path):
+    """Issue 39, 4: `rlops report ENV RUN` draws the run's page as before, now with who asked, the image, the spec
+    commit (honestly unknown here) and every metric it logged; `rlops report ENV RUN1 RUN2` compares the runs."""
+    from rlops.runs import progress
+
+    sim = simulated
+    submitted(sim, "high", 1, [(2, 1), (3, 2), (4, 3)], 10)
+    submitted(sim, "low", 1, [(2, 1), (3, 2)], 10)
+    for now in (T0 + 5, T0 + 20):
+        sim.clock.now = now
+        watch.tick(sim.site)
+    for run, entropy in (("high", 0.7), ("low", 0.9)):  # what the local recipe's metrics lines give the series
+        sim.site.records.add_metrics(run, 1, lambda old, e=entropy: progress.merged(
+            old, {"metrics": [[1, {"entropy": e}], [2, {"entropy": e - 0.1}]]}))
+    capsys.readouterr()
+
+    assert cli.main(["report", "local", "high", "--output", str(tmp_path / "one")]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    assert printed[0] == f"report: {tmp_path / 'one' / 'report.md'}"
+    assert f"plot: {tmp_path / 'one' / 'metric-entropy.png'}" in printed
+    page = (tmp_path / "one" / "report.md").read_text()
+    assert "- requested by: tests\n- image: local (the Ray head of this machine)\n- spec commit: not recorded" in page
+    assert "W&B" not in page and "| entropy | 0.6 | 0.6 | 0.7 | 2 |" in page and "| max_steps | 6 |" in page
+
+    assert cli.main(["report", "local", "high", "low", "high", "--output", str(tmp_path / "both")]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    assert printed[0] == f"report: {tmp_path / 'both' / 'report.md'}"
+    assert [Path(line.removeprefix("plot: ")).name for line in printed[1:]] == [
+        "reward.png", "step-time.png", "loss.png", "metric-entropy.png"]
+    page = (tmp_path / "both" / "report.md").read_text()
+    assert page.startswith("# Comparing high, low\n")
+    assert "| high | tiny-arith | SUCCEEDED | 3/6 |" in page and "| low | tiny-arith | SUCCEEDED | 2/6 |" in page
+    assert "| entropy | 0.6 (0.6 to 0.7) | 0.8 (0.8 to 0.9) |" in page
+
+    assert cli.main(["report", "local", "high", "hgih"]) == 1
+    assert capsys.readouterr().err == "rlops report: no run hgih in local (did you mean 'high'?)\n"

@@ -104,8 +104,10 @@ def test_a_nemo_rl_job_is_the_seeds_command_with_lustre_paths_and_the_runtime_en
 
 TRL_LOG = """[rlops] resuming from checkpoint-4 (max_steps=8, seed=0; HF token file readable; HF_TOKEN not in the environment)
 [rlops] step=5 reward=0.2500 loss=0.0000
+[rlops] metrics step=5 {"entropy":0.61,"completions/mean_length":7.5}
 [rlops] checkpoint step=6
 [rlops] step=6 reward=0.5000 loss=0.1000
+[rlops] metrics step=6 {"entropy":0.58,"completions/mean_length":7.25}
 """
 def nemo_output(epochs: int, batches: int, max_steps: int, saves_every: int, stop_after: int) -> str:
     """What NeMo RL's grpo_train (v0.4.0/v0.5.0 grpo.py) prints, by its own format strings, until the
@@ -260,7 +262,41 @@ def test_the_per_step_series_is_read_from_what_each_runner_prints():
     assert nemo["saves"] == [[3, 0.3], [6, 0.6]]
     trl = progress.series("trl", "[rlops] step=1 reward=0.2500 loss=0.1000 seconds=0.500\n"
                                  "[rlops] checkpoint step=2 seconds=1.250\n[rlops] step=2 reward=0.5000 loss=0.0000\n")
-    assert trl == {"steps": [[1, 0.25, 0.1, 0.5], [2, 0.5, 0.0, None]], "saves": [[2, 1.25]]}
+    assert trl == {"steps": [[1, 0.25, 0.1, 0.5], [2, 0.5, 0.0, None]], "saves": [[2, 1.25]], "metrics": []}
+    assert progress.series("trl", TRL_LOG)["metrics"] == [[5, {"entropy": 0.61, "completions/mean_length": 7.5}],
+                                                          [6, {"entropy": 0.58, "completions/mean_length": 7.25}]]
+
+
+def test_the_local_recipes_metrics_line_carries_every_number_trl_logged_and_the_step_line_is_unchanged():
+    """Issue 39, 4: TRL logs entropy, completion lengths, clip ratios, grad norm, reward std...; the recipe prints
+    them on a line of their own, rounded, which `series` keeps and the step line's readers do not see."""
+    from rlops.workloads.trl_grpo import metrics_line
+
+    logs = {"loss": 0.0123, "reward": 0.25, "grad_norm": 0.12345678901234567, "entropy": 2.0,
+            "completions/mean_length": 8.0, "clip_ratio/region_mean": 0.0, "reward_std": 1.234567890123e-07,
+            "num_tokens": 123456789.0, "epoch": 0.04, "flag": True, "note": "text"}
+    line = f"[rlops] metrics step=3 {metrics_line(logs)}"
+    assert line == ('[rlops] metrics step=3 {"clip_ratio/region_mean":0.0,"completions/mean_length":8.0,'
+                    '"entropy":2.0,"epoch":0.04,"grad_norm":0.123457,"num_tokens":123457000.0,'
+                    '"reward_std":1.23457e-07}')
+    text = "[rlops] step=3 reward=0.2500 loss=0.0123 seconds=1.500\n" + line + "\n"
+    assert progress.series("trl", text)["metrics"] == [[3, json.loads(line.split(" ", 3)[3])]]
+    assert progress.from_logs("trl", text) == progress.from_logs("trl", text.splitlines()[0])
+    # A tail that cuts the line short keeps what it can read and drops the rest.
+    assert progress.series("trl", text[:-20])["metrics"] == []
+    assert progress.series("trl", line[5:])["metrics"] == []
+
+
+def test_a_long_runs_metrics_are_kept_within_their_own_smaller_bound():
+    series = None
+    for start in range(1, 10_001, 500):
+        series = progress.merged(series, {"steps": [[s, 0.5, 0.0, 1.0] for s in range(start, start + 500)],
+                                          "metrics": [[s, {f"m{i}": s / 3 for i in range(20)}]
+                                                      for s in range(start, start + 500)]})
+    kept = [point[0] for point in series["metrics"]]
+    assert len(kept) <= progress.SERIES_LIMIT // 8 and len(json.dumps(series["metrics"])) < 300_000
+    assert kept[-progress.RECENT:] == list(range(10_001 - progress.RECENT, 10_001)) and kept[0] <= 64
+    assert len(series["steps"]) > len(kept) and series["saves"] == []
 
 
 def test_a_10000_step_series_stays_bounded_and_keeps_its_newest_steps_whole():

@@ -307,11 +307,15 @@ def _report(args) -> int:
     from rlops.runs import reporting
 
     site = _site(args.environment, args.endpoints)
-    record, _ = site.records.get(args.run_name)
-    if record is None:
-        raise Failure(site.records.unknown(args.run_name))
-    out = Path(args.output or environments.root() / "reports" / args.environment / args.run_name)
-    drawn = reporting.write(site, record, out)
+    records = []
+    for run in dict.fromkeys(args.run_names):  # a run named twice is compared once
+        record, _ = site.records.get(run)
+        if record is None:
+            raise Failure(site.records.unknown(run))
+        records.append(record)
+    folder = records[0].run if len(records) == 1 else "compare-" + "-".join(r.run for r in records)
+    out = Path(args.output or environments.root() / "reports" / args.environment / folder)
+    drawn = reporting.write(site, records[0], out) if len(records) == 1 else reporting.compare(site, records, out)
     print(f"report: {drawn.markdown}")
     for plot in drawn.plots:
         print(f"plot: {plot}")
@@ -502,10 +506,12 @@ def add_commands(commands) -> None:
     cancel.add_argument("--requested-by", default=os.environ.get("USER") or "rlops-cli", metavar="WHO")
 
     report = environment_command(
-        commands, "report", _report, "a run's report: reward, step time and checkpoint plots (PNG) and a markdown "
-                                     "page with its attempts, checkpoints and per-step series")
-    report.add_argument("run_name", type=run_name, metavar="RUN")
-    report.add_argument("--output", metavar="DIR", help="where to write it (default reports/ENV/RUN)")
+        commands, "report", _report, "a run's report: its settings, image, commit and W&B run, a plot per metric it "
+                                     "logged (raw and smoothed) and a markdown page with its attempts, checkpoints "
+                                     "and per-step series; with several runs, their comparison")
+    report.add_argument("run_names", type=run_name, nargs="+", metavar="RUN")
+    report.add_argument("--output", metavar="DIR", help="where to write it (default reports/ENV/RUN, or "
+                                                         "reports/ENV/compare-RUN1-RUN2... for several)")
     add_checkpoint_commands(commands)
 
 
@@ -557,6 +563,7 @@ def _gs(site, url: str, flag: str) -> tuple[object, str]:
 def _export_checkpoint(args) -> int:
     from rlops.checkpoints.manifest import ManifestError
     from rlops.runs.exports import export_checkpoint
+    from rlops.runs.report import size
 
     site = _site(args.environment, args.endpoints)
     destination = _gs(site, args.to, "--to") if args.to else None
@@ -564,7 +571,7 @@ def _export_checkpoint(args) -> int:
         done = export_checkpoint(site, args.run_name, args.step, destination, _progress)
     except ManifestError as error:
         raise Failure(str(error)) from None
-    print(f"exported step {done['step']} of {args.run_name}: {done['objects']} objects, {_size(done['bytes'])}, to "
+    print(f"exported step {done['step']} of {args.run_name}: {done['objects']} objects, {size(done['bytes'])}, to "
           f"{done['destination']}")
     print("verified: every object's size and crc32c match the manifest, none missing, none extra")
     return Exit.OK
@@ -573,6 +580,7 @@ def _export_checkpoint(args) -> int:
 def _import_checkpoint(args) -> int:
     from rlops.checkpoints.manifest import ManifestError
     from rlops.runs.exports import import_checkpoint
+    from rlops.runs.report import size
 
     site = _site(args.environment, args.endpoints)
     recipe = args.recipe or (next(iter(site.env.recipes)) if len(site.env.recipes) == 1 else None)
@@ -583,7 +591,7 @@ def _import_checkpoint(args) -> int:
         done = import_checkpoint(site, args.run_name, recipe, _gs(site, getattr(args, "from"), "--from"), _progress)
     except ManifestError as error:
         raise Failure(str(error)) from None
-    print(f"imported step {done['step']} into {done['directory']}: {done['objects']} objects, {_size(done['bytes'])}; "
+    print(f"imported step {done['step']} into {done['directory']}: {done['objects']} objects, {size(done['bytes'])}; "
           f"{done['verified']}")
     print(f"its manifest is with {args.environment}'s state: `rlops train {args.environment} --recipe {recipe} --run "
           f"{args.run_name}` resumes from it")
@@ -596,6 +604,7 @@ def _progress(line: str) -> None:
 
 def _list_checkpoints(args) -> int:
     from rlops.runs import snapshot
+    from rlops.runs.report import size
 
     environment, run = args.environment, args.run_name
     site = _site(environment, args.endpoints)
@@ -606,22 +615,22 @@ def _list_checkpoints(args) -> int:
         print_json({"environment": environment, "run": run, "checkpoints": rows})
         return Exit.OK
     header = ("STEP", "SIZE", "SAVED", "VERIFIED", "METRICS")
-    lines = [header] + [(str(r["step"]), _size(r["total_bytes"]), r["saved"], r["verified"], r["metrics"])
+    lines = [header] + [(str(r["step"]), size(r["total_bytes"]), r["saved"], r["verified"], _metrics(r["metrics"]))
                         for r in rows]
     widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
     print("\n".join("  ".join(c.ljust(w) for c, w in zip(line, widths)).rstrip() for line in lines))
     return Exit.OK
 
 
-def _size(count: int | None) -> str:
-    if count is None:
-        return "-"
-    value, unit = float(count), "B"
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if value < 1024 or unit == "TiB":
-            break
-        value /= 1024
-    return f"{value:.0f} B" if unit == "B" else f"{value:.1f} {unit}"
+def _metrics(said: str) -> str:
+    """A checkpoint's metrics (JSON, as the manifest has them) as `reward=0.4123 loss=0.01235`: rounded for the
+    table; `--format json` keeps the numbers whole."""
+    from rlops.runs.report import number
+
+    if said == "-":
+        return said
+    return " ".join(f"{name}={number(value) if isinstance(value, float) else value}"
+                    for name, value in json.loads(said).items())
 
 
 def add_checkpoint_commands(commands) -> None:

@@ -1,7 +1,8 @@
 """A run's progress from what its job prints, and its last complete checkpoint on a mounted directory.
 
-The local recipe prints `[rlops] step=N reward=R loss=L seconds=S`, `[rlops] checkpoint step=N
-seconds=S` (after the save) and `[rlops] resuming from checkpoint-N`, behind Ray's actor prefix when it trains in
+The local recipe prints `[rlops] step=N reward=R loss=L seconds=S`, then `[rlops] metrics step=N {JSON}` (every
+other number TRL logged for the step: entropy, completion lengths, clip ratios, grad norm, reward std, ...),
+`[rlops] checkpoint step=N seconds=S` (after the save) and `[rlops] resuming from checkpoint-N`, behind Ray's actor prefix when it trains in
 an actor. NeMo RL's grpo.py (v0.4.0,
 v0.5.0) prints `===== Epoch E/... =====`, then for each step `===== Step i/M =====`, with i counted
 within the epoch and M = min(batches per epoch, max_num_steps), and later that step's `• Loss: L`,
@@ -32,6 +33,8 @@ _TRL_DONE = re.compile(r"^\[rlops\] done step=(\d+)", re.M)
 _NUMBER = r"([-\d.eE+naif]+)"
 _TRL_POINT = re.compile(rf"^{_RAY}\[rlops\] step=(\d+) reward={_NUMBER}(?: loss={_NUMBER})?(?: seconds={_NUMBER})?",
                         re.M)
+# Its own line, not more fields on the step line: a reader of the step line (an older watcher) is unchanged.
+_TRL_METRICS = re.compile(rf"^{_RAY}\[rlops\] metrics step=(\d+) (\{{.*\}})\s*$", re.M)
 _TRL_SAVED = re.compile(rf"^{_RAY}\[rlops\] checkpoint step=(\d+)(?: seconds={_NUMBER})?", re.M)
 _NEMO_SERIES = re.compile(rf"^=+ Epoch (?P<epoch>\d+)/\d+ =+$|^=+ Step (?P<step>\d+)/(?P<of>\d+) =+$"
                           rf"|• Loss: (?P<loss>{_NUMBER[1:-1]})|Avg (?:Total )?Reward: (?P<reward>{_NUMBER[1:-1]})"
@@ -118,16 +121,22 @@ _FIELDS = {"reward": 1, "loss": 2, "seconds": 3}
 
 def series(runner: str, text: str, epoch: int = 1, banner: dict | None = None) -> dict:
     """Every step the output shows, as {"steps": [[step, reward, loss, seconds], ...], "saves": [[step,
-    seconds], ...]} (None where it does not say); for NeMo RL steps are counted across epochs and the lines
+    seconds], ...], "metrics": [[step, {name: value}], ...]} (None where it does not say; metrics: the local
+    recipe's other numbers, none for NeMo RL yet); for NeMo RL steps are counted across epochs and the lines
     before the first banner belong to the carried `banner`'s step, as in `from_logs`, and a reward is the first
     one after its step's banner."""
     steps: dict[int, list] = {}
     saves: dict[int, list] = {}
+    metrics: dict[int, list] = {}
     if runner == "trl":
         for step, reward, loss, seconds in _TRL_POINT.findall(text):
             steps[int(step)] = [int(step), _float(reward), _float(loss), _float(seconds)]
         for step, seconds in _TRL_SAVED.findall(text):
             saves[int(step)] = [int(step), _float(seconds)]
+        for step, document in _TRL_METRICS.findall(text):
+            numbers = _numbers(document)
+            if numbers:
+                metrics[int(step)] = [int(step), numbers]
     else:
         events, _ = _nemo_events(text, epoch)
         step, rewarded = _carried(events, banner), False
@@ -142,11 +151,27 @@ def series(runner: str, text: str, epoch: int = 1, banner: dict | None = None) -
             else:
                 rewarded = rewarded or kind == "reward"
                 steps.setdefault(step, [step, None, None, None])[_FIELDS[kind]] = value
-    return {"steps": [steps[k] for k in sorted(steps)], "saves": [saves[k] for k in sorted(saves)]}
+    return {"steps": [steps[k] for k in sorted(steps)], "saves": [saves[k] for k in sorted(saves)],
+            "metrics": [metrics[k] for k in sorted(metrics)]}
+
+
+def _numbers(document: str) -> dict[str, float] | None:
+    """The numbers of a metrics line; None for a line cut short (a tail that begins or ends inside it)."""
+    try:
+        found = json.loads(document)
+    except ValueError:
+        return None
+    if not isinstance(found, dict):
+        return None
+    return {str(name): float(value) for name, value in found.items()
+            if isinstance(value, (int, float)) and not isinstance(value, bool)}
 
 
 SERIES_LIMIT = 4000   # points kept per attempt: a 10,000-step run's series stays ~150 KB of JSON
 RECENT = 200          # the newest points are always kept whole
+# A metrics point holds some twenty named numbers (TRL's), so fewer of them are kept: 500 are ~280 KB of JSON,
+# and the series is read and written whole on every tick of a running attempt.
+LIMITS = {"steps": 1.0, "saves": 1.0, "metrics": 0.125}
 
 
 def merged(old: dict | None, new: dict, limit: int = SERIES_LIMIT) -> dict:
@@ -155,14 +180,15 @@ def merged(old: dict | None, new: dict, limit: int = SERIES_LIMIT) -> dict:
     `limit` steps: beyond the newest RECENT, only steps divisible by the smallest power of two that fits, so a
     step kept once stays kept and the curve keeps its shape."""
     result = {}
-    for kind in ("steps", "saves"):
+    for kind, share in LIMITS.items():
+        kept = int(limit * share)
         points = {point[0]: point for point in (old or {}).get(kind, [])}
         for point in new.get(kind, []):
             known = points.get(point[0], point)
             points[point[0]] = [value if value is not None else was for value, was in zip(point, known)]
         ordered = [points[step] for step in sorted(points)]
         stride = 1
-        while len(ordered) - RECENT > 0 and sum(1 for p in ordered[:-RECENT] if p[0] % stride == 0) + RECENT > limit:
+        while len(ordered) - RECENT > 0 and sum(1 for p in ordered[:-RECENT] if p[0] % stride == 0) + RECENT > kept:
             stride *= 2
         older = [p for p in ordered[:-RECENT] if p[0] % stride == 0] if len(ordered) > RECENT else []
         result[kind] = older + ordered[-RECENT:]

@@ -3,11 +3,15 @@
 A run record says where a run is; it does not say whether it learned, where it stalled, or what a lost
 node cost. Those show in curves: reward per step with each attempt in its own colour (a resumed attempt
 redoes the steps after its checkpoint, and the overlap is where a reader sees whether it picked up the
-same curve), step time, and checkpoint save time and size. The markdown carries the same numbers as
-tables so the report reads without the images, and is byte-for-byte the same for the same inputs, so a
-report committed or diffed changes only when the run did.
+same curve), step time, checkpoint save time and size, and every other number the workload logs (TRL's
+entropy, completion lengths, clip ratios, grad norm, ...). Each curve is drawn raw and smoothed. The markdown
+carries the run's metadata and the same numbers as tables so the report reads without the images, and is
+byte-for-byte the same for the same inputs, so a report committed or diffed changes only when the run did.
+`compare` draws several runs into one page: a figure per metric with a line per run, and their final values.
 """
 
+import json
+import re
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -15,7 +19,9 @@ from pathlib import Path
 from rlops.state.run_records import TERMINAL, RunRecord
 
 MAX_STEP_ROWS = 200
-BYTES_PER_GB = 1e9
+# TensorBoard's smoothing: an exponential moving average, debiased at the start; 0.6 is its default weight.
+SMOOTHING = 0.6
+SMOOTHED = f"smoothed: exponential moving average, weight {SMOOTHING}; raw: faint"
 
 
 @dataclass(frozen=True)
@@ -25,18 +31,22 @@ class Report:
 
 
 def write(out_dir: Path, record: dict, series: dict[int, dict], checkpoints: list[dict],
-          pool: dict | None = None, cost: str | None = None) -> Report:
+          pool: dict | None = None, cost: str | None = None, about: dict[str, str] | None = None) -> Report:
+    """`about`: what the record does not hold, in the order shown (the image, the spec commit, the W&B run)."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     attempts = sorted(record.get("attempts") or [], key=lambda a: a["attempt"])
     by_attempt = {n: series[n] for n in sorted(series)}
     saves = _save_seconds_by_step(by_attempt)
     sizes = {c["step"]: c.get("bytes") for c in checkpoints}
-    plots = _draw(out_dir, record.get("run", ""), attempts, by_attempt, saves, sizes)
+    metrics = {n: _metric_points(data) for n, data in by_attempt.items()}
+    plots = _draw(out_dir, record.get("run", ""), attempts, by_attempt, saves, sizes, metrics)
 
     lines = [f"# {record.get('run', '')}", "",
              f"- environment: {record.get('environment', '-')}",
              f"- recipe: {record.get('recipe', '-')}",
+             f"- requested by: {record.get('requested_by') or '-'}",
+             *(f"- {label}: {value}" for label, value in (about or {}).items()),
              f"- state: {record.get('state', '-')}",
              f"- last step: {_text(record.get('step'))}",
              f"- last reward: {_number(record.get('reward'), 4)}"]
@@ -52,22 +62,33 @@ def write(out_dir: Path, record: dict, series: dict[int, dict], checkpoints: lis
         lines.append(f"- idle before reaped: {idle / 60:.1f} min")
     if cost:
         lines.append(f"- cost: {cost}")
+    lines += ["", "## Settings", ""]
+    settings = record.get("settings") or {}
+    # The recipe's fixed overrides, its allowed ones' defaults and the message's: what the job ran with.
+    lines += (["| key | value |", "|---|---|"] + [f"| {key} | {_cell(json.dumps(settings[key]))} |"
+                                                  for key in sorted(settings)]) if settings else ["none"]
     lines.append("")
     lines += [f"![{p.stem}]({p.name})" for p in plots]
+    merged_metrics = _merged_metrics(by_attempt)
+    if merged_metrics:
+        lines += ["", "## Metrics", "", "| metric | last | min | max | steps |", "|---|---|---|---|---|"]
+        for name in sorted(merged_metrics):
+            values = [value for _, value in merged_metrics[name]]
+            lines.append(f"| {_cell(name)} | {number(values[-1])} | {number(min(values))} | {number(max(values))} "
+                         f"| {len(values)} |")
     lines += ["", "## Attempts", "", "| attempt | state | submitted | ended | resumed from | failure |",
               "|---|---|---|---|---|---|"]
     for a in attempts:
         lines.append(f"| {a['attempt']} | {a.get('state', '-')} | {_utc(a.get('submitted_at'))} "
                      f"| {_utc(a.get('ended_at'))} | {_text(a.get('resumed_from'))} | {_failure(a.get('failure'))} |")
-    lines += ["", "## Checkpoints", "", "| step | size (GB) | save seconds | GB/s | verified |",
+    lines += ["", "## Checkpoints", "", "| step | size | save seconds | written per second | verified |",
               "|---|---|---|---|---|"]
     verified = {c["step"]: c.get("verified") for c in checkpoints}
     for step in sorted(set(sizes) | set(saves)):
-        gb = sizes[step] / BYTES_PER_GB if sizes.get(step) is not None else None
         seconds = saves.get(step)
-        rate = gb / seconds if gb is not None and seconds else None
+        rate = size(sizes[step] / seconds) + "/s" if sizes.get(step) is not None and seconds else "-"
         mark = {True: "yes", False: "NO", None: "-"}[verified.get(step)]
-        lines.append(f"| {step} | {_number(gb, 2)} | {_number(seconds, 2)} | {_number(rate, 2)} | {mark} |")
+        lines.append(f"| {step} | {size(sizes.get(step))} | {_number(seconds, 2)} | {rate} | {mark} |")
     rows = _merged_steps(by_attempt)
     shown = _thin_evenly(rows, MAX_STEP_ROWS)
     lines += ["", "## Steps", ""]
@@ -90,8 +111,8 @@ def set_aside_said(attempts: list[dict]) -> str | None:
     pruned = [name for point in points for name in point.get("pruned", [])]
     if not kept and not pruned:
         return None
-    count, size = kept or (0, 0)
-    return (f"set aside: {count} checkpoint(s), {size / 2**30:.2f} GiB"
+    count, held = kept or (0, 0)
+    return (f"set aside: {count} checkpoint(s), {size(held)}"
             + (f"; deleted to stay within the recipe's set_aside limit: {', '.join(pruned)}" if pruned else ""))
 
 
@@ -141,24 +162,85 @@ def _boundary(attempt: dict, previous: dict | None) -> tuple[int, str] | None:
     return start, f"attempt {attempt['attempt']} {where}" + (f" ({kind})" if kind else "")
 
 
-def _draw(out_dir: Path, run: str, attempts: list[dict], by_attempt: dict[int, dict],
-          saves: dict, sizes: dict) -> list[Path]:
+def _pyplot():
     import matplotlib
     matplotlib.use("Agg")  # reports are rendered on servers and in CI, where there is no display
     import matplotlib.pyplot as plt
 
+    return plt
+
+
+def smoothed(values: list[float], weight: float = SMOOTHING) -> list[float]:
+    """TensorBoard's smoothing: each point the running average weighted `weight` towards the past, divided by the
+    weights' sum so far (its debiasing), so the first points are not pulled towards zero."""
+    out, average, total = [], 0.0, 0.0
+    for value in values:
+        average = average * weight + (1 - weight) * value
+        total = total * weight + (1 - weight)
+        out.append(average / total)
+    return out
+
+
+def _curve(ax, points: list[tuple[int, float]], colour: str, label: str) -> None:
+    """The raw line faint, the smoothed one over it and labelled."""
+    xs, ys = zip(*points)
+    ax.plot(xs, ys, color=colour, marker="o" if len(xs) <= 200 else None, markersize=2, linewidth=0.8, alpha=0.35)
+    ax.plot(xs, smoothed(list(ys)), color=colour, linewidth=1.6, label=label)
+
+
+def _figure(plt, title: str, ylabel: str):
+    fig, ax = plt.subplots(figsize=(9, 4.5))
+    ax.set_title(f"{title}\n{SMOOTHED}", fontsize="medium")
+    ax.set_xlabel("step")
+    ax.set_ylabel(ylabel)
+    ax.grid(alpha=0.3)
+    return fig, ax
+
+
+def _save(plt, fig, ax, path: Path, plots: list[Path]) -> None:
+    ax.legend(loc="best", fontsize="small")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    plots.append(path)
+
+
+def _metric_points(data: dict) -> dict[str, list[tuple[int, float]]]:
+    """An attempt's metrics line by line ({name: [(step, value)]}), NaN and infinities left out (nothing to draw)."""
+    found: dict[str, list] = {}
+    for step, numbers in data.get("metrics") or []:
+        for name, value in numbers.items():
+            if value is not None and abs(value) != float("inf") and value == value:
+                found.setdefault(name, []).append((step, value))
+    return found
+
+
+def _merged_metrics(by_attempt: dict[int, dict]) -> dict[str, list[tuple[int, float]]]:
+    """Each metric over the run, a resumed attempt's redone step replacing the lost attempt's (as `_merged_steps`)."""
+    merged: dict[str, dict] = {}
+    for data in by_attempt.values():
+        for name, points in _metric_points(data).items():
+            merged.setdefault(name, {}).update(points)
+    return {name: sorted(points.items()) for name, points in merged.items()}
+
+
+def _file_name(metric: str) -> str:
+    """metric-completions-mean_length.png for `completions/mean_length`: one file per metric, named after it."""
+    return "metric-" + re.sub(r"[^A-Za-z0-9_.]+", "-", metric).strip("-") + ".png"
+
+
+def _draw(out_dir: Path, run: str, attempts: list[dict], by_attempt: dict[int, dict],
+          saves: dict, sizes: dict, metrics: dict[int, dict[str, list]]) -> list[Path]:
+    plt = _pyplot()
     # One colour per attempt number, the same in every plot, so attempt 2 is the same colour throughout.
     colour = {n: f"C{i % 10}" for i, n in enumerate(sorted(set(by_attempt) | {a["attempt"] for a in attempts}))}
     plots = []
 
-    def per_attempt(column: int, path: Path, ylabel: str, title: str, with_boundaries: bool):
-        fig, ax = plt.subplots(figsize=(9, 4.5))
-        for n, data in by_attempt.items():
-            points = [(row[0], row[column]) for row in data.get("steps") or [] if row[column] is not None]
+    def per_attempt(lines: dict[int, list], path: Path, ylabel: str, title: str, with_boundaries: bool):
+        fig, ax = _figure(plt, title, ylabel)
+        for n, points in lines.items():
             if points:
-                xs, ys = zip(*points)
-                ax.plot(xs, ys, color=colour[n], marker="o" if len(xs) <= 200 else None, markersize=3,
-                        linewidth=1, label=f"attempt {n}")
+                _curve(ax, points, colour[n], f"attempt {n}")
         if with_boundaries:
             previous = None
             for a in attempts:
@@ -166,35 +248,29 @@ def _draw(out_dir: Path, run: str, attempts: list[dict], by_attempt: dict[int, d
                 if found:
                     ax.axvline(found[0], linestyle="--", color=colour[a["attempt"]], linewidth=1, label=found[1])
                 previous = a
-        ax.set_xlabel("step")
-        ax.set_ylabel(ylabel)
-        ax.set_title(title)
-        ax.grid(alpha=0.3)
-        ax.legend(loc="best", fontsize="small")
-        fig.tight_layout()
-        fig.savefig(path, dpi=100)
-        plt.close(fig)
-        plots.append(path)
+        _save(plt, fig, ax, path, plots)
 
-    def any_value(column: int) -> bool:
-        return any(row[column] is not None for data in by_attempt.values() for row in data.get("steps") or [])
+    def column(index: int) -> dict[int, list]:
+        return {n: [(row[0], row[index]) for row in data.get("steps") or [] if row[index] is not None]
+                for n, data in by_attempt.items()}
 
-    if any_value(1):
-        per_attempt(1, out_dir / "reward.png", "mean reward", f"{run}: mean reward per step", True)
-    if any_value(3):
-        per_attempt(3, out_dir / "step-time.png", "seconds", f"{run}: seconds per step", False)
+    rewards, seconds = column(1), column(3)
+    if any(rewards.values()):
+        per_attempt(rewards, out_dir / "reward.png", "mean reward", f"{run}: mean reward per step", True)
+    if any(seconds.values()):
+        per_attempt(seconds, out_dir / "step-time.png", "seconds", f"{run}: seconds per step", False)
     if saves or sizes:
-        known_sizes = {s: sizes[s] / BYTES_PER_GB for s in sorted(sizes) if sizes[s] is not None}
-        fig, axes = plt.subplots(2 if known_sizes else 1, 1, figsize=(9, 6 if known_sizes else 3.5),
-                                 sharex=True, squeeze=False)
+        known = {s: sizes[s] for s in sorted(sizes) if sizes[s] is not None}
+        unit, scale = _unit(max(known.values(), default=0))
+        fig, axes = plt.subplots(2 if known else 1, 1, figsize=(9, 6 if known else 3.5), sharex=True, squeeze=False)
         timed = {s: saves[s] for s in sorted(saves) if saves[s] is not None}
         # Markers, not bars: checkpoints are hundreds of steps apart, and a bar one step wide would not show.
         axes[0][0].plot(list(timed), list(timed.values()), "o-", color="C0")
         axes[0][0].set_ylabel("save seconds")
         axes[0][0].set_title(f"{run}: checkpoints")
-        if known_sizes:
-            axes[1][0].plot(list(known_sizes), list(known_sizes.values()), "s-", color="C1")
-            axes[1][0].set_ylabel("GB")
+        if known:
+            axes[1][0].plot(list(known), [b / scale for b in known.values()], "s-", color="C1")
+            axes[1][0].set_ylabel(unit)
         axes[-1][0].set_xlabel("step")
         for ax in axes[:, 0]:
             ax.grid(alpha=0.3)
@@ -202,7 +278,118 @@ def _draw(out_dir: Path, run: str, attempts: list[dict], by_attempt: dict[int, d
         fig.savefig(out_dir / "checkpoints.png", dpi=100)
         plt.close(fig)
         plots.append(out_dir / "checkpoints.png")
+    if any(column(2).values()):
+        per_attempt(column(2), out_dir / "loss.png", "loss", f"{run}: loss per step", False)
+    for name in sorted({name for found in metrics.values() for name in found}):
+        per_attempt({n: found.get(name, []) for n, found in metrics.items()}, out_dir / _file_name(name), name,
+                    f"{run}: {name}", False)
     return plots
+
+
+# The step line's numbers keep the single run's file names.
+_OWN_FILES = {"reward": "reward.png", "seconds per step": "step-time.png", "loss": "loss.png"}
+
+
+def compare(out_dir: Path, runs: list[tuple[RunRecord, dict[int, dict]]], now: float) -> Report:
+    """Several runs on one page: a figure per metric (reward, step time, loss, then every logged one) with a line
+    per run, raw and smoothed; a table of each run's state, steps and duration, and one of each metric's final
+    value and best (or range, where a metric has no better direction) per run."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    curves: dict[str, dict[str, list]] = {}  # metric -> run -> [(step, value)]
+    for record, series in runs:
+        by_attempt = {n: series[n] for n in sorted(series)}
+        rows = _merged_steps(by_attempt)
+        for name, index in (("reward", 1), ("loss", 2), ("seconds per step", 3)):
+            points = [(row[0], row[index]) for row in rows if row[index] is not None]
+            if points:
+                curves.setdefault(name, {})[record.run] = points
+        for name, points in _merged_metrics(by_attempt).items():
+            curves.setdefault(name, {})[record.run] = points
+    names = [name for name in _OWN_FILES if name in curves]
+    names += sorted(name for name in curves if name not in names)
+    colour = {record.run: f"C{i % 10}" for i, (record, _) in enumerate(runs)}
+    plt, plots = _pyplot(), []
+    for name in names:
+        fig, ax = _figure(plt, f"{name}, by run", name)
+        for run, points in curves[name].items():
+            _curve(ax, points, colour[run], run)
+        _save(plt, fig, ax, out_dir / (_OWN_FILES.get(name) or _file_name(name)), plots)
+
+    lines = [f"# Comparing {', '.join(record.run for record, _ in runs)}", "",
+             "| run | recipe | state | steps | started | duration | requested by |", "|---|---|---|---|---|---|---|"]
+    for record, _ in runs:
+        said = progress(record, now)
+        lines.append(f"| {record.run} | {record.recipe} | {record.state} | {_text(record.step)}"
+                     f"{f'/{said.total}' if said.total else ''} | {_utc(said.started_at)} | {duration(said.seconds)} "
+                     f"| {record.requested_by} |")
+    lines += [""] + [f"![{p.stem}]({p.name})" for p in plots]
+    if names:
+        lines += ["", "## Final values", "",
+                  "Each cell: the last value, then the best (the highest reward or accuracy, the lowest loss or step "
+                  "time), or the range where a metric has no better direction.", "",
+                  "| metric | " + " | ".join(record.run for record, _ in runs) + " |",
+                  "|---|" + "---|" * len(runs)]
+        for name in names:
+            cells = [_final_and_best(name, curves[name].get(record.run)) for record, _ in runs]
+            lines.append(f"| {_cell(name)} | " + " | ".join(cells) + " |")
+    markdown = out_dir / "report.md"
+    markdown.write_text("\n".join(lines) + "\n")
+    return Report(markdown=markdown, plots=plots)
+
+
+def _better(metric: str):
+    """max or min, where a metric has a better direction; None where it has none."""
+    if re.search(r"reward|accuracy", metric) and not re.search(r"std|zero", metric):
+        return max
+    if re.search(r"loss|seconds|time", metric):
+        return min
+    return None
+
+
+def _final_and_best(metric: str, points: list | None) -> str:
+    if not points:
+        return "-"
+    values = [value for _, value in points]
+    best = _better(metric)
+    if best:
+        return f"{number(values[-1])} (best {number(best(values))})"
+    return f"{number(values[-1])} ({number(min(values))} to {number(max(values))})"
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def number(value: float | None) -> str:
+    """A logged number as a person reads it: four significant digits (0.1235, 1.235e-05, 1235), never seventeen."""
+    if value is None:
+        return "-"
+    if isinstance(value, int) or float(value).is_integer() and abs(value) < 1e15:
+        return str(int(value))
+    return f"{value:.4g}"
+
+
+UNITS = ("B", "KiB", "MiB", "GiB", "TiB")
+
+
+def _unit(count: float) -> tuple[str, int]:
+    """The binary unit a byte count reads best in, and its size."""
+    power = 0
+    while power < len(UNITS) - 1 and count >= 1024 ** (power + 1):
+        power += 1
+    return UNITS[power], 1024 ** power
+
+
+def size(count: float | None) -> str:
+    """Bytes as a person reads them: 812 B, 812 KiB, 9.5 MiB, 1.25 GiB (three significant digits); - when unknown."""
+    if count is None:
+        return "-"
+    unit, scale = _unit(count)
+    value = count / scale
+    if unit == "B":
+        return f"{count:.0f} B"
+    return f"{value:.0f} {unit}" if value >= 100 else f"{value:.1f} {unit}" if value >= 10 else f"{value:.2f} {unit}"
 
 
 def _utc(epoch: float | None) -> str:

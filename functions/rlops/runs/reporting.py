@@ -1,9 +1,11 @@
 """A run's report: gathered from what rlops already keeps (the run record, each attempt's per-step series,
-the checkpoint manifests, the GPU pool's state) and drawn by `runs.report`; kept in the state bucket
-beside the run record (`runs/RUN/report/`) when the run ends, or written to a folder on request.
+the checkpoint manifests, the GPU pool's state, the environment's spec and last apply) and drawn by
+`runs.report`; kept in the state bucket beside the run record (`runs/RUN/report/`) when the run ends, or written
+to a folder on request. Several runs' comparison is written to a folder.
 """
 
 import tempfile
+import time
 from pathlib import Path
 
 from rlops.runs import report
@@ -21,11 +23,84 @@ def _checkpoints(site, run: str) -> list[dict]:
             for row in rows]
 
 
+def _series(site, record: RunRecord) -> dict[int, dict]:
+    return {a.attempt: site.records.metrics(record.run, a.attempt) or {"steps": [], "saves": []}
+            for a in record.attempts}
+
+
 def write(site, record: RunRecord, out_dir: Path) -> report.Report:
     run = record.run
-    series = {a.attempt: site.records.metrics(run, a.attempt) or {"steps": [], "saves": []} for a in record.attempts}
-    return report.write(out_dir, record.to_json(), series, _checkpoints(site, run), site.pool.read()[0].to_json(),
-                        _cost(site, run))
+    return report.write(out_dir, record.to_json(), _series(site, record), _checkpoints(site, run),
+                        site.pool.read()[0].to_json(), _cost(site, run), about(site, record))
+
+
+def compare(site, records: list[RunRecord], out_dir: Path) -> report.Report:
+    return report.compare(out_dir, [(record, _series(site, record)) for record in records], time.time())
+
+
+def about(site, record: RunRecord) -> dict[str, str]:
+    """What the report says the run ran on that its record does not hold: the image, the spec's commit, W&B."""
+    from rlops.state.resources import AppliedSpec
+
+    env = site.env
+    applied = AppliedSpec(site.bucket, env.state.prefix, site.name).read() or {}
+    # A run record keeps no commit of its own: the environment's last complete apply is what its cluster ran when
+    # the report was drawn, which a later apply may have moved past.
+    commit = (f"{applied['commit']} (the environment's last complete apply when this report was drawn; runs do "
+              "not record their own)") if applied.get("commit") else \
+        "not recorded (no apply of this environment named a commit; runs do not record their own)"
+    found = {"image": env.ray.image if env.provider == "gcp" else "local (the Ray head of this machine)",
+             "spec commit": commit}
+    said = wandb_said(env, record)
+    if said:
+        found["W&B"] = said
+    return found
+
+
+def wandb_said(env, record: RunRecord) -> str | None:
+    """Where the run's W&B run is: its URL when the recipe's config names the entity and project, else its id and
+    what is known; None when the run logs to no W&B (the local recipe, or a config with wandb_enabled off)."""
+    from rlops.runs import jobs
+
+    recipe = env.recipes.get(record.recipe)
+    if recipe is None or recipe.runner != "nemo-rl":
+        return None  # TRL's local recipe runs with report_to="none"
+    logger = _logger_config(env, recipe, record)
+    if not logger.get("wandb_enabled"):
+        return None
+    if not recipe.driver_on_head:
+        return "on; its run id is W&B's own (rlops sets WANDB_RUN_ID only for a driver it places on the head)"
+    run_id = jobs.wandb_run_id(record.environment, record.run)
+    wandb = logger.get("wandb") or {}
+    entity, project = wandb.get("entity"), wandb.get("project")
+    if entity and project:
+        return f"https://wandb.ai/{entity}/{project}/runs/{run_id}"
+    where = f"project {project}" if project else "W&B's default project"
+    return (f"run id {run_id} in {where} (the recipe's config names no entity: the W&B key's default one; "
+            f"https://wandb.ai/ENTITY/{project or 'PROJECT'}/runs/{run_id})")
+
+
+def _logger_config(env, recipe, record: RunRecord) -> dict:
+    """The recipe's `logger` section as the job composed it, from rlops's copy of the image's configs; without a
+    copy, the run's own settings (`logger.*` keys) alone."""
+    from rlops.runs import jobs
+    from rlops.spec import nemo_rl
+
+    tag = jobs.data_tag(env)
+    if tag is not None and recipe.config:
+        composed = nemo_rl.compose(tag, recipe.config, nemo_rl.assignments(recipe, record.settings,
+                                                                           record.checkpoint_dir))
+        if composed.config is not None:
+            return composed.config.get("logger") or {}
+    logger: dict = {}
+    for key, value in record.settings.items():
+        if key.startswith("logger."):
+            *parents, leaf = key.removeprefix("logger.").split(".")
+            place = logger
+            for parent in parents:
+                place = place.setdefault(parent, {})
+            place[leaf] = value
+    return logger
 
 
 def _cost(site, run: str) -> str:

@@ -243,7 +243,7 @@ def _update_progress(site: Site, record: RunRecord, current: Attempt, job: JobVi
         _resume_point(site, record, current, text)
     found = progress.from_logs(runner, text, current.epoch, current.banner)
     points = progress.series(runner, text, current.epoch, current.banner)
-    if points["steps"] or points["saves"]:
+    if any(points.values()):
         site.records.add_metrics(record.run, current.attempt, lambda old: progress.merged(old, points))
     if found.get("epoch"):
         current.epoch = found["epoch"]

@@ -6,8 +6,8 @@ The model is built from a config and the tokenizer in code; the prompts are arit
 problems generated from the seed; the reward is 1 when the last number of the completion is the
 answer, with partial credit for form and closeness below that (`shaped_reward`). It saves `checkpoint-N/` every `save_steps` and, started again on the same directory,
 resumes from the newest one, as a preempted run must. Progress goes to stdout as
-`[rlops] step=N reward=R loss=L seconds=S` and `[rlops] checkpoint step=N seconds=S` lines, which the
-watcher reads.
+`[rlops] step=N reward=R loss=L seconds=S`, `[rlops] metrics step=N {JSON}` (TRL's other numbers for the step)
+and `[rlops] checkpoint step=N seconds=S` lines, which the watcher reads.
 
 `--gpus RESOURCE=COUNT` runs it as NeMo RL runs a job (`nemo_rl_driver`): this process, the driver, may be on a
 node without the resource; it checks the cluster for COUNT of it with NeMo RL's retries (failing as NeMo RL fails),
@@ -19,6 +19,7 @@ a run RUNNING exactly as long as they need, instead of hoping it is still runnin
 """
 
 import argparse
+import json
 import os
 import random
 import re
@@ -93,6 +94,14 @@ def shaped_reward(completions: list[str], answer: list[str], **_) -> list[float]
         closeness = 1 / (1 + abs(int(numbers[-1]) - int(expected))) if numbers else 0.0
         rewards.append(0.5 * form + 0.4 * closeness)
     return rewards
+
+
+def metrics_line(logs: dict) -> str:
+    """Every number TRL logged for a step but the two the step line carries, as compact JSON with six significant
+    digits (the report plots them; 17-digit floats only bloat the job's output and the run's series)."""
+    return json.dumps({name: float(f"{value:.6g}") for name, value in sorted(logs.items())
+                       if name not in ("reward", "loss") and isinstance(value, (int, float))
+                       and not isinstance(value, bool)}, separators=(",", ":"))
 
 
 def tokenizer():
@@ -188,6 +197,7 @@ def train(output_dir: str, settings: dict) -> int:
             if logs and "reward" in logs:
                 print(f"[rlops] step={state.global_step} reward={logs['reward']:.4f} loss={logs.get('loss', 0.0):.4f} "
                       f"seconds={self.step_seconds:.3f}", flush=True)
+                print(f"[rlops] metrics step={state.global_step} {metrics_line(logs)}", flush=True)
 
         def on_save(self, args, state, control, **kwargs):
             print(f"[rlops] checkpoint step={state.global_step} seconds={time.monotonic() - self.ended:.3f}", flush=True)
