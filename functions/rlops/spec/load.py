@@ -199,7 +199,7 @@ def _message(item: dict, path: tuple, provider: Any) -> str:
         unit = "characters" if kind.startswith("string") else "items"
         limit = "at most" if kind.endswith("long") else "at least"
         return f"{_show(value)} has {_length(value)} {unit}; use {limit} {bound}"
-    return f"{item['msg']}; check the spec reference in the README"
+    return f"{item['msg']}; check the spec reference in docs/spec.md"
 
 
 def _type_hint(kind: str, value: Any) -> str:
