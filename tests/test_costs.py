@@ -143,7 +143,9 @@ def test_prices_come_from_the_dated_table_the_spec_overrides_them_and_a_reservat
     (rate,) = costs.rates(h200)
     assert rate.billed_when_down and rate.capacity.startswith("reservation ") and rate.gpus_per_node == 8
     assert rate.usd_per_node_hour == pytest.approx(84.806908) and "as of 2026-" in rate.source
-    (spot,) = costs.rates(b200)  # us-east1 has no published B200 price in the table
+    # us-east1 has no published B200 price in the table; b200-spot states its own estimate in the spec
+    listed = b200.model_copy(update={"gpu_pools": [b200.gpu_pools[0].model_copy(update={"cost": None})]})
+    (spot,) = costs.rates(listed)
     assert spot.usd_per_node_hour is None and "no spot list price for a4-highgpu-8g in us-east1" in spot.source
     negotiated = b200.model_copy(update={"gpu_pools": [b200.gpu_pools[0].model_copy(
         update={"cost": PoolCost(usd_per_node_hour=31.5)})]})
