@@ -16,6 +16,7 @@ SERVICES = ("compute.googleapis.com", "container.googleapis.com", "lustre.google
             "servicenetworking.googleapis.com", "secretmanager.googleapis.com", "storage.googleapis.com",
             "pubsub.googleapis.com", "cloudfunctions.googleapis.com", "run.googleapis.com",
             "cloudbuild.googleapis.com", "cloudscheduler.googleapis.com", "artifactregistry.googleapis.com",
+            "containerfilesystem.googleapis.com",
             "cloudquotas.googleapis.com", "serviceusage.googleapis.com", "cloudresourcemanager.googleapis.com")
 SECRETS = ("hf-token", "wandb-api-key", "rlops-github-token")
 FUNCTION_ACCOUNTS = ("rlops-train", "rlops-watch", "rlops-snapshot", "rlops-reap", "rlops-push",
@@ -126,8 +127,10 @@ def _triggers(project: str, region: str, repository: str) -> list[Step]:
                                             "--service-account", f"projects/{project}/serviceAccounts/"
                                             f"{name}@{project}.iam.gserviceaccount.com"))
 
+    # The live plan: rlops-plan holds the plan-live account's roles (ACCOUNTS), so it can read what it compares.
     return [trigger("rlops-plan", "--pull-request-pattern", "^main$", "--comment-control",
-                    "COMMENTS_ENABLED_FOR_EXTERNAL_CONTRIBUTORS_ONLY", "--inline-config", "cloudbuild/plan.yaml"),
+                    "COMMENTS_ENABLED_FOR_EXTERNAL_CONTRIBUTORS_ONLY", "--inline-config", "cloudbuild/plan.yaml",
+                    "--substitutions", "_LIVE_PLAN=true"),
             trigger("rlops-apply", "--branch-pattern", "^main$", "--included-files", "environments/**",
                     "--build-config", "cloudbuild/apply.yaml"),
             trigger("rlops-deploy", "--branch-pattern", "^main$", "--included-files",
