@@ -322,3 +322,39 @@ def test_every_write_path_of_a_seed_is_a_request_google_accepts(fake, specs, cap
     assert refused == [], refused
     assert any(r.path.endswith(":setSize") for r in fake.mutations())
     assert any(r.method == "DELETE" and "/nodePools/" in r.path for r in fake.mutations())
+
+
+def test_the_image_cache_is_created_with_its_reader_shared_kept_on_destroy_and_streaming_follows_the_spec(
+        fake, specs, capsys):
+    assert run("apply", "--yes", "h200") == 0
+    name = "projects/rlops-h200-example/locations/us-central1/repositories/rlops-nvcr-io"
+    repository = fake.artifact_registry.repositories[name]
+    assert (repository["mode"], repository["remoteRepositoryConfig"]["dockerRepository"]) == (
+        "REMOTE_REPOSITORY", {"customRepository": {"uri": "https://nvcr.io"}})
+    (binding,) = fake.deploy_apis.policies[name]["bindings"]
+    assert binding == {"role": "roles/artifactregistry.reader",
+                       "members": ["serviceAccount:123456789012-compute@developer.gserviceaccount.com"]}
+    assert fake.resources("node_pool")["gpu-pool"]["config"]["gcfsConfig"] == {"enabled": True}
+    assert run("plan", "h200", "--detailed-exitcode") == 0
+
+    # Another environment of the project and region uses the same cache: h200's destroy leaves it.
+    (specs / "h200-two.yaml").write_text((specs / "h200.yaml").read_text().replace("rl-", "two-"))
+    capsys.readouterr()
+    assert run("destroy", "h200", "--yes") == 0
+    assert "kept: remote_repository/rlops-nvcr-io (the image cache of h200-two too)" in capsys.readouterr().out
+    assert name in fake.artifact_registry.repositories
+    (specs / "h200-two.yaml").unlink()
+    assert run("apply", "--yes", "h200") == 0
+    assert run("destroy", "h200", "--yes") == 0
+    assert name not in fake.artifact_registry.repositories
+
+    # Off: the pools stop streaming, in place, and the cache is no longer h200's.
+    assert run("apply", "--yes", "h200") == 0
+    spec = specs / "h200.yaml"
+    spec.write_text(spec.read_text().replace("  image: nvcr.io", "  image_cache: false\n  image: nvcr.io"))
+    capsys.readouterr()
+    assert run("apply", "--yes", "h200") == 0
+    assert "gcfsConfig" in str(bodies(fake, "PUT", "/nodePools/gpu-pool"))
+    assert fake.resources("node_pool")["gpu-pool"]["config"]["gcfsConfig"] == {}
+    assert name not in fake.artifact_registry.repositories
+    assert run("plan", "h200", "--detailed-exitcode") == 0

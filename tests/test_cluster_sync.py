@@ -10,6 +10,7 @@ from fakes import kube_rules
 from rlops import cli
 from rlops.cloud import base
 from rlops.endpoints import Endpoints
+from rlops.spec.images import cached
 
 
 @pytest.fixture
@@ -312,7 +313,7 @@ def test_a_new_image_reaches_every_pod_whatever_the_kuberay_and_the_next_plan_is
     stored = kube.get("rayclusters", "ray-cluster", "default")["spec"]
     assert ("upgradeStrategy" in stored) == (kuberay == "v1.7.0"), "the fake did not play this KubeRay's CRD"
     before = {pod["metadata"]["name"] for pod in kube.pods("ray-cluster")}
-    assert len(before) == 3 and all(_images(pod) == {"nvcr.io/nvidia/nemo-rl:v0.5.0"} for pod in kube.pods("ray-cluster"))
+    assert len(before) == 3 and all(_images(pod) == {PULLED["v0.5.0"]} for pod in kube.pods("ray-cluster"))
 
     spec = specs / "h200.yaml"
     spec.write_text(spec.read_text().replace("image: nvcr.io/nvidia/nemo-rl:v0.5.0", "image: nvcr.io/nvidia/nemo-rl:v0.5.1"))
@@ -325,8 +326,12 @@ def test_a_new_image_reaches_every_pod_whatever_the_kuberay_and_the_next_plan_is
     assert ("recreating the 3 pods of RayCluster/default/ray-cluster" in out) == (kuberay == "v1.5.2")
     pods = kube.pods("ray-cluster")
     assert len(pods) == 3 and not before & {pod["metadata"]["name"] for pod in pods}
-    assert all(_images(pod) == {"nvcr.io/nvidia/nemo-rl:v0.5.1"} for pod in pods)
+    assert all(_images(pod) == {PULLED["v0.5.1"]} for pod in pods)
     assert cli.main(["plan", "h200", "--detailed-exitcode"]) == 0, capsys.readouterr().out
+
+
+# h200's image as its pods pull it: through the project's Artifact Registry cache of nvcr.io (ray.image_cache).
+PULLED = {tag: cached(f"nvcr.io/nvidia/nemo-rl:{tag}", "rlops-h200-example", "us-central1") for tag in ("v0.5.0", "v0.5.1")}
 
 
 def _images(pod: dict) -> set[str]:
@@ -514,14 +519,14 @@ def test_a_head_that_does_not_say_which_jobs_run_holds_a_template_change_until_i
     assert "held as if a job ran" in err and "run apply again once the Ray head answers" in err, err
     assert [r for r in kube.requests if r.path == "/api/v1/namespaces/default/services/ray-cluster-head-svc:dashboard"
                                                     "/proxy/api/jobs/"]
-    assert _head_image(kube) == "nvcr.io/nvidia/nemo-rl:v0.5.0"
+    assert _head_image(kube) == PULLED["v0.5.0"]
     assert {p["metadata"]["name"] for p in kube.pods("ray-cluster")} == pods
 
     kube.unready_heads.clear()  # the probe passes again; the head's dashboard lists no job
     assert cli.main(["apply", "--yes", "h200"]) == 0, capsys.readouterr().err
     after = kube.pods("ray-cluster")
     assert len(after) == 3 and not pods & {p["metadata"]["name"] for p in after}
-    assert all(_images(pod) == {"nvcr.io/nvidia/nemo-rl:v0.5.1"} for pod in after)
+    assert all(_images(pod) == {PULLED["v0.5.1"]} for pod in after)
 
 
 def test_a_head_that_does_not_run_holds_nothing_as_no_job_can_run_without_it(fakes, specs, capsys):
@@ -536,7 +541,7 @@ def test_a_head_that_does_not_run_holds_nothing_as_no_job_can_run_without_it(fak
     assert ('the Ray head did not answer which jobs run (503 no endpoints available for service '
             '"ray-cluster-head-svc"), and no head pod runs: no Ray job can run') in capsys.readouterr().out
     pods = kube.pods("ray-cluster")
-    assert len(pods) == 3 and all(_images(pod) == {"nvcr.io/nvidia/nemo-rl:v0.5.1"} for pod in pods)
+    assert len(pods) == 3 and all(_images(pod) == {PULLED["v0.5.1"]} for pod in pods)
 
 
 def test_a_replacement_of_the_ray_cluster_is_held_while_a_job_runs_and_made_after_it(fakes, specs, capsys):
@@ -727,7 +732,7 @@ def test_a_template_change_reaches_ready_on_every_kuberay_line_without_hanging(f
     assert "ready: RayCluster/default/ray-cluster (head ready, 2 of 2 workers ready" in out, out
     pods = kube.pods("ray-cluster")
     assert len(pods) == 3 and not before & {pod["metadata"]["name"] for pod in pods}
-    assert all(_images(pod) == {"nvcr.io/nvidia/nemo-rl:v0.5.1"} for pod in pods)
+    assert all(_images(pod) == {PULLED["v0.5.1"]} for pod in pods)
     assert cli.main(["plan", "h200", "--detailed-exitcode"]) == 0, capsys.readouterr().out
 
 
@@ -799,7 +804,7 @@ def test_a_template_change_after_an_add_on_upgrade_across_v1_6_reaches_ready(fak
     assert "recreating the 3 pods of RayCluster/default/ray-cluster on an older template (" + cause in out, out
     pods = kube.pods("ray-cluster")
     assert len(pods) == 3 and not old & {pod["metadata"]["name"] for pod in pods}
-    assert all(_images(pod) == {"nvcr.io/nvidia/nemo-rl:v0.5.1"} for pod in pods)
+    assert all(_images(pod) == {PULLED["v0.5.1"]} for pod in pods)
     assert pods[0]["metadata"]["annotations"]["ray.io/kuberay-version"] == "v1.7.0"
     assert cli.main(["plan", "h200", "--detailed-exitcode"]) == 0, capsys.readouterr().out
 
@@ -859,8 +864,8 @@ def test_a_rerun_after_a_stopped_recreation_finishes_it_with_no_spec_change_left
     with monkeypatch.context() as patched:
         patched.setattr(sync, "_recreate_pods", stopped)
         assert cli.main(["apply", "--yes", "h200", "--ready-timeout", "5"]) == 1
-    assert _head_image(kube) == "nvcr.io/nvidia/nemo-rl:v0.5.1"
-    assert all(_images(pod) == {"nvcr.io/nvidia/nemo-rl:v0.5.0"} for pod in kube.pods("ray-cluster"))
+    assert _head_image(kube) == PULLED["v0.5.1"]
+    assert all(_images(pod) == {PULLED["v0.5.0"]} for pod in kube.pods("ray-cluster"))
     capsys.readouterr()
     assert cli.main(["plan", "h200", "--detailed-exitcode"]) == 2
     planned = capsys.readouterr().out
@@ -868,5 +873,5 @@ def test_a_rerun_after_a_stopped_recreation_finishes_it_with_no_spec_change_left
     assert "rlops deletes the pods on an older template" in planned, planned
     assert cli.main(["apply", "--yes", "h200", "--ready-timeout", "5"]) == 0, capsys.readouterr().err
     assert "an earlier apply stopped before they were recreated" in capsys.readouterr().out
-    assert all(_images(pod) == {"nvcr.io/nvidia/nemo-rl:v0.5.1"} for pod in kube.pods("ray-cluster"))
+    assert all(_images(pod) == {PULLED["v0.5.1"]} for pod in kube.pods("ray-cluster"))
     assert cli.main(["plan", "h200", "--detailed-exitcode"]) == 0, capsys.readouterr().out

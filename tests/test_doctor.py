@@ -40,6 +40,12 @@ def test_the_seeds_project_passes_every_check_and_says_what_it_did_not_check(clo
 @pytest.mark.parametrize("plant, check, said", [
     (lambda gcp: gcp.disabled_services.add(("rlops-h200-example", "lustre.googleapis.com")), "apis",
      "not enabled: lustre.googleapis.com"),
+    # ray.image_cache (on in the seed): the remote repository's API and image streaming's.
+    (lambda gcp: gcp.disabled_services.update({("rlops-h200-example", "artifactregistry.googleapis.com"),
+                                               ("rlops-h200-example", "containerfilesystem.googleapis.com")}),
+     "apis", "not enabled: artifactregistry.googleapis.com, containerfilesystem.googleapis.com"),
+    (lambda gcp: gcp.denied_permissions.add(("rlops-h200-example", "artifactregistry.repositories.setIamPolicy")),
+     "permissions", "the caller lacks artifactregistry.repositories.setIamPolicy (in "),
     (lambda gcp: gcp.denied_permissions.add(("rlops-h200-example", "lustre.instances.create")), "permissions",
      "the caller lacks lustre.instances.create (in roles/lustre.admin)"),
     (lambda gcp: gcp.machine_types_missing.add(("us-central1-b", "a3-ultragpu-8g")), "machine type a3-ultragpu-8g",

@@ -14,8 +14,9 @@ GOLDEN = REPO / "tests" / "golden"
 
 
 # The POSTs each makes: networks, subnets and firewalls per GPU NIC (TCPX 4, TCPXO 8, RDMA a gVNIC and an RDMA
-# network with 8 subnets, A2 none), the PSA range, peering, cluster, GPU pool and Lustre.
-POSTS = {"h200": 19, "b200-spot": 19, "h100": 19, "h100-mega": 31, "a100": 7}
+# network with 8 subnets, A2 none), the PSA range, peering, cluster, GPU pool, the image cache and its IAM policy,
+# and Lustre.
+POSTS = {"h200": 21, "b200-spot": 21, "h100": 21, "h100-mega": 33, "a100": 9}
 
 
 @pytest.mark.parametrize("environment", POSTS)

@@ -17,6 +17,7 @@ from google.rpc import code_pb2
 from googleapiclient import discovery
 from googleapiclient.errors import HttpError
 
+from conftest import until
 from fakes.gcp import FakeGcp
 
 P, PN, REGION, ZONE = "proj", 123456789012, "us-central1", "us-central1-b"
@@ -441,6 +442,10 @@ def test_gke_runs_one_operation_per_cluster_and_checks_what_a_cluster_refers_to(
     with pytest.raises(gexc.BadRequest, match="network"):
         gke.create_cluster(parent=location, cluster=cluster)
     cluster.network = "net"
+    # The fake's clock stands still while the cluster is being created: what GKE says meanwhile does not depend on
+    # how fast this machine answers.
+    frozen: list[float | None] = [time.time()]
+    fake.clock = lambda: time.time() if frozen[0] is None else frozen[0]
     fake.operation_seconds = 0.3
     create = gke.create_cluster(parent=location, cluster=cluster)
     fake.operation_seconds = 0.05
@@ -450,6 +455,7 @@ def test_gke_runs_one_operation_per_cluster_and_checks_what_a_cluster_refers_to(
                                 network_config=container_v1.NodeNetworkConfig(additional_node_network_configs=[extra]))
     with pytest.raises(gexc.BadRequest, match="Cluster is currently being created, deleted, updated or repaired"):
         gke.create_node_pool(parent=f"{location}/clusters/c", node_pool=gpu)  # while the cluster is created
+    frozen[0] = None
     wait_gke(gke, location, create)
 
     found = gke.get_cluster(name=f"{location}/clusters/c")
@@ -680,3 +686,50 @@ def test_a_workload_policy_is_a_regional_compute_resource_a_pool_names_and_holds
     operation = policies.delete(project=P, region=REGION, resource_policy="wp")
     assert regional.wait(project=P, region=REGION, operation=operation.name).status == DONE
     assert not list(policies.list(project=P, region=REGION))
+
+
+def artifactregistry(fake: FakeGcp):
+    return discovery.build("artifactregistry", "v1", static_discovery=True, credentials=AnonymousCredentials(),
+                           client_options={"api_endpoint": fake.endpoints["artifactregistry"]})
+
+
+@pytest.mark.parametrize("repository_id, body, said", [
+    ("nvcr", {"format": "DOCKER", "mode": "REMOTE_REPOSITORY"}, "needs a remoteRepositoryConfig"),
+    ("nvcr", {"format": "DOCKER", "mode": "REMOTE_REPOSITORY", "remoteRepositoryConfig": {"dockerRepository": {
+        "customRepository": {"uri": "http://nvcr.io"}}}}, "is not an https URI"),
+    ("nvcr", {"format": "DOCKER", "remoteRepositoryConfig": {"dockerRepository": {"publicRepository": "DOCKER_HUB"}}},
+     "only for a REMOTE_REPOSITORY"),
+    ("Nvcr.io", {"format": "DOCKER"}, "Invalid repository ID"),
+    ("nvcr-", {"format": "DOCKER"}, "Invalid repository ID"),
+    ("nvcr", {"format": "DOCKER", "mode": "REMOTE"}, "mode"),  # not an enum value of the discovery document
+    ("nvcr", {"format": "DOCKER", "registryUri": "x"}, "registryUri"),  # output only
+])
+def test_artifact_registry_refuses_what_google_refuses(fake, repository_id, body, said):
+    repositories = artifactregistry(fake).projects().locations().repositories()
+    with pytest.raises(HttpError) as refused:
+        repositories.create(parent=f"projects/{P}/locations/us-central1", repositoryId=repository_id,
+                            body=body).execute()
+    assert refused.value.resp.status == 400 and said in str(refused.value)
+
+
+def test_an_artifact_registry_remote_repository_is_created_and_deleted_by_operations_and_never_twice(fake):
+    client = artifactregistry(fake)
+    repositories, operations = client.projects().locations().repositories(), client.projects().locations().operations()
+    parent, name = f"projects/{P}/locations/us-central1", f"projects/{P}/locations/us-central1/repositories/nvcr"
+    body = {"format": "DOCKER", "mode": "REMOTE_REPOSITORY",
+            "remoteRepositoryConfig": {"dockerRepository": {"customRepository": {"uri": "https://nvcr.io"}}}}
+
+    def finished(operation: dict) -> dict:
+        until(lambda: operations.get(name=operation["name"]).execute().get("done"), "the operation")
+        return operations.get(name=operation["name"]).execute()
+
+    created = repositories.create(parent=parent, repositoryId="nvcr", body=body).execute()
+    assert not created.get("done")  # a long-running operation, not the repository
+    assert finished(created)["response"]["registryUri"] == f"us-central1-docker.pkg.dev/{P}/nvcr"
+    with pytest.raises(HttpError) as twice:
+        repositories.create(parent=parent, repositoryId="nvcr", body=body).execute()
+    assert twice.value.resp.status == 409
+    assert finished(repositories.delete(name=name).execute()).get("error") is None
+    with pytest.raises(HttpError) as gone:
+        repositories.get(name=name).execute()
+    assert gone.value.resp.status == 404

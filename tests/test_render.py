@@ -134,7 +134,9 @@ def test_h200_matches_the_first_seed_sizes():
     head = cluster["spec"]["headGroupSpec"]["template"]["spec"]["containers"][0]
     assert worker["resources"]["limits"] == {"cpu": "206", "memory": "2400Gi", "nvidia.com/gpu": "8"}
     assert head["resources"]["limits"] == {"cpu": "64", "memory": "500G"}
-    assert head["image"] == worker["image"] == "nvcr.io/nvidia/nemo-rl:v0.5.0"
+    # Through the region's remote repository of nvcr.io (ray.image_cache, on by default), its path kept.
+    assert head["image"] == worker["image"] == \
+        "us-central1-docker.pkg.dev/rlops-h200-example/rlops-nvcr-io/nvidia/nemo-rl:v0.5.0"
     account = objs[("ServiceAccount", "generic-ksa")]
     assert account["metadata"]["annotations"] == {
         "iam.gke.io/gcp-service-account": "rlops-ray@rlops-h200-example.iam.gserviceaccount.com"}

@@ -19,9 +19,9 @@ from pathlib import Path
 
 SERVICES = ("compute", "container", "lustre", "secretmanager", "storage", "pubsub", "logging", "iam",
             "cloudfunctions", "cloudscheduler", "run", "serviceusage", "cloudquotas", "servicenetworking",
-            "cloudbuild", "resourcemanager")
+            "cloudbuild", "resourcemanager", "artifactregistry")
 APIS = ("container", "servicenetworking", "secretmanager", "serviceusage", "cloudresourcemanager",
-        "cloudfunctions", "cloudscheduler", "storage", "pubsub", "iam", "run")
+        "cloudfunctions", "cloudscheduler", "storage", "pubsub", "iam", "run", "artifactregistry")
 COMPUTE_COLLECTIONS = ("networks", "subnetworks", "firewalls", "addresses", "globalAddresses", "globalOperations",
                        "regionOperations", "zoneOperations", "projects", "regions", "zones", "reservations",
                        "networkProfiles", "machineTypes", "instances", "resourcePolicies")

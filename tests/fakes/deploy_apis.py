@@ -34,6 +34,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
+from fakes import artifactregistry
 from fakes.gcp import ApiError, OperationFailed, Request, _camel, _timestamp, conflict, iam, invalid, not_found
 
 # The fake's URL prefix of each API gcloud is pointed at (api_endpoint_overrides), as google_apis.DISCOVERY maps
@@ -206,9 +207,13 @@ class DeployApis:
         if "/services/" in name:
             return next((f for f in self.gcp.functions.values()
                          if (f.get("serviceConfig") or {}).get("service") == name), None)
+        if "/repositories/" in name:
+            return self.gcp.artifact_registry.repositories.get(name)
         return self.topics.get(name) or self.subscriptions.get(name)
 
     def _missing(self, name: str) -> ApiError:
+        if "/repositories/" in name:
+            return artifactregistry.missing(name)
         if "/services/" in name:  # Cloud Run's own wording
             _, project, _, region, _, service = name.split("/")
             return ApiError(404, "NOT_FOUND", f"Resource '{service}' of kind 'SERVICE' in region '{region}' in project "

@@ -175,11 +175,12 @@ class Operation:
     response: dict | None = None
     error: OperationFailed | None = None
     busy: Callable[[], bool] | None = None  # while it answers True the operation is not done, whatever the time
+    clock: Callable[[], float] = time.time  # the fake's (FakeGcp.clock)
 
     def phase(self) -> str:
         if self.done:
             return "DONE"
-        return "PENDING" if time.time() - self.started < self.seconds / 3 else "RUNNING"
+        return "PENDING" if self.clock() - self.started < self.seconds / 3 else "RUNNING"
 
 
 @dataclass
@@ -232,6 +233,10 @@ class FakeGcp:
         self._workers: list[threading.Thread] = []
         self._stopping = threading.Event()
         self.latency = latency        # seconds slept per request
+        # When operations start and end (a test's simulated clock makes them deterministic), and how long those of
+        # a kind take where not `operation_seconds` (e.g. {"SET_NODE_POOL_SIZE": 90.0}: a GPU pool's resize).
+        self.clock: Callable[[], float] = time.time
+        self.operation_kind_seconds: dict[str, float] = {}
         self.fail_rate = 0.0          # probability of a transient error (429 and 503 in turn) before anything is done
         self.requests: list[Request] = []
         self.unanswered_zones: list[str] = []  # each answers one cluster list with that zone in missingZones
@@ -263,10 +268,14 @@ class FakeGcp:
         from fakes.deploy_apis import DeployApis  # here: it builds on this module's errors and operations
 
         self.deploy_apis = DeployApis(self)  # what cloudbuild/deploy.yaml's gcloud commands call
+        from fakes.artifactregistry import ArtifactRegistry
+
+        self.artifact_registry = ArtifactRegistry(self)  # the image cache's remote repositories
         self._routes = [(method, re.compile(pattern), handler) for method, pattern, handler in
                         self._compute_routes() + self._servicenetworking_routes() + self._gke_routes()
                         + self._lustre_routes() + self._secret_routes() + self._project_routes()
-                        + self._deployment_routes() + self._quota_routes() + self.deploy_apis.routes()]
+                        + self._deployment_routes() + self._quota_routes() + self.deploy_apis.routes()
+                        + self.artifact_registry.routes()]
         self._server: JsonServer | None = None
 
     # -- lifecycle ------------------------------------------------------------------------------
@@ -298,7 +307,7 @@ class FakeGcp:
         base = self._server.url
         return {"compute": base, "container": f"{base}/gke", "lustre": f"{base}/lustre", "serviceusage": f"{base}/su",
                 "cloudresourcemanager": f"{base}/crm", "cloudfunctions": f"{base}/cf", "cloudscheduler": f"{base}/cs",
-                "cloudquotas": f"{base}/cq",
+                "cloudquotas": f"{base}/cq", "artifactregistry": f"{base}/ar",
                 "servicenetworking": f"{base}/sn", "secretmanager": f"{base}/sm", "iam": f"{base}/iam"}
 
     # -- test hooks -----------------------------------------------------------------------------
@@ -507,7 +516,9 @@ class FakeGcp:
                 del self._failing_operations[i]
                 on_done = functools.partial(_raise, failure)
                 break
-        operation = Operation(name, api, kind, target, time.time(), self.operation_seconds, on_done, scope)
+        operation = Operation(name, api, kind, target, self.clock(),
+                              self.operation_kind_seconds.get(kind, self.operation_seconds), on_done, scope,
+                              clock=self.clock)
         self._operations[name] = operation
         return operation
 
@@ -515,7 +526,7 @@ class FakeGcp:
         """Finish, in the order they started, the operations whose time has come."""
         if self._holding:
             return
-        now = time.time()
+        now = self.clock()
         for operation in self._operations.values():
             if not operation.done and operation.started + operation.seconds <= now \
                     and not (operation.busy and operation.busy()):
@@ -1163,16 +1174,21 @@ class FakeGcp:
 
     def _update_node_pool(self, request, project, location, cluster, pool):
         """container v1 nodePools.update, of which the fake models `locations`: GKE adds and removes nodes to match
-        (node counts are per zone), checked as at creation."""
+        (node counts are per zone), checked as at creation; and `gcfsConfig`, image streaming (NodeConfig's)."""
         found = self._pool(project, location, cluster, pool)
-        others = sorted(set(request.body or {}) - {"name", "locations"})
+        body = request.body or {}
+        others = sorted(set(body) - {"name", "locations", "gcfsConfig"})
         if others:
-            raise ApiError(501, "UNIMPLEMENTED", f"The fake's nodePools.update models only locations, not {others}.",
-                           "notImplemented")
-        zones = (request.body or {}).get("locations") or found.get("locations", [])
+            raise ApiError(501, "UNIMPLEMENTED", f"The fake's nodePools.update models only locations and gcfsConfig, "
+                           f"not {others}.", "notImplemented")
+        zones = body.get("locations") or found.get("locations", [])
         self._check_pool(dict(found, locations=zones), location, self._cluster(project, location, cluster))
-        return self._gke_op(project, location, cluster, "UPDATE_CLUSTER", found.get("selfLink", pool),
-                            lambda: found.update(locations=zones))
+
+        def finish():
+            found.update(locations=zones)
+            if "gcfsConfig" in body:
+                found.setdefault("config", {})["gcfsConfig"] = body["gcfsConfig"]
+        return self._gke_op(project, location, cluster, "UPDATE_CLUSTER", found.get("selfLink", pool), finish)
 
     def _set_autoscaling(self, request, project, location, cluster, pool):
         found = self._pool(project, location, cluster, pool)

@@ -3,7 +3,7 @@ definitions as the installed client libraries ship them:
 
 - Discovery documents bundled with google-api-python-client (googleapiclient/discovery_cache/documents):
   compute.v1, container.v1, servicenetworking.v1, secretmanager.v1, serviceusage.v1, cloudresourcemanager.v1,
-  cloudfunctions.v2, cloudscheduler.v1, iam.v1, pubsub.v1, run.v1
+  cloudfunctions.v2, cloudscheduler.v1, iam.v1, pubsub.v1, run.v1, artifactregistry.v1
   (`REVISIONS` lists their revisions).
   The URL must match a method's `flatPath` under the document's `servicePath`; query parameters must be
   the method's or the document's system parameters (a `$` prefix allowed, as in `$alt`); the body must
@@ -32,7 +32,7 @@ DOCUMENTS = Path(googleapiclient.__file__).parent / "discovery_cache" / "documen
 DISCOVERY = {"/compute/": "compute.v1", "/gke/": "container.v1", "/sn/": "servicenetworking.v1",
              "/sm/": "secretmanager.v1", "/su/": "serviceusage.v1", "/crm/": "cloudresourcemanager.v1",
              "/cf/": "cloudfunctions.v2", "/cs/": "cloudscheduler.v1", "/iam/": "iam.v1", "/pubsub/": "pubsub.v1",
-             "/run/": "run.v1"}
+             "/run/": "run.v1", "/ar/": "artifactregistry.v1"}
 _INTEGER_FORMATS = {"int32", "uint32", "int64", "uint64"}
 _OUTPUT_ONLY = re.compile(r"^\s*(\[Output Only\]|Output only\.|\[Output only\])", re.IGNORECASE)
 

@@ -282,6 +282,24 @@ class OperationTimeout(Failure):
     pass
 
 
+def longrunning(api: str, what: str, operation: dict, get: Callable[[str], dict]) -> Pending:
+    """A google.longrunning.Operation as a discovery client returns it (a dict), polled through `get(name)`."""
+    name = operation.get("name")
+    if operation.get("done") or not name:
+        return Pending(f"{what} operation", lambda: (True, _operation_error(operation)))
+
+    def poll() -> tuple[bool, str | None]:
+        current = call(api, f"get operation {name}", get, name)
+        return bool(current.get("done")), _operation_error(current)
+
+    return Pending(f"{what} {name}", poll)
+
+
+def _operation_error(operation: dict) -> str | None:
+    error = operation.get("error")
+    return f"{error.get('code')}: {error.get('message')}" if error else None
+
+
 
 def last_segment(url: str | None) -> str | None:
     return url.rstrip("/").rsplit("/", 1)[-1] if url else None

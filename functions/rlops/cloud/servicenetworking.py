@@ -1,6 +1,6 @@
 """Private service access peering (servicenetworking v1 through google-api-python-client: there is no GAPIC library)."""
 
-from rlops.cloud.base import Connection, Pending, Read, Target, call, last_segment, read_each
+from rlops.cloud.base import Connection, Pending, Read, Target, call, last_segment, longrunning, read_each
 from rlops.permissions import calls
 from rlops.resource_shapes import Live, Resource
 
@@ -62,17 +62,5 @@ class ServiceNetworkingAdapter:
         return self._wait(call(API, f"disconnect {name}", request.execute))
 
     def _wait(self, operation: dict) -> Pending:
-        name = operation.get("name")
-        if operation.get("done") or not name:
-            return Pending("service networking operation", lambda: (True, _error(operation)))
-
-        def poll() -> tuple[bool, str | None]:
-            current = call(API, f"get operation {name}", self.client.operations().get(name=name).execute)
-            return bool(current.get("done")), _error(current)
-
-        return Pending(f"service networking {name}", poll)
-
-
-def _error(operation: dict) -> str | None:
-    error = operation.get("error")
-    return f"{error.get('code')}: {error.get('message')}" if error else None
+        return longrunning(API, "service networking", operation,
+                           lambda name: self.client.operations().get(name=name).execute())

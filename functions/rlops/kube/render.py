@@ -130,7 +130,7 @@ def ray_cluster(env: GcpEnvironment) -> dict:
     head["nodeSelector"] = {"cloud.google.com/gke-nodepool": env.cluster.system_pool.name}
     head["securityContext"] = dict(TOKEN_READER)
     container = head["containers"][0]
-    container.update(image=ray.image, resources=_resources(ray.head.cpu, ray.head.memory))
+    container.update(image=env.pulled_image, resources=_resources(ray.head.cpu, ray.head.memory))
     container["env"] = _common_env(env)
     container["volumeMounts"] = [_lustre_mount(env), *_tokens_mount(env)]
     head["volumes"] = [_lustre_volume(env), *_tokens_volume(env)]
@@ -190,7 +190,7 @@ def _worker_group(env: GcpEnvironment, pool: GpuPool) -> dict:
         spec["tolerations"].append({"key": "kubernetes.io/arch", "operator": "Equal", "value": arch,
                                     "effect": "NoSchedule"})
     container = spec["containers"][0]
-    container.update(image=env.ray.image,
+    container.update(image=env.pulled_image,
                      resources=_resources(env.ray.worker.cpu, env.ray.worker.memory, gpus=pool.accelerator.count))
     transports.add_to_worker(env, pool, group, base)
     container["env"] += _common_env(env)

@@ -101,7 +101,7 @@ def add_to_worker(env: GcpEnvironment, pool: GpuPool, group: dict, base) -> None
     if transport.name == "rdma":
         part = base("worker-rdma.yaml")[0]
         for init in part["initContainers"]:
-            init["image"] = env.ray.image
+            init["image"] = env.pulled_image
         _add(spec, container, part["setup"], part["initContainers"], part["env"], part["volumeMounts"], part["volumes"])
     elif transport.pod:
         _add_gpudirect_tcp(spec, template, container, transport)

@@ -8,7 +8,7 @@ prints this table and the README's is its markdown output; the doctor tests the 
 
 from dataclasses import dataclass
 
-from rlops.cloud import compute, container, lustre, pubsub, secretmanager, servicenetworking
+from rlops.cloud import artifactregistry, compute, container, lustre, pubsub, secretmanager, servicenetworking
 from rlops.checkpoints import export
 from rlops.kube.cluster import KubeApi, ray_dashboard
 from rlops.permissions import Need, Scope, declared, needs_of_methods, roles, smallest_roles
@@ -75,11 +75,12 @@ DEPLOY_METHODS = (
 
 ACCOUNTS = (
     Account("apply", "rlops-apply", "cloudbuild/apply.yaml",
-            "creates the networks, firewall rules, peering, cluster, pools and Lustre; writes the Kubernetes objects "
+            "creates the networks, firewall rules, peering, cluster, pools, Lustre and the image cache; writes the Kubernetes objects "
             "and fills the token Secret; keeps the resource record, the applied commit and the lock; the doctor's "
             "reads before the first change",
             code=(*compute.HANDLERS, *container.HANDLERS, lustre.LustreAdapter,
-                  servicenetworking.ServiceNetworkingAdapter, secretmanager.access, KubeApi.apply,
+                  servicenetworking.ServiceNetworkingAdapter, artifactregistry.RemoteRepositories,
+                  secretmanager.access, KubeApi.apply,
                   KubeApi.get, KubeApi.list_labelled, KubeApi.delete, Lock, ResourceRecord, AppliedSpec,
                   *doctor.CHECKS),
             extra=BUILD_LOGS),
@@ -91,7 +92,8 @@ ACCOUNTS = (
             extra=(*PLAN_TOKEN, *BUILD_LOGS),
             code=(*((kind, "_list") for kind in compute.HANDLERS), container.Clusters._clusters,
                   lustre.LustreAdapter._instances,
-                  servicenetworking.ServiceNetworkingAdapter.read, ResourceRecord.load, KubeApi.get,
+                  servicenetworking.ServiceNetworkingAdapter.read, artifactregistry.RemoteRepositories.read,
+                  ResourceRecord.load, KubeApi.get,
                   KubeApi.list_labelled, *doctor.CHECKS)),
     Account("train", "rlops-train", "the train function",
             "checks a message, wakes the GPU pool, submits the run's Ray job; run records, events",
@@ -105,8 +107,9 @@ ACCOUNTS = (
             code=(*RUN_STATE, *CLUSTER_AND_RAY, lustre.Transfers.export, lustre.Transfers.state, export.verify,
                   export.upload_manifest)),
     Account("reap", "rlops-reap", "the reap function",
-            "scales an idle GPU pool's RayCluster workers and node pool to zero",
-            code=(*RUN_STATE, *CLUSTER_AND_RAY, container.NodePools.resize, KubeApi.set_worker_replicas)),
+            "scales an idle GPU pool's RayCluster workers and node pool to zero; measures each wake",
+            code=(*RUN_STATE, *CLUSTER_AND_RAY, container.NodePools.resize, KubeApi.set_worker_replicas,
+                  container.NodePools.resizes, KubeApi.list_labelled)),
     Account("deploy", "rlops-deploy", "cloudbuild/deploy.yaml",
             "deploys the functions to run as their accounts, the topics, subscriptions and schedule",
             extra=(*needs_of_methods(DEPLOY_METHODS), Need("iam.serviceAccounts.actAs", Scope.FUNCTION_ACCOUNTS),

@@ -40,6 +40,9 @@ from rlops.provision.service import CloudEnvironment
 # The APIs `apply` calls, by the service names Service Usage knows them by.
 SERVICES = ("compute.googleapis.com", "container.googleapis.com", "lustre.googleapis.com",
             "servicenetworking.googleapis.com", "secretmanager.googleapis.com", "storage.googleapis.com")
+# With `ray.image_cache`: the remote repository's API, and the Container File System API that GKE's image streaming
+# reads images through (cloud.google.com/kubernetes-engine/docs/how-to/image-streaming, "Requirements").
+IMAGE_CACHE_SERVICES = ("artifactregistry.googleapis.com", "containerfilesystem.googleapis.com")
 
 
 @dataclass(frozen=True)
@@ -107,14 +110,15 @@ def _guarded(check, env: CloudEnvironment, reads: _Reads) -> list[Finding]:
 def _apis(env: CloudEnvironment, reads: _Reads) -> list[Finding]:
     client = reads.connection.discovery("serviceusage", "v1")
     parent = f"projects/{env.spec.project.id}"
-    request = client.services().batchGet(parent=parent, names=[f"{parent}/services/{s}" for s in SERVICES])
+    services = SERVICES + (IMAGE_CACHE_SERVICES if env.spec.ray.image_cache else ())
+    request = client.services().batchGet(parent=parent, names=[f"{parent}/services/{s}" for s in services])
     answer = call("serviceusage", "read the project's services", request.execute)
     disabled = sorted(service["name"].rsplit("/", 1)[-1] for service in answer.get("services", [])
                       if service.get("state") != "ENABLED")
     if disabled:
         return [Finding("apis", "fail", f"not enabled: {', '.join(disabled)}",
                         f"gcloud services enable {' '.join(disabled)} --project={env.spec.project.id}")]
-    return [Finding("apis", "ok", f"enabled: {', '.join(SERVICES)}")]
+    return [Finding("apis", "ok", f"enabled: {', '.join(services)}")]
 
 
 @calls("cloudresourcemanager.projects.testIamPermissions")

@@ -10,6 +10,7 @@ from enum import Enum
 
 from rlops.ownership import labels_for
 from rlops.resource_shapes import Resource
+from rlops.spec import images
 from rlops.spec.model import GcpEnvironment
 
 
@@ -48,10 +49,16 @@ KINDS = {k.name: k for k in [
         # NodePool.placementPolicy is set at creation only (nodePools.update has no field for it).
         "placement_type": I, "placement_policy": I,
         # GKE changes a pool's zones in place (nodePools.update `locations`), adding or removing nodes.
-        "node_locations": M, "autoscaling": M, "min_nodes": M, "max_nodes": M}, True),
+        "node_locations": M, "autoscaling": M, "min_nodes": M, "max_nodes": M,
+        # NodeConfig.gcfsConfig, which nodePools.update takes (UpdateNodePoolRequest.gcfsConfig): new nodes stream.
+        "image_streaming": M}, True),
     Kind("lustre_instance", {
         "zone": I, "capacity_gib": G, "per_unit_storage_throughput": I, "filesystem": I, "network": I,
         "gke_support_enabled": I}, True),
+    # The image cache: what it holds is fetched again from the upstream on the next pull, so nothing is lost with
+    # it. A repository's format, mode and upstream are set at creation (repositories.patch changes neither the
+    # mode nor the upstream); who may read it is its IAM policy (setIamPolicy).
+    Kind("remote_repository", {"location": I, "upstream": I, "readers": M}, False),
 ]}
 
 
@@ -123,8 +130,13 @@ def build(env_name: str, env: GcpEnvironment) -> list[Resource]:
             "placement_type": placement.type if placement else "TYPE_UNSPECIFIED", "placement_policy": policy or "",
             "node_locations": [env.zone], "initial_node_count": pool.autoscaling.min_nodes, "autoscaling": True,
             "min_nodes": pool.autoscaling.min_nodes, "max_nodes": pool.autoscaling.max_nodes,
+            "image_streaming": env.ray.image_cache,
         }, [f"cluster/{cluster.name}"] + [f"subnetwork/{sub}" for _, sub in nic_subnets]
            + ([f"resource_policy/{policy}"] if policy else [])))
+    cache = images.upstream(env.ray.image) if env.ray.image_cache else None
+    if cache is not None:
+        graph.append(resource("remote_repository", cache.repository, {
+            "location": env.region, "upstream": cache.remote, "readers": [f"serviceAccount:{node_account(env)}"]}))
     graph.append(resource("lustre_instance", env.lustre.name, {
         "zone": env.zone, "capacity_gib": env.lustre.capacity_gib,
         "per_unit_storage_throughput": env.lustre.throughput_mb_per_tib, "filesystem": env.lustre.filesystem,
@@ -180,7 +192,14 @@ def _system_pool_fields(env: GcpEnvironment) -> dict:
             # it holds belongs in the zone of the Lustre instance and the GPUs.
             "spot": False, "additional_networks": [], "node_locations": [env.zone],
             "initial_node_count": system.initial_nodes, "autoscaling": scaling is not None,
-            "min_nodes": scaling.min_nodes if scaling else None, "max_nodes": scaling.max_nodes if scaling else None}
+            "min_nodes": scaling.min_nodes if scaling else None, "max_nodes": scaling.max_nodes if scaling else None,
+            # The Ray head runs the image too.
+            "image_streaming": env.ray.image_cache}
+
+
+def node_account(env: GcpEnvironment) -> str:
+    """The nodes' service account: the Compute Engine default one, as rlops names none for its pools."""
+    return f"{env.project.number}-compute@developer.gserviceaccount.com"
 
 
 def topological(resources: list[Resource]) -> list[Resource]:

@@ -13,7 +13,9 @@ from rlops.errors import Failure
 from rlops.provision import engine, pricing, resources
 from rlops.provision.plan import Plan, build_plan, data_loss_refusals
 from rlops.resource_shapes import Live, Resource
-from rlops.spec.load import SpecError, load_text
+from rlops import environments
+from rlops.spec import images
+from rlops.spec.load import SpecError, load, load_text
 from rlops.spec.model import GcpEnvironment
 from rlops.state.lock import Lock
 from rlops.state.resources import AppliedSpec, ResourceRecord
@@ -164,7 +166,30 @@ def destroy_plan(env: CloudEnvironment, live: dict[str, Live], delete_data: bool
             why = ("lustre.deletion_policy is retain" if env.spec.lustre.deletion_policy != "delete"
                    else "--delete-data was not given")
             notes.append(f"kept, with its data: {', '.join(sorted(keep))} ({why})")
+    shared = _repositories_used_elsewhere(env)
+    kept = [c for c in plan.changes if c.key in shared]
+    if kept:
+        plan.changes = [c for c in plan.changes if c not in kept]
+        notes += [f"kept: {c.key} (the image cache of {', '.join(shared[c.key])} too)" for c in kept]
     return plan, notes
+
+
+def _repositories_used_elsewhere(env: CloudEnvironment) -> dict[str, list[str]]:
+    """The image caches other environments' specs (environments/, as they are now) use in this environment's
+    project and region: {remote_repository/NAME: [their names]}. A spec that does not load is not counted; the
+    specs are what says who uses a cache, not the other environments' records."""
+    used: dict[str, list[str]] = {}
+    for path in environments.spec_files():
+        if path.stem == env.name:
+            continue
+        other = load(path).environment
+        if not isinstance(other, GcpEnvironment) or not other.ray.image_cache or \
+                (other.project.id, other.region) != (env.spec.project.id, env.spec.region):
+            continue
+        cache = images.upstream(other.ray.image)
+        if cache is not None:
+            used.setdefault(f"remote_repository/{cache.repository}", []).append(path.stem)
+    return used
 
 
 def _with_dependencies(keys: list[str], live: dict[str, Live]) -> set[str]:

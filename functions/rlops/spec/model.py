@@ -11,7 +11,7 @@ from typing import Annotated, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr
 
-from rlops.spec import catalog
+from rlops.spec import catalog, images
 
 # Patterns that users will see in errors are paired with a sentence (PATTERN_HINTS), so an error
 # says "a GCP name: lowercase letters, ..." rather than echoing a regular expression.
@@ -322,6 +322,12 @@ class Ray(Spec):
                                 "live; rlops creates the namespace unless it exists (as default does).")
     image: _text(IMAGE, 512) = Field(description=_what("The image of the head and worker pods, which the recipes run "
                                      "in", IMAGE))
+    image_cache: StrictBool = Field(True, description="Pull the image through an Artifact Registry remote "
+                                    "repository of its registry in the region (rlops-REGISTRY, shared by the "
+                                    "project's environments there; the node service account may read it), and "
+                                    "stream it on the pools (GKE image streaming): a wake pulls inside Google's "
+                                    "network and starts before the whole image is down. Off: every node pulls the "
+                                    "image from its registry.")
     ray_version: _text(RAY_VERSION) = Field(description=_what("The Ray version in the image (the RayCluster's "
                                             "rayVersion); for a NeMo RL image rlops knows, it must be the one it ships",
                                             RAY_VERSION))
@@ -541,6 +547,11 @@ class GcpEnvironment(_Environment):
     def reapable_pools(self) -> list[GpuPool]:
         """The GPU pools the reaper scales: a reservation's only if `idle.scale_reserved` (it saves nothing)."""
         return [pool for pool in self.gpu_pools if not pool.reservation or self.idle.scale_reserved]
+
+    @property
+    def pulled_image(self) -> str:
+        """The Ray pods' image: through the region's remote repository of its registry with `ray.image_cache`."""
+        return images.cached(self.ray.image, self.project.id, self.region) if self.ray.image_cache else self.ray.image
 
     def workload_policy_name(self, pool: GpuPool) -> str:
         """The Compute resource policy a pool's workload placement names: one per cluster and pool, as policies are
