@@ -18,14 +18,23 @@ Policies:
   of the runs started so far, as the reaper reads them from Ray's job list);
 - the offline optimum, which knows the next arrival: each idle gap costs min(gap, WAKE).
 
+Then `auto` again with the wake today's image pull gives and with the one the image cache gives (image streaming
+from an Artifact Registry remote repository: issue 37), both from the fake cluster's timings
+(tests/fakes/kube_scheduling.py `Timings`, the ones tests/test_wake_phases.py measures), its assumptions printed;
+the reaper learns the wake from the first one it measures (`wake_seconds`).
+
 Usage: python bench/reaper.py [SEED]
 """
 
 import math
 import random
 import sys
+from pathlib import Path
 
-from rlops.reaper.policy import Picture, auto_timeout, decide, idle_gaps
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests"))
+from fakes.kube_scheduling import Timings  # noqa: E402
+from rlops.reaper.policy import Picture, auto_timeout, decide, idle_gaps, wake_seconds  # noqa: E402
 
 WEEK = 7 * 24 * 3600
 GPUS = 2 * 8
@@ -88,10 +97,11 @@ def cost_by_gaps(runs, gap_cost) -> float:
     return WAKE + sum(gap_cost(gap) for gap in gaps_of(runs))
 
 
-def rlops(runs, timeout_at) -> tuple[float, int, int]:
+def rlops(runs, timeout_at, wake: float = WAKE) -> tuple[float, int, int]:
     """Idle plus waking seconds with the reaper ticking every minute; scale-downs; scale-downs while a run was live
-    (must be 0). `timeout_at(t, started)` is the timeout in force at tick t, given the runs started by then.
-    The pool is billed from each wake (a run's arrival finding it down) to the scale-down after it."""
+    (must be 0). `timeout_at(t, started, wakes)` is the timeout in force at tick t, given the runs started and the
+    wakes (each `wake` seconds) measured by then. The pool is billed from each wake (a run's arrival finding it
+    down) to the scale-down after it."""
     ordered = sorted(runs)
     up_since, woken_at, billed, wakes, downs, bad, i, t = None, None, 0.0, 0, 0, 0, 0, 0.0
     horizon = max(e for _, e in runs) + 86400
@@ -108,18 +118,35 @@ def rlops(runs, timeout_at) -> tuple[float, int, int]:
             picture = Picture(now=t, active_jobs=live, open_runs=0, last_job_end=max(ended, default=None),
                               last_accepted=started[-1][0] if started else None, woken_at=woken_at,
                               scaled_down=False)
-            if decide(picture, timeout_at(t, started)).scale_down:
+            if decide(picture, timeout_at(t, started, [wake] * (wakes - 1))).scale_down:
                 bad += live > 0
                 billed += t - up_since
                 up_since, downs = None, downs + 1
         t += TICK
     busy = sum(e - a for a, e in busy_periods(runs))
-    return billed - busy + wakes * WAKE, downs, bad
+    return billed - busy + wakes * wake, downs, bad
 
 
-def auto(t: float, started) -> float:
+def auto(t: float, started, measured=()) -> float:
+    """`idle.timeout: auto` with the simulated wake (WAKE, as assumed) known from the start."""
     busy = [(a, e if e <= t else None) for a, e in started]
     return auto_timeout(WAKE, idle_gaps(busy, t))[0]
+
+
+def auto_learning(t: float, started, measured) -> float:
+    """`idle.timeout: auto` as the reaper runs it: the assumed wake until one is measured, then their median."""
+    busy = [(a, e if e <= t else None) for a, e in started]
+    return auto_timeout(wake_seconds(list(measured), "gcp")[0], idle_gaps(busy, t))[0]
+
+
+# The wake of the fake cluster's timings: the GPU node's boot and Ready, the pod's scheduling, the image pull, the
+# container's start, then Ray's join (the raylet's start after its container's, as tests/test_wake_phases.py has it).
+RAY_JOIN = 9.0
+
+
+def fake_wake(streaming: bool) -> float:
+    t = Timings()
+    return t.boot + t.node_ready + t.scheduling + t.pull[streaming] + t.container_start + RAY_JOIN
 
 
 def main() -> None:
@@ -135,7 +162,7 @@ def main() -> None:
                            else GKE_UNNEEDED + GKE_REMOVAL + WAKE)
         best = cost_by_gaps(runs, lambda gap: min(gap, WAKE))
         results = {}
-        for label, timeout_at in (("5m", lambda t, s: 300.0), ("30m", lambda t, s: 1800.0), ("auto", auto)):
+        for label, timeout_at in (("5m", lambda t, s, m: 300.0), ("30m", lambda t, s, m: 1800.0), ("auto", auto)):
             billed, downs, bad = rlops(runs, timeout_at)
             results[label] = billed
             bad_total += bad
@@ -149,7 +176,22 @@ def main() -> None:
         print(f"reaper-auto-vs-offline-optimum[{name}]: {vs_best:.2f} (goal <= 1.3)")
     for name, (vs_best, vs_gke, _) in figures.items():
         print(f"reaper-auto-vs-gke-default[{name}]: {vs_gke:.2f} (goal <= 0.5)")
+    t, today, cached = Timings(), fake_wake(False), fake_wake(True)
+    print(f"\nauto with the image cache: a wake of {cached:.0f}s against today's {today:.0f}s (the fake cluster's "
+          f"timings: node boot {t.boot:.0f}s, Ready {t.node_ready:.0f}s, scheduling {t.scheduling:.0f}s, image pull "
+          f"{t.pull[False]:.0f}s from nvcr.io or {t.pull[True]:.0f}s streamed from Artifact Registry, container start "
+          f"{t.container_start:.0f}s, Ray join {RAY_JOIN:.0f}s; the reaper assumes "
+          f"{wake_seconds([], 'gcp')[0]:.0f}s until it has measured one); idle + waking GPU-hours in a week")
+    cache_figures = {}
+    for name, pattern in PATTERNS.items():
+        runs = pattern(random.Random(seed))
+        hours = {label: rlops(runs, auto_learning, wake)[0] * GPUS / 3600
+                 for label, wake in (("today", today), ("cached", cached))}
+        print(f"{name:>16}: today {hours['today']:.1f}, cached {hours['cached']:.1f}")
+        cache_figures[name] = hours["cached"] / hours["today"]
     print(f"reaper-scale-downs-during-runs: {bad_total} (goal == 0)")
+    for name, ratio in cache_figures.items():
+        print(f"reaper-auto-cached-vs-uncached[{name}]: {ratio:.2f} (goal <= 0.6)")
 
 
 if __name__ == "__main__":

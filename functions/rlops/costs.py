@@ -11,7 +11,8 @@ Ray's end time). Over a window:
 - used: some attempt is running (shared evenly between the runs running at once);
 - waking: from a wake until its first GPU node joined Ray (node start, image pull, Ray join: billed,
   nothing runs; charged to the run that asked), or until the first attempt after it started where
-  the join was not seen;
+  the join was not seen; split by the wake's measured phases where known (each phase's span up to its end,
+  the rest "unmeasured");
 - idle: up, and neither used nor waking.
 
 Prices (the GPU catalog, `spec/gpus/catalog.yaml`) are dated list prices per VM-hour by machine type, region and capacity; a
@@ -95,6 +96,7 @@ class Account:
     pool: Seconds = field(default_factory=Seconds)
     runs: dict[str, Seconds] = field(default_factory=dict)
     wakes: list[tuple[float, float | None]] = field(default_factory=list)  # (at, seconds to the first start)
+    waking_phases: dict[str, float] = field(default_factory=dict)  # the pool's waking seconds by wake phase
     reaps: list[float] = field(default_factory=list)
 
 
@@ -118,10 +120,11 @@ def up_intervals(transitions: list[tuple[float, str]], until: float) -> list[tup
 
 
 def account(transitions: list[tuple[float, str]], attempts: list[Running], since: float, until: float,
-            ready: dict[float, float] | None = None) -> Account:
+            ready: dict[float, float] | None = None,
+            phases: dict[float, tuple[tuple[str, float, float], ...]] | None = None) -> Account:
     """Up, used, waking, idle and reaped seconds of the pool over [since, until], and each run's share. A wake lasts
     until its first GPU node joined Ray (`ready`, by wake time) where that is known, else until the first attempt
-    after it started."""
+    after it started; its time is split by its measured `phases` (by wake time: (phase, start, end))."""
     result = Account(since, until, min((at for at, _ in transitions), default=None))
     up = [span for a, b in up_intervals(transitions, until) if (span := _clip(a, b, since, until))]
     if result.known_from is not None:
@@ -140,7 +143,9 @@ def account(transitions: list[tuple[float, str]], attempts: list[Running], since
             result.wakes.append((at, None if first is None else first - at))
     waking = [(at, at + seconds) for at, seconds in result.wakes if seconds is not None]
     # Elementary intervals between every boundary: who runs, whether the pool is up or waking.
+    ends = {at: [(end, phase) for phase, _, end in (phases or {}).get(at, ())] for at, _ in waking}
     edges = sorted({since, until, *(p for span in up for p in span), *(p for span in waking for p in span),
+                    *(end for found in ends.values() for end, _ in found),
                     *(p for a in attempts for p in (a.started, a.ended or until))})
     for left, right in zip(edges, edges[1:]):
         if not since <= left < right <= until or not any(a <= left and right <= b for a, b in up):
@@ -155,6 +160,8 @@ def account(transitions: list[tuple[float, str]], attempts: list[Running], since
                 result.runs.setdefault(run, Seconds()).used += width / len(running)
         elif waking_now is not None:
             result.pool.waking += width
+            phase = next((name for end, name in sorted(ends[waking_now[0]]) if end >= right), "unmeasured")
+            result.waking_phases[phase] = result.waking_phases.get(phase, 0.0) + width
             asker = next((a.run for a in sorted(attempts, key=lambda a: a.started) if a.started >= waking_now[1]),
                          None)
             if asker is not None:

@@ -41,6 +41,8 @@ class Site:
     lustre_root: str
     entrypoint_resources: dict[str, float]
     checkpoints_here: bool  # /lustre is a directory of this machine (local), not only of the cluster (GKE)
+    # wake_phases(at): the phases of the wake at `at` so far, as the cloud reports them (rlops.waiting)
+    wake_phases: Callable[[float], list[tuple[str, float, float]]] | None = None
 
     @property
     def records(self) -> RunRecords:
@@ -128,14 +130,16 @@ def open_site(name: str, env: LocalEnvironment | GcpEnvironment, endpoints: Endp
         ray, project = RayJobs(stack.dashboard_url()), LOCAL_PROJECT
         scale = lambda down: stack.stop_pool() if down else stack.start_pool()  # noqa: E731
         waiting = lambda scaled_down: workers_waiting.on_local(ray.nodes(), scaled_down, stack.joining())  # noqa: E731
+        phases = lambda at: workers_waiting.local_phases(at, stack.pool_starts())  # noqa: E731
         publish = _publisher(project, endpoints, emulated=True)
     else:
         gke = GkeCluster(name, env, endpoints)
         ray, project, scale, waiting = RayJobs(*gke.dashboard()), env.project.id, gke.scale, gke.waiting
+        phases = gke.wake_phases
         publish = _publisher(project, endpoints, emulated=False)
     lustre, resources = placement(env)
     return Site(name, env, endpoints, ray, state_bucket(name, env, endpoints), publish, scale, waiting, lustre,
-                resources, checkpoints_here=isinstance(env, LocalEnvironment))
+                resources, checkpoints_here=isinstance(env, LocalEnvironment), wake_phases=phases)
 
 
 def state_bucket(name: str, env: LocalEnvironment | GcpEnvironment, endpoints: Endpoints):
@@ -234,6 +238,30 @@ class GkeCluster:
                 workers.reservations[pool.name] = (pool.reservation, reserved.count - reserved.in_use_count,
                                                    reserved.count)
         return workers_waiting.on_gke(workers)
+
+
+    @requires(*kubernetes_needs(("pods", "events", "nodes"), "list"))
+    def wake_phases(self, at: float) -> list[tuple[str, float, float]]:
+        """The wake at `at` phase by phase so far, from the GPU pools' resize operations, their Node objects, the
+        worker pods and the kubelet's events about them (rlops.waiting.gke_phases)."""
+        from rlops.kube.cluster import connect
+        from rlops.kube.sync import RAY_CLUSTER_LABEL
+
+        env = self.env
+        endpoint = self._endpoint()
+        if endpoint is None:
+            return []
+        api = connect(endpoint, self.endpoints)
+        pools = [pool.name for pool in env.gpu_pools]
+        nodes = [node for pool in pools for node in api.list_labelled("Node", {GKE_NODEPOOL_LABEL: pool})]
+        pods = api.list_labelled("Pod", {RAY_CLUSTER_LABEL: env.ray.cluster_name,
+                                         workers_waiting.NODE_TYPE_LABEL: "worker"}, env.ray.namespace)
+        events = api.list_labelled("Event", {}, env.ray.namespace, fields={"involvedObject.kind": "Pod"})
+        resizes = self.node_pools.resizes(pools) if "node-pools" in env.idle.scale_down else []
+        return workers_waiting.gke_phases(at, resizes, nodes, pods, events)
+
+
+GKE_NODEPOOL_LABEL = "cloud.google.com/gke-nodepool"  # on every GKE node: its node pool
 
 
 class ScaleFailed(Failure):

@@ -5,8 +5,10 @@ the scheduler, the cluster autoscaler, the node pool, its reservation and, once 
 installer. Each says something different; the most specific one that applies is the cause.
 """
 
+import re
 import time
 from dataclasses import dataclass, field
+from datetime import datetime
 
 REAPED = "the reaper scaled the GPU pool down and no train message has woken it yet"
 # The events the scheduler and the autoscaler write about a waiting pod, most telling first: a cloud refusal
@@ -118,3 +120,115 @@ def _ready(pod: dict) -> bool:
 def _in_init(pod: dict, container: str) -> bool:
     return any(s.get("name") == container and "running" in (s.get("state") or {})
                for s in (pod.get("status") or {}).get("initContainerStatuses", []))
+
+
+# The phases of a wake, in the order a wake goes through them, each ending when the first GPU node or worker pod
+# is through it (as the first one joining Ray ends the wake's billing: rlops.costs). On GKE: the node pools'
+# resize operation (start to end), the VM's boot (to its Node object's creationTimestamp), the node's Ready
+# condition, the worker pod's PodScheduled condition, the image pull (the kubelet's `Pulled` event, its start
+# that event less the pull's own duration in its message), the container's start (state.running.startedAt);
+# locally the GPU-pool worker process's start. Then everywhere Ray's join (the node's start time in Ray's node
+# table) and the job's first step (the run record's `first_step_at`).
+GKE_PHASES = ("resize", "boot", "node-ready", "scheduling", "image-pull", "container-start")
+LOCAL_PHASES = ("worker-start",)
+LATER_PHASES = ("ray-join", "first-step")
+WORKER_CONTAINER = "ray-worker"  # kube/manifests: the worker pods' Ray container
+# The kubelet's events about an image (pkg/kubelet/images/image_manager.go, v1.33): `Pulled` with "Successfully
+# pulled image "X" in 1m2.345s (1m2.4s including waiting). Image size: N bytes." after a pull, or "Container
+# image "X" already present on machine" when none was needed; the first duration is the pull's own.
+_PULLED = re.compile(r'Successfully pulled image "[^"]*" in ([0-9.hmµun]+s)')
+_GO_UNITS = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
+
+
+def go_duration(text: str) -> float:
+    """Seconds of a Go `time.Duration.String()`: 1m2.345s, 45.1s, 350ms, 1h0m2s."""
+    parts = re.findall(r"([0-9.]+)(h|ms|us|µs|ns|m|s)", text)
+    if not parts or "".join(n + u for n, u in parts) != text:
+        raise ValueError(f"not a Go duration: {text!r}")
+    return sum(float(number) * _GO_UNITS[unit] for number, unit in parts)
+
+
+def rfc3339(text: str | None) -> float | None:
+    return None if not text else datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+
+
+def gke_phases(at: float, resizes: list[tuple[float, float | None]], nodes: list[dict], pods: list[dict],
+               events: list[dict]) -> list[tuple[str, float, float]]:
+    """A GKE wake at `at` phase by phase, as far as it got: (phase, start, end) of GKE_PHASES.
+
+    `resizes`: the GPU node pools' resize operations (start, end or None while running); `nodes`: the GPU pools'
+    Node objects; `pods`: the RayCluster's worker pods; `events`: the events about them. Only what started at or
+    after the wake counts (timestamps are whole seconds: a second's grace)."""
+    after = lambda t: t is not None and t >= at - 1  # noqa: E731
+    mine = [pod for pod in pods if after(rfc3339(pod["metadata"].get("creationTimestamp")))]
+    names = {pod["metadata"]["name"] for pod in mine}
+    pulls = []
+    for event in events:
+        found = _PULLED.search(event.get("message") or "") if event.get("reason") == "Pulled" else None
+        end = rfc3339(event.get("firstTimestamp") or event.get("eventTime"))
+        if found and event.get("involvedObject", {}).get("name") in names and after(end):
+            pulls.append((end - go_duration(found.group(1)), end))
+    first = lambda times: min((t for t in times if after(t)), default=None)  # noqa: E731
+    ends = {
+        "resize": first(end for start, end in resizes if after(start)),
+        "boot": first(rfc3339(node["metadata"].get("creationTimestamp")) for node in nodes),
+        "node-ready": first(rfc3339(c.get("lastTransitionTime")) for node in nodes
+                            for c in (node.get("status") or {}).get("conditions", [])
+                            if c.get("type") == "Ready" and c.get("status") == "True"),
+        "scheduling": first(_condition(pod, "PodScheduled") for pod in mine),
+        "image-pull": min((end for _, end in pulls), default=None),
+        "container-start": first(_started(pod) for pod in mine),
+    }
+    starts = {"resize": first(start for start, _ in resizes),
+              "image-pull": min((start for start, _ in pulls), default=None)}
+    return chain(at, [(phase, starts.get(phase), ends[phase]) for phase in GKE_PHASES])
+
+
+def chain(at: float, milestones: list[tuple[str, float | None, float | None]]) -> list[tuple[str, float, float]]:
+    """(phase, start, end) for each phase reached, in order: one not seen is left out when a later one was seen (a
+    resize with `[ray-workers]` only, an image already on the node), and ends the chain when none later was. A
+    phase starts when it says it did, else when the one before it ended."""
+    reached = max((i for i, (_, _, end) in enumerate(milestones) if end is not None), default=-1)
+    phases, last = [], at
+    for phase, start, end in milestones[:reached + 1]:
+        if end is None:
+            continue
+        begin = min(max(start if start is not None else last, at), end)
+        phases.append((phase, begin, end))
+        last = max(last, end)
+    return phases
+
+
+def local_phases(at: float, worker_starts: list[float]) -> list[tuple[str, float, float]]:
+    """A local wake: the first GPU-pool worker process started after it."""
+    return chain(at, [("worker-start", None, min((t for t in worker_starts if t >= at - 1), default=None))])
+
+
+def wake_line(at: float, phases: list[tuple[str, float, float]], now: float, order: tuple[str, ...]) -> str:
+    """'waking for 4 min 10 s: image-pull for 1 min 05 s so far (resize 1 min 30 s, boot 40 s, ...)'."""
+    done = [phase for phase, _, _ in phases]
+    ahead = [phase for phase in order if phase not in done and (not done or order.index(phase) > order.index(done[-1]))]
+    since = max((end for _, _, end in phases), default=at)
+    current = ahead[0] if ahead else "the job's first step"
+    measured = ", ".join(f"{phase} {_span(end - start)}" for phase, start, end in phases)
+    return (f"waking for {_span(now - at)}: {current} for {_span(now - since)} so far"
+            + (f" ({measured})" if measured else ""))
+
+
+def _span(seconds: float) -> str:
+    minutes, rest = divmod(max(0, round(seconds)), 60)
+    return f"{minutes} min {rest:02d} s" if minutes else f"{rest} s"
+
+
+def _condition(obj: dict, kind: str) -> float | None:
+    return next((rfc3339(c.get("lastTransitionTime")) for c in (obj.get("status") or {}).get("conditions", [])
+                 if c.get("type") == kind and c.get("status") == "True"), None)
+
+
+def _started(pod: dict) -> float | None:
+    """When the Ray container started (its running state), else when the pod's containers were all ready."""
+    for status in (pod.get("status") or {}).get("containerStatuses", []):
+        running = (status.get("state") or {}).get("running")
+        if status.get("name") == WORKER_CONTAINER and running:
+            return rfc3339(running.get("startedAt"))
+    return _condition(pod, "ContainersReady")

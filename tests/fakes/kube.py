@@ -46,6 +46,7 @@ RESOURCES = {
     "networks": ("Network", "networking.gke.io/v1", False),
     "pods": ("Pod", "v1", True),  # read and deleted only; the fake KubeRay makes them (fakes.kuberay)
     "events": ("Event", "v1", True),  # read only; the scheduler and the autoscaler record them (fakes.kube_scheduling)
+    "nodes": ("Node", "v1", False),  # read only; the node pool's nodes, as they come up (fakes.kube_scheduling)
 }
 # The fields a list may select on besides metadata.name and metadata.namespace, per kind (the registry's
 # GetAttrs: pkg/registry/core/event/strategy.go ToSelectableFields; others: pkg/apis/core/v1/conversion.go).
@@ -55,7 +56,8 @@ SELECTABLE_FIELDS = {"events": {"involvedObject.kind", "involvedObject.namespace
 # plural -> its name in GKE's IAM permissions (container.NAME.VERB); custom resources are thirdPartyObjects.
 _GKE_IAM_NAMES = {"namespaces": "namespaces", "secrets": "secrets", "serviceaccounts": "serviceAccounts",
                   "persistentvolumeclaims": "persistentVolumeClaims", "persistentvolumes": "persistentVolumes",
-                  "daemonsets": "daemonSets", "pods": "pods", "events": "events", "services": "services"}
+                  "daemonsets": "daemonSets", "pods": "pods", "events": "events", "services": "services",
+                  "nodes": "nodes"}
 CONTROLLER_MANAGER = "kube-controller-manager"
 DASHBOARD_PORT = 8265  # the head service's port `dashboard` (KubeRay utils/constant.go DefaultDashboardPort)
 SERVER_FIELDS = ("resourceVersion", "generation", "uid", "managedFields", "creationTimestamp", "deletionTimestamp")
@@ -238,6 +240,8 @@ class FakeKube:
         with self._lock:
             self._reconcile()
             status, answer = self._route(request, http.headers.get("User-Agent", ""))
+            if request.method != "GET" and status < 300:
+                self._reconcile()  # the controllers watch: a write's pods are made at its time, not the next request's
         request.status = status
         reply(http, status, answer)
 
@@ -569,7 +573,7 @@ class FakeKube:
         self._bind_volumes()
         self._release_protected()
         failures = kuberay.reconcile(self.objects, self.kuberay) if not self.kuberay_pending else {}
-        self.scheduling.place(self.objects)
+        self.scheduling.place(self.objects, self.clock().replace(tzinfo=datetime.timezone.utc).timestamp())
         self._fail_readiness_probes()
         if not self.kuberay_pending:
             kuberay.write_status(self.objects, self.kuberay, failures)

@@ -274,6 +274,9 @@ def _status(args) -> int:
         elif (states, refusals) != shown:
             if rows:
                 print(_table(rows), flush=True)
+                waking = _waking(records, env_name, env)
+                if waking:
+                    print(waking, flush=True)
                 for record in rows:
                     if record.waiting and record.state not in TERMINAL:
                         print(f"{record.run}: waiting: {record.waiting}", flush=True)
@@ -347,6 +350,21 @@ def _cost(args) -> int:
     print(costing.text(report, markdown=args.format == "markdown"), end="")
     print(f"\ntimeline: {plot}" if args.format == "text" else f"\n![timeline]({plot})")
     return Exit.OK
+
+
+def _waking(records, env_name: str, env) -> str | None:
+    """Which phase the GPU pool's latest wake is in and for how long, as the reaper's last tick measured it (None
+    when no wake is under way)."""
+    from rlops import waiting
+    from rlops.spec.model import LocalEnvironment
+    from rlops.state.pool import PoolState
+
+    state, _ = PoolState(records.bucket, env.state.prefix, env_name).read()
+    wake = state.wakes[-1] if state.wakes else None
+    if state.scaled_down or wake is None or wake.done:
+        return None
+    first = waiting.LOCAL_PHASES if isinstance(env, LocalEnvironment) else waiting.GKE_PHASES
+    return "GPU pool " + waiting.wake_line(wake.at, list(wake.phases), time.time(), first + waiting.LATER_PHASES)
 
 
 def _status_json(environment: str, rows: list, refusals: list) -> dict:

@@ -16,6 +16,7 @@ KINDS = {
     "Network": ("/apis/networking.gke.io/v1", "networks", False),
     "Pod": ("/api/v1", "pods", True),  # never applied: KubeRay's, read for readiness and deleted to recreate
     "Event": ("/api/v1", "events", True),  # never applied: read to say why a pod waits
+    "Node": ("/api/v1", "nodes", False),  # never applied: read to measure a wake (created, Ready)
 }
 # What serves a kind that may not be there yet.
 SERVED_BY = {

@@ -292,6 +292,11 @@ class Stack:
         return {name: running[name].started + delay for name in self._pool_names()
                 if delay and name in running and running[name].alive()}
 
+    def pool_starts(self) -> list[float]:
+        """When each GPU-pool worker process that runs was started (a wake's first phase; Ray says when it joined)."""
+        running = self.processes()
+        return [running[name].started for name in self._pool_names() if name in running and running[name].alive()]
+
     def stop_pool(self) -> None:
         """The reaper's scale-down: the GPU-pool worker nodes go; the rest keeps running."""
         running = self.processes()

@@ -29,11 +29,13 @@ from rlops.reaper.policy import Decision, Picture, auto_timeout, decide, idle_ga
 from rlops.sites import Site
 from rlops.spec.model import LocalEnvironment
 from rlops.state.lock import Lock, LockHeld
-from rlops.state.pool import PoolState, PoolStatus
+from rlops.state.pool import WAKES_KEPT, PoolState, PoolStatus, Wake
 from rlops.state.run_records import TERMINAL
 
 WAKE_LOCK_TIMEOUT_SECONDS = 120.0
-WAKES_KEPT = 50
+# A wake whose first step has not come this long after it is recorded as far as it got (its run failed, was
+# cancelled, or never asked for GPUs): not measured again.
+WAKE_MEASURED_FOR_SECONDS = 6 * 3600.0
 
 
 def picture(site: Site, state: PoolStatus, now: float, mine: list[JobView]) -> Picture:
@@ -63,6 +65,7 @@ def reap(site: Site, dry_run: bool = False) -> tuple[Decision, list[str]]:
     mine = [job for job in map(JobView.of, site.ray.all()) if job.meta.get("environment") == site.name]
     if not dry_run:
         state, generation = _note_ready(site, state, generation)
+        state, generation = _note_phases(site, state, generation, now)
     if unfinished:
         decision = Decision(True, "finishing a scale-down that stopped part way", state.since)
     else:
@@ -120,6 +123,31 @@ def _note_ready(site: Site, state: PoolStatus, generation: int) -> tuple[PoolSta
     if site.pool.write(noted, generation):
         return site.pool.read()
     return state, generation
+
+
+def _note_phases(site: Site, state: PoolStatus, generation: int, now: float) -> tuple[PoolStatus, int]:
+    """Each recent wake phase by phase, as far as it got: what the environment reports (`Site.wake_phases`), then
+    Ray's join (`ready`) and the job's first step (the first attempt submitted after it, its `first_step_at`).
+    Rewritten each tick until the first step, so `rlops status` says which phase a wake is in."""
+    if site.wake_phases is None:
+        return state, generation
+    ready, wakes = dict(state.ready), state.wakes
+    for at in state.wakes_unmeasured(WAKES_KEPT):
+        phases = list(site.wake_phases(at))
+        last = max((end for _, _, end in phases), default=at)
+        if at in ready:
+            phases.append(("ray-join", min(last, ready[at]), ready[at]))
+        first = min((a.first_step_at for record, _ in site.records.all().values() for a in record.attempts
+                     if a.first_step_at is not None and a.submitted_at >= at), default=None)
+        if first is not None and at in ready:
+            phases.append(("first-step", ready[at], max(first, ready[at])))
+        measured = Wake(at, tuple(phases), done=len(phases) > 0 and phases[-1][0] == "first-step"
+                        or now - at > WAKE_MEASURED_FOR_SECONDS)
+        if measured != state.wake_of(at):
+            wakes = (*(w for w in wakes if w.at != at), measured)[-WAKES_KEPT:]
+    if wakes == state.wakes or not site.pool.write(replace(state, wakes=wakes), generation):
+        return state, generation
+    return site.pool.read()
 
 
 def wake(site: Site) -> bool:

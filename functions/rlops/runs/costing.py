@@ -32,7 +32,8 @@ def gather(site, since: float | None = None, until: float | None = None, run: st
                 if a.started_at is not None or a.ended_at is not None]
     known_from = min((at for at, _ in state.transitions), default=None)
     since = since if since is not None else (known_from or until)
-    account = costs.account(list(state.transitions), attempts, since, until, dict(state.ready))
+    measured = {wake.at: wake.phases for wake in state.wakes}
+    account = costs.account(list(state.transitions), attempts, since, until, dict(state.ready), measured)
     window = until - max(since, known_from or until)
     pools, rates = [], costs.rates(site.env)
     for rate in rates:
@@ -44,10 +45,12 @@ def gather(site, since: float | None = None, until: float | None = None, run: st
         billed = window if rate.billed_when_down else seconds["used"] + seconds["waking"] + seconds["idle"]
         hours = {kind: value * rate.nodes * rate.gpus_per_node / 3600 for kind, value in seconds.items()}
         hours["billed"] = billed * rate.nodes * rate.gpus_per_node / 3600
+        by_phase = {phase: value * rate.nodes * rate.gpus_per_node / 3600
+                    for phase, value in account.waking_phases.items()}
         pools.append({"pool": rate.pool, "capacity": rate.capacity, "nodes": rate.nodes,
                       "gpus_per_node": rate.gpus_per_node, "usd_per_node_hour": rate.usd_per_node_hour,
                       "price_source": rate.source, "billed_when_down": rate.billed_when_down,
-                      "gpu_hours": hours, "usd": _usd(hours, rate), "saved_usd": 0.0 if rate.billed_when_down
+                      "gpu_hours": hours, "waking_gpu_hours_by_phase": by_phase, "usd": _usd(hours, rate), "saved_usd": 0.0 if rate.billed_when_down
                       else _usd({"reaped": hours["reaped"]}, rate)["reaped"]})
     runs = []
     for name, record in sorted(records.items()):
@@ -73,7 +76,8 @@ def gather(site, since: float | None = None, until: float | None = None, run: st
             "total_usd": sum(usd for usd in priced if usd is not None),
             "unpriced": [p["pool"] for p in pools if p["usd_per_node_hour"] is None]
             + [row["resource"] for row in others if row["usd"] is None], "runs": runs,
-            "wakes": [{"at": at, "seconds": seconds} for at, seconds in account.wakes],
+            "wakes": [{"at": at, "seconds": seconds, "phases": [list(p) for p in measured.get(at, ())]}
+                      for at, seconds in account.wakes],
             "reaps": account.reaps, "transitions": [list(t) for t in state.transitions],
             "attempts": [{"run": a.run, "attempt": a.attempt, "started": a.started, "ended": a.ended}
                          for a in attempts], "notes": _notes(site, pools, known_from, since)}
@@ -168,13 +172,16 @@ def text(report: dict, markdown: bool = False) -> str:
             f"prices as of {report['prices_as_of']}",
             f"{len(report['reaps'])} scale-downs, {len(report['wakes'])} wakes"
             + (f" (median {sorted(wakes)[len(wakes) // 2]:.0f}s to the first GPU node)" if wakes else "")]
-    rest = []
+    rest = [f"{pool['pool']} waking GPU-h by phase: "
+            + ", ".join(f"{phase} {hours:.2f}" for phase, hours in pool["waking_gpu_hours_by_phase"].items())
+            for pool in report["pools"] if pool["waking_gpu_hours_by_phase"]]
+    rest = ["", *rest] if rest else []
     if report["others"]:
         other_rows = [("resource", "what", "billed", "$/h", "over the window")]
         other_rows += [(row["resource"], row["what"], row["billed"], _money(row["usd_per_hour"]), _money(row["usd"]))
                        for row in report["others"]]
         gpu = sum(p["usd"]["billed"] or 0.0 for p in report["pools"])
-        rest = ["", _table(other_rows, markdown), "",
+        rest += ["", _table(other_rows, markdown), "",
                 f"total over the window: {_money(report['total_usd'])} (GPU pools {_money(gpu)}, the rest "
                 f"{_money(report['total_usd'] - gpu)})"
                 + (f"; not counted, no price known: {', '.join(report['unpriced'])}" if report["unpriced"] else "")]

@@ -60,6 +60,7 @@ def write(out_dir: Path, record: dict, series: dict[int, dict], checkpoints: lis
     idle = _idle_before_reaped(attempts, pool)
     if idle is not None:
         lines.append(f"- idle before reaped: {idle / 60:.1f} min")
+    lines += wakes_said(attempts, pool)
     if cost:
         lines.append(f"- cost: {cost}")
     lines += ["", "## Settings", ""]
@@ -149,6 +150,23 @@ def _idle_before_reaped(attempts: list[dict], pool: dict | None) -> float | None
     if since is None or ended is None or since < ended:
         return None
     return since - ended
+
+
+def wakes_said(attempts: list[dict], pool: dict | None) -> list[str]:
+    """A line for each wake of the pool an attempt of this run waited for (the train message that woke it
+    submitted the attempt next): how long, phase by phase."""
+    lines = []
+    for wake in (pool or {}).get("wakes") or []:
+        if not wake["phases"]:
+            continue
+        end = max(end for _, _, end in wake["phases"])
+        waited = next((a for a in attempts if wake["at"] <= a["submitted_at"] <= end), None)
+        if waited is None:
+            continue
+        lines.append(f"- the GPU pool woke for attempt {waited['attempt']} in {duration(end - wake['at'])}"
+                     f"{'' if wake.get('done') else ' so far'}: "
+                     + ", ".join(f"{phase} {duration(stop - start)}" for phase, start, stop in wake["phases"]))
+    return lines
 
 
 def _boundary(attempt: dict, previous: dict | None) -> tuple[int, str] | None:

@@ -252,6 +252,7 @@ def _update_progress(site: Site, record: RunRecord, current: Attempt, job: JobVi
     if whole:
         if found["first_step"] is not None:
             current.first_step = found["first_step"]
+            current.first_step_at = current.first_step_at or time.time()
         if found["resumed_from"] is not None:
             current.resumed_from = found["resumed_from"]
     if found["step"] is not None:

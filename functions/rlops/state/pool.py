@@ -10,8 +10,18 @@ from rlops.state.layout import Layout
 from rlops.state.run_records import plain, readable
 from rlops.permissions import calls
 
-VERSION = 1
+VERSION = 2  # 2: `wakes`, each wake's phases (a version 1 record reads as having none)
 TRANSITIONS_KEPT = 2000  # a scale-down and a wake an hour for almost six weeks; `rlops cost` says what it knows from
+WAKES_KEPT = 50
+
+
+@dataclass(frozen=True)
+class Wake:
+    """One wake measured phase by phase from what the cloud, Kubernetes, Ray and the run records report."""
+
+    at: float                                           # the wake (its "up" transition)
+    phases: tuple[tuple[str, float, float], ...] = ()   # (phase, start, end), in the order a wake goes through them
+    done: bool = False  # measured to the job's first step, or given up on: not looked at again
 
 
 @dataclass(frozen=True)
@@ -29,6 +39,7 @@ class PoolStatus:
     transitions: tuple[tuple[float, str], ...] = ()
     # [wake time, when its first GPU node joined Ray (Ray's node table)]: what each wake cost (idle.timeout auto).
     ready: tuple[tuple[float, float], ...] = ()
+    wakes: tuple[Wake, ...] = ()
 
     def to_json(self) -> dict:
         return {"version": VERSION, **plain(self)}  # transitions and ready as lists of [time, what]
@@ -38,13 +49,26 @@ class PoolStatus:
         fields = readable(cls, content, "pool.json", VERSION)
         fields["transitions"] = tuple((float(at), str(what)) for at, what in fields.get("transitions", ()))
         fields["ready"] = tuple((float(at), float(ready)) for at, ready in fields.get("ready", ()))
+        fields["wakes"] = tuple(Wake(float(w["at"]), tuple((str(n), float(a), float(b)) for n, a, b in w["phases"]),
+                                     bool(w.get("done"))) for w in fields.get("wakes", ()))
         return cls(**fields)
 
-    def wakes_waiting(self) -> list[float]:
-        """Wakes (an "up" after a "down") whose first GPU node has not been seen joining yet."""
-        known = {at for at, _ in self.ready}
+    def wake_times(self) -> list[float]:
+        """When the pool was woken: each "up" after a "down"."""
         return [at for (at, what), before in zip(self.transitions[1:], self.transitions)
-                if what == "up" and before[1] == "down" and at not in known]
+                if what == "up" and before[1] == "down"]
+
+    def wakes_waiting(self) -> list[float]:
+        """Wakes whose first GPU node has not been seen joining yet."""
+        known = {at for at, _ in self.ready}
+        return [at for at in self.wake_times() if at not in known]
+
+    def wake_of(self, at: float) -> Wake | None:
+        return next((wake for wake in self.wakes if wake.at == at), None)
+
+    def wakes_unmeasured(self, recent: int) -> list[float]:
+        """The last `recent` wakes whose phases are not all measured yet."""
+        return [at for at in self.wake_times()[-recent:] if not (self.wake_of(at) or Wake(at)).done]
 
     def moved(self, at: float, to: str) -> tuple[tuple[float, str], ...]:
         """The transitions with one more, the oldest dropped past TRANSITIONS_KEPT."""

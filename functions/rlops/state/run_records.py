@@ -58,6 +58,7 @@ class Attempt:
     # Where the attempt's gate set it to resume, and what it set aside (checkpoints.gate).
     resume_point: dict | None = None
     started_at: float | None = None   # when its command began on a node (the gate's clock): running from then
+    first_step_at: float | None = None  # the watcher tick that first saw a step of it (a wake's last phase ends)
 
 
 @dataclass
