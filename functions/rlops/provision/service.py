@@ -328,4 +328,12 @@ def dry_run(env: CloudEnvironment, live: dict[str, Live] | None) -> list[str]:
     # The apply path itself, one step at a time so that the transcript's order is the plan's, not the threads'.
     engine.Runner(space, report=lambda line: None, max_parallel=1, first_poll_seconds=0.0,
                   on_step=lambda step: transcript.append(f"# {step.label()}")).run(plan)
+    # Then the cluster's objects (server-side apply, `rlops render` shows them whole): named, and the image the Ray
+    # pods pull, which ray.image_cache rewrites.
+    from rlops.kube import render
+
+    objects = render.objects(env.name, env.spec, render.LiveFacts(render.UNKNOWN_LUSTRE_IP))
+    transcript.append("# then in the cluster, server-side applied: "
+                      + ", ".join(f"{o['kind']}/{o['metadata']['name']}" for o in objects))
+    transcript.append(f"# the Ray pods' image: {env.spec.pulled_image}")
     return transcript
