@@ -169,3 +169,25 @@ def test_a_pool_on_a_reservation_is_not_scaled_down_unless_the_spec_asks():
     asked = h200.model_copy(update={"idle": h200.idle.model_copy(update={"scale_reserved": True})})
     assert [pool.name for pool in asked.reapable_pools] == [pool.name for pool in h200.gpu_pools]
     assert reap._actions(SimpleNamespace(env=h200), down=True) == []
+
+
+def test_a_run_ray_holds_behind_another_says_which_and_stops_saying_it_once_it_runs(week):
+    """The GPU pool is up and busy: Ray holds the second run's job PENDING until the first one's ends. `status`
+    says why (issue 39, 4), from the watcher's record; the cause clears when the job starts."""
+    ray = week.ray
+    ray.node_starts = [T0 - 100]
+    ray.script("rlops.local.first.1", 10, [(70, 1)], 600)
+    ray.script("rlops.local.second.1", 610, [(670, 1)], 900)
+    _train(week, "first", T0)
+    _train(week, "second", T0 + 5)
+    week.clock.now = T0 + 120
+    watch.tick(week.site)
+    second, _ = week.site.records.get("second")
+    assert second.state == "PENDING" and second.waiting.startswith("queued: ") and "now running: first" in \
+        second.waiting
+    assert week.site.records.get("first")[0].waiting is None  # it runs: nothing holds it
+    assert any(e["type"] == "waiting" and e["run"] == "second" for e in week.events)
+    week.clock.now = T0 + 700
+    watch.tick(week.site)
+    second, _ = week.site.records.get("second")
+    assert second.state == "RUNNING" and second.waiting is None

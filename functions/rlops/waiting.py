@@ -43,6 +43,12 @@ def in_gate(line: dict | None) -> str | None:
             f"{_clock(line['until'])}, then the attempt is retried")
 
 
+def queued_behind(runs: list[str]) -> str:
+    """Why Ray holds a job PENDING while the GPU workers are up: other runs' jobs have their resources."""
+    return (f"queued: Ray starts this job when the GPU pool's resources are free; now running: {', '.join(runs)} "
+            "(`rlops cancel` one to make room)")
+
+
 def _clock(at: float) -> str:
     return time.strftime("%H:%M:%S UTC", time.gmtime(at))
 

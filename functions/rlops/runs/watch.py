@@ -30,6 +30,8 @@ def tick(site: Site) -> list[dict]:
             by_run.setdefault(job.meta["run"], {})[int(job.meta["attempt"])] = job
     stored = site.records.all()
     events, nodes = [], _Nodes(site)
+    # Whose jobs Ray runs now: a job it holds PENDING on a pool that is up waits for them.
+    running = sorted(run for run, views in by_run.items() if any(view.status == "RUNNING" for view in views.values()))
     for run in sorted(set(by_run) | set(stored)):
         record, generation = stored.get(run, (None, 0))
         attempts = by_run.get(run, {})
@@ -37,7 +39,7 @@ def tick(site: Site) -> list[dict]:
             first = attempts[min(attempts)]
             record = new(first.meta, first.submission_id, (first.start_time or 0) / 1000)
         before = record.to_json()
-        changes = _advance(site, record, attempts, nodes)
+        changes = _advance(site, record, attempts, nodes, [other for other in running if other != run])
         if record.to_json() == before:  # progress too (step, reward, the attempt's step banner), not only states
             continue
         if record.state in policy.TERMINAL:
@@ -89,7 +91,8 @@ def _publish_report(site: Site, record: RunRecord) -> str | None:
         return None
 
 
-def _advance(site: Site, record: RunRecord, attempts: dict[int, JobView], nodes: _Nodes) -> list[dict]:
+def _advance(site: Site, record: RunRecord, attempts: dict[int, JobView], nodes: _Nodes,
+             others_running: list[str]) -> list[dict]:
     """Bring `record` up to date with Ray; the state changes it went through."""
     now = time.time()
     if record.state == CANCELLED:
@@ -108,7 +111,7 @@ def _advance(site: Site, record: RunRecord, attempts: dict[int, JobView], nodes:
         text = _update_progress(site, record, current, job, recipe.runner if recipe else "trl")
     transition = policy.advance(record, job, nodes.get() if policy.needs_nodes(record, job) else [], now,
                                 recipe.resume_budget if recipe else None)
-    waited = closed + _waiting(site, record, job, transition, nodes, text)
+    waited = closed + _waiting(site, record, job, transition, nodes, text, others_running)
     if transition is None:
         return waited
     if transition.state in policy.TERMINAL and text:
@@ -189,16 +192,18 @@ def _end(record: RunRecord, attempt: Attempt, job: JobView, nodes: _Nodes, now: 
 
 
 def _waiting(site: Site, record: RunRecord, job: JobView | None, transition, nodes: _Nodes,
-             text: str | None) -> list[dict]:
+             text: str | None, others_running: list[str]) -> list[dict]:
     """Why an attempt that has not trained yet waits (Ray holds its job PENDING, or a driver RUNNING on the head
     waits for its GPU actors), in one line: why the GPU workers are not up (`Site.waiting`), and what the attempt's
-    gate waits for and until when (its last wait line in `text`, the output read this tick); kept in the record and
-    said in a `waiting` event when it changes (a cleared cause is only written to the record). Empty when nothing
-    is to be said."""
+    gate waits for and until when (its last wait line in `text`, the output read this tick), or, with the workers
+    up, the runs whose jobs hold them; kept in the record and said in a `waiting` event when it changes (a cleared
+    cause is only written to the record). Empty when nothing is to be said."""
     state = transition.state if transition is not None else (job.status if job is not None else record.current.state)
     cause = None
     if state in ("PENDING", "RUNNING") and record.current.first_step is None:
         cause = "; ".join(filter(None, (nodes.waiting(), workers_waiting.in_gate(gate.waits(text or ""))))) or None
+        if cause is None and state == "PENDING" and others_running:
+            cause = workers_waiting.queued_behind(others_running)
     if cause == record.waiting:
         return []
     record.waiting = cause
