@@ -200,11 +200,11 @@ def test_sizes_and_numbers_read_as_a_person_reads_them():
     aside = report.set_aside_said([{"attempt": 1, "resume_point": {"kept": [2, 812 * 1024]}}])
     assert aside == "set aside: 2 checkpoint(s), 812 KiB"
     # `rlops checkpoints list`: a manifest's metrics as JSON keeps every digit; the table rounds them.
-    from rlops.cli import runs as cli_runs
+    from rlops.cli import checkpoints as cli_checkpoints
 
-    assert cli_runs._metrics('{"reward": 0.41234567890123456, "loss": 1e-07, "total_steps": 6}') == \
+    assert cli_checkpoints._metrics('{"reward": 0.41234567890123456, "loss": 1e-07, "total_steps": 6}') == \
         "reward=0.4123 loss=1e-07 total_steps=6"
-    assert cli_runs._metrics("-") == "-"
+    assert cli_checkpoints._metrics("-") == "-"
 
 
 def run_record(run: str, state: str, steps: int, requested_by: str = "ana"):

@@ -57,7 +57,8 @@ def simulated(gcs, monkeypatch, tmp_path):
                               sleep=lambda seconds: setattr(clock, "now", clock.now + seconds))
     for module in (cancel, follow, watch, train, reap, run_records):
         monkeypatch.setattr(module, "time", ticking)
-    monkeypatch.setattr(cli_runs, "_site", lambda name, endpoints: site)
+    # Under cli.common.open_site, which every command module calls.
+    monkeypatch.setattr(sites, "open_site", lambda name, env, endpoints: site)
     monkeypatch.setattr(logs, "_to_stderr", True)  # as in the CLI: its stdout is what the command prints
     return SimpleNamespace(site=site, clock=clock, ray=ray, events=events)
 

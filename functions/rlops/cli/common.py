@@ -68,6 +68,14 @@ def load_spec(name: str):
     return path, loaded.name, loaded.environment
 
 
+def open_site(name: str, endpoints: Endpoints):
+    """The environment's runs (a local one's with its stack's emulators)."""
+    from rlops import sites
+
+    _, env_name, env = load_spec(name)
+    return sites.open_site(env_name, env, endpoints)
+
+
 def load_gcp(name: str):
     """(path, provision.service.CloudEnvironment), or (path, None) for a local environment."""
     from rlops.provision.service import CloudEnvironment
