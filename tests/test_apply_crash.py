@@ -54,9 +54,12 @@ def test_killed_after_each_step_in_turn_a_rerun_converges_without_duplicates(clo
         # The dead process's lock stays until it expires; the documented way out:
         assert finish(rlops(env, "unlock", "b200-spot", "--force"))[0] == 0
     assert killed_during == {"networks", "subnetworks", "firewalls", "addresses", "connections", "clusters", "nodePools",
-                             "instances"}, f"no kill during some kind of step: {killed_during}"
-    created = [(r.path, r.body.get("name") or r.body.get("nodePool", {}).get("name") or r.query.get("instanceId"))
-               for r in fake.mutations() if r.method == "POST" and not r.path.endswith((":setAutoscaling", ":setSize"))]
+                             "repositories", "instances"}, f"no kill during some kind of step: {killed_during}"
+    # A policy set again by a re-run is a write, not a creation (setIamPolicy replaces the whole policy).
+    created = [(r.path, r.body.get("name") or r.body.get("nodePool", {}).get("name") or r.query.get("instanceId")
+                or r.query.get("repositoryId"))
+               for r in fake.mutations() if r.method == "POST"
+               and not r.path.endswith((":setAutoscaling", ":setSize", ":setIamPolicy"))]
     assert len(created) == len(set(created)), "a resource was created twice"
     code, out = finish(rlops(env, "plan", "b200-spot", "--detailed-exitcode"))
     assert code == 0, out
