@@ -1247,6 +1247,7 @@ def test_a_pod_template_change_waits_for_the_live_ray_job_and_reaches_every_pod_
     from ray.job_submission import JobStatus, JobSubmissionClient
 
     from rlops import cli
+    from rlops.spec.images import cached
 
     gcp, kube = h200_on_local_ray
     ray = JobSubmissionClient(f"http://127.0.0.1:{local.port('ray-head', 'dashboard')}")
@@ -1263,7 +1264,7 @@ def test_a_pod_template_change_waits_for_the_live_ray_job_and_reaches_every_pod_
     err = capsys.readouterr().err
     assert "held, not applied: RayCluster/default/ray-cluster" in err and job in err
     live = kube.get("rayclusters", "ray-cluster", "default")["spec"]["headGroupSpec"]["template"]["spec"]
-    assert live["containers"][0]["image"] == "nvcr.io/nvidia/nemo-rl:v0.5.0"
+    assert live["containers"][0]["image"] == cached("nvcr.io/nvidia/nemo-rl:v0.5.0", "rlops-h200-example", "us-central1")
     assert {p["metadata"]["name"] for p in kube.pods("ray-cluster")} == pods
 
     gate.unlink()
@@ -1273,4 +1274,5 @@ def test_a_pod_template_change_waits_for_the_live_ray_job_and_reaches_every_pod_
     assert cli.main(["apply", "--yes", "h200"]) == 0
     after = kube.pods("ray-cluster")
     assert not pods & {p["metadata"]["name"] for p in after}
-    assert all(c["image"] == "nvcr.io/nvidia/nemo-rl:v0.5.1" for p in after for c in p["spec"]["containers"])
+    pulled = cached("nvcr.io/nvidia/nemo-rl:v0.5.1", "rlops-h200-example", "us-central1")  # ray.image_cache's path
+    assert all(c["image"] == pulled for p in after for c in p["spec"]["containers"])
