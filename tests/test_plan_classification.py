@@ -400,8 +400,8 @@ def test_what_rlops_owns_and_the_spec_dropped_is_deleted_and_what_it_does_not_ow
 def test_from_nothing_everything_is_created_and_the_system_pool_comes_with_the_cluster():
     plan = plan_edit("h200", live={})
     created = actions(plan)
-    assert set(created.values()) == {C} and len(created) == 19 and not plan.destructive
-    assert set(H200_RDMA) <= set(created) and "node_pool/gpu-pool" in created
+    assert set(created.values()) == {C} and len(created) == 20 and not plan.destructive
+    assert set(H200_RDMA) <= set(created) and "node_pool/gpu-pool" in created and "remote_repository/rlops-nvcr-io" in created
     assert change_of(plan, "node_pool/default-pool").reason == "created by the cluster/rl-h200 create"
 
 

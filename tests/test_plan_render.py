@@ -55,7 +55,7 @@ def test_markdown_warns_when_a_plan_cannot_be_applied():
 
 def test_markdown_shows_what_a_create_sets_but_not_the_system_pool_blob():
     (comment,) = output.markdown([plan_edit("h200", live={})])
-    assert "**Plan: 19 to create, 0 to update, 0 to replace, 0 to delete.**" in comment
+    assert "**Plan: 20 to create, 0 to update, 0 to replace, 0 to delete.**" in comment
     assert "+ cluster/rl-h200\n    location: \"us-central1\"\n" in comment
     assert "system_pool" not in comment and "node_pool/default-pool" not in comment
 

@@ -65,13 +65,13 @@ def on_a_terminal(argv: list[str], answer: str, timeout: float = 180) -> tuple[i
 def test_on_a_terminal_apply_shows_the_plan_and_its_cost_then_asks_and_changes_nothing_unless_told(fake):
     code, asked, said = on_a_terminal(["apply", "h200", "--skip-doctor"], "no")
     assert code == 1 and "apply not confirmed; nothing was changed" in said
-    assert "Plan for environment h200: 19 to create" in asked and "+ node_pool/gpu-pool" in asked
+    assert "Plan for environment h200: 20 to create" in asked and "+ node_pool/gpu-pool" in asked
     assert "Cost at list prices" in asked and "+$169.61/h" in asked
     assert not fake.mutations() and not applied("h200")
 
     code, asked, said = on_a_terminal(["apply", "h200", "--skip-doctor"], "h200")
     assert code == 0, said
-    assert "Apply complete for h200: 19 to create" in said and applied("h200")
+    assert "Apply complete for h200: 20 to create" in said and applied("h200")
 
 
 @pytest.mark.parametrize("verb", ["apply", "destroy"])
@@ -88,16 +88,16 @@ def test_a_saved_plan_is_applied_as_reviewed_without_asking(fake, tmp_path, caps
     saved = tmp_path / "h200.plan"
     assert cli.main(["plan", "h200", "--out", str(saved)]) == 0
     out, err = capsys.readouterr()
-    assert "Plan for environment h200: 19 to create" in out and f"saved to {saved}" in err
+    assert "Plan for environment h200: 20 to create" in out and f"saved to {saved}" in err
     assert not fake.mutations()
     document = json.loads(saved.read_text())
     assert document["format"] == "rlops-plan/1" and document["environment"] == "h200"
     assert len(document["spec_sha256"]) == len(document["live_sha256"]) == 64
-    assert document["plan"]["summary"]["create"] == 19 and document["text"] == out
+    assert document["plan"]["summary"]["create"] == 20 and document["text"] == out
     assert "hf_Planted" not in saved.read_text()  # a plan file holds no secret value
 
     assert cli.main(["apply", "h200", "--plan", str(saved)]) == 0  # off a terminal, no --yes: the plan was reviewed
-    assert applied("h200") and "Apply complete for h200: 19 to create" in capsys.readouterr().out
+    assert applied("h200") and "Apply complete for h200: 20 to create" in capsys.readouterr().out
 
 
 def test_a_saved_plan_is_refused_once_the_spec_moved(fake, specs, tmp_path, capsys):
