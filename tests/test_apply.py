@@ -324,7 +324,7 @@ def test_every_write_path_of_a_seed_is_a_request_google_accepts(fake, specs, cap
     assert any(r.method == "DELETE" and "/nodePools/" in r.path for r in fake.mutations())
 
 
-def test_the_image_cache_is_created_with_its_reader_shared_kept_on_destroy_and_streaming_follows_the_spec(
+def test_the_image_cache_is_created_with_its_reader_kept_while_shared_and_streaming_follows_the_spec(
         fake, specs, capsys):
     assert run("apply", "--yes", "h200") == 0
     name = "projects/rlops-h200-example/locations/us-central1/repositories/rlops-nvcr-io"
@@ -337,8 +337,18 @@ def test_the_image_cache_is_created_with_its_reader_shared_kept_on_destroy_and_s
     assert fake.resources("node_pool")["gpu-pool"]["config"]["gcfsConfig"] == {"enabled": True}
     assert run("plan", "h200", "--detailed-exitcode") == 0
 
-    # Another environment of the project and region uses the same cache: h200's destroy leaves it.
+    # Another environment of the project and region uses the same cache: h200 turning it off, or its destroy,
+    # leaves it.
     (specs / "h200-two.yaml").write_text((specs / "h200.yaml").read_text().replace("rl-", "two-"))
+    with_cache = (specs / "h200.yaml").read_text()
+    (specs / "h200.yaml").write_text(with_cache.replace("ray:\n", "ray:\n  image_cache: false\n", 1))
+    capsys.readouterr()
+    assert run("apply", "--yes", "h200") == 0
+    assert "kept: remote_repository/rlops-nvcr-io (the image cache of h200-two too)" in capsys.readouterr().out
+    assert name in fake.artifact_registry.repositories
+    assert not fake.resources("node_pool")["gpu-pool"]["config"]["gcfsConfig"].get("enabled")  # proto3 omits false
+    (specs / "h200.yaml").write_text(with_cache)
+    assert run("apply", "--yes", "h200") == 0
     capsys.readouterr()
     assert run("destroy", "h200", "--yes") == 0
     assert "kept: remote_repository/rlops-nvcr-io (the image cache of h200-two too)" in capsys.readouterr().out

@@ -40,6 +40,7 @@ def text(plan: Plan) -> str:
     out = [f"Plan for environment {plan.environment}: {plan.summary()}."]
     for error in plan.errors:
         out.append(f"error: {error}")
+    out += plan.kept
     if plan.destructive:
         out.append("")
         out.append("DESTRUCTIVE changes:")
@@ -111,6 +112,7 @@ def as_json(plans: list[Plan]) -> str:
         "environment": plan.environment,
         "summary": {a.value: plan.count(a) for a in Action if a != Action.NOOP},
         "errors": plan.errors,
+        "kept": plan.kept,
         "cluster_objects": [change.summary() for change in plan.cluster_objects],
         "cost": _cost_json(plan.cost),
         "changes": [{
@@ -140,6 +142,8 @@ def _markdown_header(plan: Plan) -> list[str]:
         lines += ["> [!CAUTION]", "> **Destructive changes**"]
         lines += _first([f"> - **{c.action.value}** `{c.key}`: {c.reason}" for c in plan.destructive],
                         "destructive changes") + [""]
+    if plan.kept:
+        lines += [f"- {line}" for line in plan.kept] + [""]
     from rlops.kube.sync import restarts_pods
 
     restarting = [c for c in plan.cluster_objects if restarts_pods(c)]

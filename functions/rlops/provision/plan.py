@@ -64,6 +64,8 @@ class Plan:
     cluster_objects: list[ObjectChange] = field(default_factory=list)
     # What it adds and removes an hour (`pricing.PlanCost`, set by whoever knows the spec), None until priced.
     cost: object = None
+    # Deletions left out, each with why (data kept, an image cache another environment uses).
+    kept: list[str] = field(default_factory=list)
 
     def count(self, action: Action) -> int:
         return sum(1 for c in self.changes if c.action == action)

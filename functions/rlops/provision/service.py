@@ -11,7 +11,7 @@ from rlops.cloud import git
 from rlops.cloud.base import Connection, Target
 from rlops.errors import Failure
 from rlops.provision import engine, pricing, resources
-from rlops.provision.plan import Plan, build_plan, data_loss_refusals
+from rlops.provision.plan import Action, Plan, build_plan, data_loss_refusals
 from rlops.resource_shapes import Live, Resource
 from rlops import environments
 from rlops.spec import images
@@ -70,7 +70,7 @@ def plan_live(envs: list[CloudEnvironment], connection: Connection, bucket_of: C
     with ThreadPoolExecutor(max_workers=max(1, len(envs)), thread_name_prefix="plan") as pool:
         spaces = list(pool.map(lambda env: workspace(env, connection, bucket_of(env)), envs))
         live = engine.read_live(spaces)
-        plans = [build_plan(space.name, space.desired, live[space.name]) for space in spaces]
+        plans = [apply_plan(env, live[env.name]) for env in envs]
         for plan, env in zip(plans, envs):
             plan.cost = pricing.plan_cost(plan, env.spec)
         if with_cluster_objects:
@@ -124,7 +124,7 @@ def plan_offline(env: CloudEnvironment, base: CloudEnvironment | None) -> Plan:
     from rlops.kube import render, sync
 
     live = {} if base is None else {r.key: Live(r.desired, True, r.depends_on) for r in base.desired}
-    plan = build_plan(env.name, env.desired, live)
+    plan = apply_plan(env, live)
     facts = render.LiveFacts(render.UNKNOWN_LUSTRE_IP)
     plan.cluster_objects = sync.plan_between(
         [] if base is None else render.objects(base.name, base.spec, facts), render.objects(env.name, env.spec, facts))
@@ -135,7 +135,7 @@ def plan_offline(env: CloudEnvironment, base: CloudEnvironment | None) -> Plan:
 def plan_for_review(env: CloudEnvironment, connection: Connection, bucket) -> tuple[Plan, dict[str, Live]]:
     """A live plan with the live state it read: what `rlops plan --out` saves (`saved.SavedPlan`)."""
     live = read_one(env, connection, bucket)
-    plan = build_plan(env.name, env.desired, live)
+    plan = apply_plan(env, live)
     plan.cluster_objects = cluster_changes(env, live, connection, False)
     plan.cost = pricing.plan_cost(plan, env.spec)
     return plan, live
@@ -153,25 +153,36 @@ def base_environment(path: Path, revision: str) -> CloudEnvironment | None:
     return CloudEnvironment(path.stem, loaded.environment)
 
 
-def destroy_plan(env: CloudEnvironment, live: dict[str, Live], delete_data: bool) -> tuple[Plan, list[str]]:
-    """Everything rlops owns, deleted; a Lustre instance (and what it stands on) kept unless both say delete."""
+def apply_plan(env: CloudEnvironment, live: dict[str, Live]) -> Plan:
+    """What an apply of the spec would change in `live`; an image cache another environment still uses stays when
+    this spec stops using it (`ray.image_cache: false`)."""
+    plan = build_plan(env.name, env.desired, live)
+    _keep_shared_caches(env, plan)
+    return plan
+
+
+def destroy_plan(env: CloudEnvironment, live: dict[str, Live], delete_data: bool) -> Plan:
+    """Everything rlops owns, deleted; a Lustre instance (and what it stands on) kept unless both say delete, and an
+    image cache another environment uses."""
     plan = build_plan(env.name, [], live)
     for change in plan.changes:
         change.reason = "destroy"
-    notes = []
     if env.spec.lustre.deletion_policy != "delete" or not delete_data:
         keep = _with_dependencies([c.key for c in plan.changes if c.kind == "lustre_instance"], live)
         if keep:
             plan.changes = [c for c in plan.changes if c.key not in keep]
             why = ("lustre.deletion_policy is retain" if env.spec.lustre.deletion_policy != "delete"
                    else "--delete-data was not given")
-            notes.append(f"kept, with its data: {', '.join(sorted(keep))} ({why})")
+            plan.kept.append(f"kept, with its data: {', '.join(sorted(keep))} ({why})")
+    _keep_shared_caches(env, plan)
+    return plan
+
+
+def _keep_shared_caches(env: CloudEnvironment, plan: Plan) -> None:
     shared = _repositories_used_elsewhere(env)
-    kept = [c for c in plan.changes if c.key in shared]
-    if kept:
-        plan.changes = [c for c in plan.changes if c not in kept]
-        notes += [f"kept: {c.key} (the image cache of {', '.join(shared[c.key])} too)" for c in kept]
-    return plan, notes
+    kept = [c for c in plan.changes if c.key in shared and c.action == Action.DELETE]
+    plan.changes = [c for c in plan.changes if c not in kept]
+    plan.kept += [f"kept: {c.key} (the image cache of {', '.join(shared[c.key])} too)" for c in kept]
 
 
 def _repositories_used_elsewhere(env: CloudEnvironment) -> dict[str, list[str]]:
@@ -255,11 +266,12 @@ class Session:
             live = engine.read_live([space])[self.env.name]
             runner = engine.Runner(space, self.report, on_step=lambda step: lock.ensure_held())
             if operation == "destroy":
-                plan, notes = destroy_plan(self.env, live, delete_data)
-                for note in notes:
-                    self.report(note)
+                plan = destroy_plan(self.env, live, delete_data)
             else:
-                plan = build_plan(self.env.name, space.desired, live)
+                plan = apply_plan(self.env, live)
+            if not plan.has_changes:  # otherwise the plan shown for confirmation says what is kept
+                for note in plan.kept:
+                    self.report(note)
             refusals = plan.errors + data_loss_refusals(plan, self.env.spec.lustre.deletion_policy, delete_data)
             if refusals:
                 raise Refused("; ".join(refusals))
@@ -322,7 +334,7 @@ def dry_run(env: CloudEnvironment, live: dict[str, Live] | None) -> list[str]:
 
     transcript: list[str] = []
     space = workspace(env, Connection(), None, adapters=recording_adapters(target_of(env.name, env.spec), transcript))
-    plan = build_plan(env.name, space.desired, live or {})
+    plan = apply_plan(env, live or {})
     if plan.errors:
         raise Refused("; ".join(plan.errors))
     # The apply path itself, one step at a time so that the transcript's order is the plan's, not the threads'.
