@@ -111,7 +111,7 @@ def test_a_simulated_week_through_the_real_paths_costs_what_was_worked_out_by_ha
     assert [w["seconds"] for w in report["wakes"]] == [300.0] and report["reaps"] == [T0 + 7080, T0 + 25_200]
 
     text = costing.text(report)
-    assert "2 scale-downs, 1 wakes (median 300s to the first GPU node)" in text
+    assert "2 scale-downs, 1 wakes (median 300s until the GPU nodes joined)" in text
     assert next(line for line in text.splitlines() if line.startswith("b ")).split()[2:4] == ["6.22", "0.67"]
     assert week.site.bucket and costing.timeline(report, week.tmp / "cost.png").read_bytes().startswith(b"\x89PNG")
 

@@ -89,9 +89,11 @@ def _durations(state: PoolStatus, at: float) -> dict[str, float]:
     return {phase: end - start for phase, start, end in state.wake_of(at).phases}
 
 
-# The fakes' timings from the pods' creation at the wake: a node's boot 120 s, Ready 45 s later, the pod scheduled
-# 1 s after that, a 420 s pull (30 s streamed), the container 20 s after the pull, Ray's node 9 s after that.
-UNCACHED = {"resize": RESIZE, "boot": 120 - RESIZE, "node-ready": 45, "scheduling": 1, "image-pull": 420,
+# The fakes' timings from the pods' creation at the wake: a node's boot 120 s (the second of the pool's two 40 s
+# later), Ready 45 s later, the pod scheduled 1 s after that, a 420 s pull (30 s streamed), the container 20 s after
+# the pull, Ray's node 9 s after that. Each phase ends when the slower node is through it.
+SPREAD = 40.0
+UNCACHED = {"resize": RESIZE, "boot": 120 + SPREAD - RESIZE, "node-ready": 45, "scheduling": 1, "image-pull": 420,
             "container-start": 20, "ray-join": 9, "first-step": 85}
 
 
@@ -99,6 +101,7 @@ def test_a_wake_on_the_fake_gke_is_measured_phase_by_phase_in_the_record_status_
                                                                                                tmp_path):
     w = woken
     _streaming(w, False)  # today's wake: the image pulled whole from its registry
+    w.kube.scheduling.timings.node_spread = SPREAD
     _reaped(w, T0)
     state, _ = w.site.pool.read()
     assert reap.timeout(w.site, state, [], w.clock())[1].endswith("no wake measured yet: 600s assumed")
@@ -106,7 +109,8 @@ def test_a_wake_on_the_fake_gke_is_measured_phase_by_phase_in_the_record_status_
     wake = T0 + 2000
     w.clock.now = wake
     w.ray.script("rlops.h200.a.1", 600, [(700, 1)], 5000)
-    w.ray.node_starts = [wake + 615]  # the Ray container started at +606; its raylet joined at +615
+    # The Ray containers started at +606 and +646; their raylets joined at +615 and +655.
+    w.ray.node_starts = [wake + 615, wake + 655]
     _train(w, "a")
     assert w.clock() >= wake + RESIZE  # the wake waited for the resize, on the simulated clock
 
@@ -115,32 +119,32 @@ def test_a_wake_on_the_fake_gke_is_measured_phase_by_phase_in_the_record_status_
     state, _ = w.site.pool.read()
     assert list(_durations(state, wake)) == ["resize", "boot", "node-ready", "scheduling"]
     assert cli.main(["status", "h200"]) == 0
-    assert "GPU pool waking for 5 min 00 s: image-pull for 2 min 14 s so far (resize 1 min 30 s, boot 30 s, " \
+    assert "GPU pool waking for 5 min 00 s: image-pull for 1 min 34 s so far (resize 1 min 30 s, boot 1 min 10 s, " \
            "node-ready 45 s, scheduling 1 s)" in capsys.readouterr().out
 
-    _first_step(w, "a", wake + 700)
-    w.clock.now = wake + 720
+    _first_step(w, "a", wake + 740)
+    w.clock.now = wake + 760
     reap.reap(w.site)
     state, _ = w.site.pool.read()
     assert _durations(state, wake) == pytest.approx(UNCACHED) and state.wake_of(wake).done
-    assert state.ready == ((wake, wake + 615),)
+    assert state.ready == ((wake, wake + 655),)  # the last of the two nodes
     pulled = [e for e in w.kube.objects.values() if e.get("kind") == "Event" and e["reason"] == "Pulled"]
     assert pulled[0]["message"].startswith('Successfully pulled image "') and \
         pulled[0]["message"].endswith(" in 7m0s (7m0s including waiting). Image size: 21000000000 bytes.")
 
     record, _ = w.site.records.get("a")
     page = report.write(tmp_path / "report", record.to_json(), {}, [], state.to_json()).markdown.read_text()
-    assert "- the GPU pool woke for attempt 1 in 11m40s: resize 1m30s, boot 30s, node-ready 45s, scheduling 1s, " \
+    assert "- the GPU pool woke for attempt 1 in 12m20s: resize 1m30s, boot 1m10s, node-ready 45s, scheduling 1s, " \
            "image-pull 7m00s, container-start 20s, ray-join 9s, first-step 1m25s" in page
 
-    cost = costing.gather(w.site, since=T0, until=wake + 720)
+    cost = costing.gather(w.site, since=T0, until=wake + 760)
     (pool,) = cost["pools"]
     gpu_hours = lambda seconds: seconds * 2 * 8 / 3600  # noqa: E731 - two 8-GPU nodes
-    # Waking ends when the first GPU node joined Ray (+615): every phase before it, first-step not.
+    # Waking ends when the last GPU node joined Ray (+655): every phase before it, first-step not.
     assert pool["waking_gpu_hours_by_phase"] == pytest.approx(
         {phase: gpu_hours(seconds) for phase, seconds in UNCACHED.items() if phase != "first-step"})
-    assert pool["gpu_hours"]["waking"] == pytest.approx(gpu_hours(615))
-    assert "gpu-pool waking GPU-h by phase: resize 0.40, boot 0.13, node-ready 0.20, scheduling 0.00, " \
+    assert pool["gpu_hours"]["waking"] == pytest.approx(gpu_hours(655))
+    assert "gpu-pool waking GPU-h by phase: resize 0.40, boot 0.31, node-ready 0.20, scheduling 0.00, " \
            "image-pull 1.87, container-start 0.09, ray-join 0.04" in costing.text(cost)
     assert cost["wakes"][0]["phases"][0] == ["resize", wake, wake + RESIZE]
 
@@ -156,7 +160,7 @@ def test_auto_moves_from_the_assumed_wake_to_the_median_of_measured_ones_and_str
     wake = T0 + 2000
     w.clock.now = wake
     w.ray.script("rlops.h200.b.1", 300, [(400, 1)], 5000)
-    w.ray.node_starts = [wake + 225]  # streamed: the container started at +216
+    w.ray.node_starts = [wake + 225] * 2  # streamed: the containers started at +216
     _train(w, "b")
     _first_step(w, "b", wake + 400)
     w.clock.now = wake + 420
@@ -180,16 +184,29 @@ def test_the_phases_are_read_from_what_kubernetes_and_gke_report():
             "status": {"conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": stamp(45)}]}}
     pulled = {"reason": "Pulled", "involvedObject": {"name": "w"}, "firstTimestamp": stamp(110),
               "message": 'Successfully pulled image "x" in 58.5s (1m0.1s including waiting). Image size: 9 bytes.'}
-    phases = waiting.gke_phases(at, [(at + 1, at + 20), (at - 900, at - 800)], [node], [pod, old], [pulled])
+    phases = waiting.gke_phases(at, 1, [(at + 1, at + 20), (at - 900, at - 800)], [node], [pod, old], [pulled])
     assert [(p, a - at, b - at) for p, a, b in phases] == [
         ("resize", 1, 20), ("boot", 20, 30), ("node-ready", 30, 45), ("scheduling", 45, 50),
         ("image-pull", 51.5, 110), ("container-start", 110, 120)]
     # A pod not scheduled yet: the chain stops at the node; an image already present: no pull phase.
-    assert [p for p, _, _ in waiting.gke_phases(at, [], [node], [old], [])] == ["boot", "node-ready"]
+    assert [p for p, _, _ in waiting.gke_phases(at, 1, [], [node], [old], [])] == ["boot", "node-ready"]
+    # Two workers: a phase ends when the slower is through it, and is not over while one has not got there.
+    later = json.loads(json.dumps(pod).replace(stamp(50), stamp(70)).replace(stamp(120), stamp(200)))
+    later["metadata"]["name"] = "w2"
+    slower_pull = {**pulled, "involvedObject": {"name": "w2"}, "firstTimestamp": stamp(190)}
+    second = {"metadata": {"creationTimestamp": stamp(60)}, "status": {"conditions": [
+        {"type": "Ready", "status": "True", "lastTransitionTime": stamp(66)}]}}
+    both = waiting.gke_phases(at, 2, [(at + 1, at + 20)], [node, second], [pod, later], [pulled, slower_pull])
+    assert [(p, a - at, b - at) for p, a, b in both] == [
+        ("resize", 1, 20), ("boot", 20, 60), ("node-ready", 60, 66), ("scheduling", 66, 70),
+        ("image-pull", 131.5, 190), ("container-start", 190, 200)]
+    assert [p for p, _, _ in waiting.gke_phases(at, 2, [(at + 1, at + 20)], [node], [pod], [pulled])] == ["resize"]
     assert waiting.go_duration("1h0m2.5s") == 3602.5 and waiting.go_duration("350ms") == pytest.approx(0.35)
     with pytest.raises(ValueError):
         waiting.go_duration("5 minutes")
-    assert waiting.local_phases(at, [at - 50, at + 3]) == [("worker-start", at, at + 3)]
+    assert waiting.local_phases(at, 1, [at - 50, at + 3]) == [("worker-start", at, at + 3)]
+    assert waiting.local_phases(at, 2, [at + 3, at - 50, at + 8]) == [("worker-start", at, at + 8)]
+    assert waiting.local_phases(at, 2, [at - 50, at + 3]) == []
 
 
 def test_a_version_1_pool_record_reads_with_no_wakes_and_a_newer_one_is_refused():
@@ -219,7 +236,7 @@ def test_a_local_wake_is_measured_from_its_worker_process_ray_and_the_watchers_f
     scale = lambda down: None if down else starts.append(clock() + 4)  # noqa: E731 - the process starts 4 s later
     site = Site("local", env, endpoints, ray, bucket, lambda event: None, scale,
                 lambda scaled_down: waiting.on_local(ray.nodes(), scaled_down), str(tmp_path), {"gpu_pool": 1},
-                checkpoints_here=True, wake_phases=lambda at: waiting.local_phases(at, starts))
+                checkpoints_here=True, wake_phases=lambda at: waiting.local_phases(at, 1, starts))
     simulated = SimpleNamespace(time=clock, sleep=lambda seconds: None)
     for module in (reap, watch, train, run_records):
         monkeypatch.setattr(module, "time", simulated)

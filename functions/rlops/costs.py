@@ -9,7 +9,7 @@ Ray's end time). Over a window:
 
 - up: the pool has its nodes (billed); reaped: scaled down (not billed, unless a reservation);
 - used: some attempt is running (shared evenly between the runs running at once);
-- waking: from a wake until its first GPU node joined Ray (node start, image pull, Ray join: billed,
+- waking: from a wake until its last GPU node joined Ray (node start, image pull, Ray join: billed,
   nothing runs; charged to the run that asked), or until the first attempt after it started where
   the join was not seen; split by the wake's measured phases where known (each phase's span up to its end,
   the rest "unmeasured");
@@ -123,7 +123,7 @@ def account(transitions: list[tuple[float, str]], attempts: list[Running], since
             ready: dict[float, float] | None = None,
             phases: dict[float, tuple[tuple[str, float, float], ...]] | None = None) -> Account:
     """Up, used, waking, idle and reaped seconds of the pool over [since, until], and each run's share. A wake lasts
-    until its first GPU node joined Ray (`ready`, by wake time) where that is known, else until the first attempt
+    until its last GPU node joined Ray (`ready`, by wake time) where that is known, else until the first attempt
     after it started; its time is split by its measured `phases` (by wake time: (phase, start, end))."""
     result = Account(since, until, min((at for at, _ in transitions), default=None))
     up = [span for a, b in up_intervals(transitions, until) if (span := _clip(a, b, since, until))]

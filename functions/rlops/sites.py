@@ -130,7 +130,7 @@ def open_site(name: str, env: LocalEnvironment | GcpEnvironment, endpoints: Endp
         ray, project = RayJobs(stack.dashboard_url()), LOCAL_PROJECT
         scale = lambda down: stack.stop_pool() if down else stack.start_pool()  # noqa: E731
         waiting = lambda scaled_down: workers_waiting.on_local(ray.nodes(), scaled_down, stack.joining())  # noqa: E731
-        phases = lambda at: workers_waiting.local_phases(at, stack.pool_starts())  # noqa: E731
+        phases = lambda at: workers_waiting.local_phases(at, env.woken_workers, stack.pool_starts())  # noqa: E731
         publish = _publisher(project, endpoints, emulated=True)
     else:
         gke = GkeCluster(name, env, endpoints)
@@ -258,7 +258,7 @@ class GkeCluster:
                                          workers_waiting.NODE_TYPE_LABEL: "worker"}, env.ray.namespace)
         events = api.list_labelled("Event", {}, env.ray.namespace, fields={"involvedObject.kind": "Pod"})
         resizes = self.node_pools.resizes(pools) if "node-pools" in env.idle.scale_down else []
-        return workers_waiting.gke_phases(at, resizes, nodes, pods, events)
+        return workers_waiting.gke_phases(at, env.woken_workers, resizes, nodes, pods, events)
 
 
 GKE_NODEPOOL_LABEL = "cloud.google.com/gke-nodepool"  # on every GKE node: its node pool

@@ -128,8 +128,8 @@ def _in_init(pod: dict, container: str) -> bool:
                for s in (pod.get("status") or {}).get("initContainerStatuses", []))
 
 
-# The phases of a wake, in the order a wake goes through them, each ending when the first GPU node or worker pod
-# is through it (as the first one joining Ray ends the wake's billing: rlops.costs). On GKE: the node pools'
+# The phases of a wake, in the order a wake goes through them, each ending when the last GPU node or worker pod the
+# wake brings back is through it (as the last one joining Ray ends the wake's billing: rlops.costs). On GKE: the node pools'
 # resize operation (start to end), the VM's boot (to its Node object's creationTimestamp), the node's Ready
 # condition, the worker pod's PodScheduled condition, the image pull (the kubelet's `Pulled` event, its start
 # that event less the pull's own duration in its message), the container's start (state.running.startedAt);
@@ -158,35 +158,48 @@ def rfc3339(text: str | None) -> float | None:
     return None if not text else datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
 
 
-def gke_phases(at: float, resizes: list[tuple[float, float | None]], nodes: list[dict], pods: list[dict],
+def gke_phases(at: float, wanted: int, resizes: list[tuple[float, float | None]], nodes: list[dict], pods: list[dict],
                events: list[dict]) -> list[tuple[str, float, float]]:
     """A GKE wake at `at` phase by phase, as far as it got: (phase, start, end) of GKE_PHASES.
 
-    `resizes`: the GPU node pools' resize operations (start, end or None while running); `nodes`: the GPU pools'
-    Node objects; `pods`: the RayCluster's worker pods; `events`: the events about them. Only what started at or
-    after the wake counts (timestamps are whole seconds: a second's grace)."""
+    A phase ends when the last of the `wanted` workers the wake brings back has passed it: Ray's job waits for all
+    its GPUs (NeMo RL's virtual cluster counts them), so the slowest node is the wake's length. `resizes`: the GPU
+    node pools' resize operations (start, end or None while running); `nodes`: the GPU pools' Node objects; `pods`:
+    the RayCluster's worker pods; `events`: the events about them. Only what started at or after the wake counts
+    (timestamps are whole seconds: a second's grace)."""
     after = lambda t: t is not None and t >= at - 1  # noqa: E731
+    wanted = max(1, wanted)
     mine = [pod for pod in pods if after(rfc3339(pod["metadata"].get("creationTimestamp")))]
     names = {pod["metadata"]["name"] for pod in mine}
-    pulls = []
+    pulls: dict[str, list[tuple[float, float]]] = {}
     for event in events:
         found = _PULLED.search(event.get("message") or "") if event.get("reason") == "Pulled" else None
         end = rfc3339(event.get("firstTimestamp") or event.get("eventTime"))
-        if found and event.get("involvedObject", {}).get("name") in names and after(end):
-            pulls.append((end - go_duration(found.group(1)), end))
-    first = lambda times: min((t for t in times if after(t)), default=None)  # noqa: E731
+        pod = event.get("involvedObject", {}).get("name")
+        if found and pod in names and after(end):
+            pulls.setdefault(pod, []).append((end - go_duration(found.group(1)), end))
+
+    def last(times) -> float | None:
+        """When the `wanted`-th worker got there; None while fewer have."""
+        reached = sorted(t for t in times if after(t))
+        return reached[wanted - 1] if len(reached) >= wanted else None
+
+    mine_resized = [(start, end) for start, end in resizes if after(start)]
     ends = {
-        "resize": first(end for start, end in resizes if after(start)),
-        "boot": first(rfc3339(node["metadata"].get("creationTimestamp")) for node in nodes),
-        "node-ready": first(rfc3339(c.get("lastTransitionTime")) for node in nodes
-                            for c in (node.get("status") or {}).get("conditions", [])
-                            if c.get("type") == "Ready" and c.get("status") == "True"),
-        "scheduling": first(_condition(pod, "PodScheduled") for pod in mine),
-        "image-pull": min((end for _, end in pulls), default=None),
-        "container-start": first(_started(pod) for pod in mine),
+        "resize": max((end for _, end in mine_resized), default=None)
+        if mine_resized and all(end is not None for _, end in mine_resized) else None,
+        "boot": last(rfc3339(node["metadata"].get("creationTimestamp")) for node in nodes),
+        "node-ready": last(rfc3339(c.get("lastTransitionTime")) for node in nodes
+                           for c in (node.get("status") or {}).get("conditions", [])
+                           if c.get("type") == "Ready" and c.get("status") == "True"),
+        "scheduling": last(_condition(pod, "PodScheduled") for pod in mine),
+        "image-pull": last(max(end for _, end in pulled) for pulled in pulls.values()),
+        "container-start": last(_started(pod) for pod in mine),
     }
-    starts = {"resize": first(start for start, _ in resizes),
-              "image-pull": min((start for start, _ in pulls), default=None)}
+    # The slowest pod's pull: from its own start (the pull's duration in the kubelet's message) to its end.
+    slowest_pull = next((min(start for start, _ in pulled) for pulled in pulls.values()
+                         if max(end for _, end in pulled) == ends["image-pull"]), None)
+    starts = {"resize": min((start for start, _ in mine_resized), default=None), "image-pull": slowest_pull}
     return chain(at, [(phase, starts.get(phase), ends[phase]) for phase in GKE_PHASES])
 
 
@@ -205,9 +218,10 @@ def chain(at: float, milestones: list[tuple[str, float | None, float | None]]) -
     return phases
 
 
-def local_phases(at: float, worker_starts: list[float]) -> list[tuple[str, float, float]]:
-    """A local wake: the first GPU-pool worker process started after it."""
-    return chain(at, [("worker-start", None, min((t for t in worker_starts if t >= at - 1), default=None))])
+def local_phases(at: float, wanted: int, worker_starts: list[float]) -> list[tuple[str, float, float]]:
+    """A local wake: until the last of its `wanted` GPU-pool worker processes started after it."""
+    started, wanted = sorted(t for t in worker_starts if t >= at - 1), max(1, wanted)
+    return chain(at, [("worker-start", None, started[wanted - 1] if len(started) >= wanted else None)])
 
 
 def wake_line(at: float, phases: list[tuple[str, float, float]], now: float, order: tuple[str, ...]) -> str:

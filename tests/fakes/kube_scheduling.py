@@ -49,6 +49,9 @@ class Timings:
     start 20 s."""
 
     boot: float = 120.0
+    # Each further node of a resize boots this much after the one before: GKE creates them together, but they do
+    # not come up together.
+    node_spread: float = 0.0
     node_ready: float = 45.0
     scheduling: float = 1.0
     pull: dict[bool, float] = field(default_factory=lambda: {False: 420.0, True: 30.0})  # by image streaming
@@ -93,18 +96,18 @@ class Scheduling:
                 pod["spec"]["nodeName"] = "gke-system-node-0"
                 pod["status"] = _running()
             elif key in nodes and self.timings is not None:
-                self._come_up(objects, key, pod, nodes[key], len(nodes))
+                self._come_up(objects, key, pod, nodes[key], len(nodes), placed.index(key))
             elif key in nodes:
                 pod["spec"]["nodeName"] = nodes[key]
                 pod["status"] = _initializing() if nodes[key] in self.installer_missing else _running()
             else:
                 self._unschedulable(objects, key, pod, len(nodes) + 1)
 
-    def _come_up(self, objects: dict, key: tuple, pod: dict, node: str, node_count: int) -> None:
-        """A worker pod on its way up, by `timings`, from its creation: its node, then itself."""
+    def _come_up(self, objects: dict, key: tuple, pod: dict, node: str, node_count: int, index: int) -> None:
+        """A worker pod on its way up, by `timings`, from its creation: its node (the `index`-th), then itself."""
         t, pool = self.timings, pod["metadata"]["labels"][GROUP_LABEL]
         created = _epoch(pod["metadata"]["creationTimestamp"])
-        booted = created + t.boot
+        booted = created + t.boot + index * t.node_spread
         ready = booted + t.node_ready
         scheduled = ready + t.scheduling
         image = next(c["image"] for c in pod["spec"]["containers"] if c["name"] == "ray-worker")

@@ -109,14 +109,16 @@ def timeout(site: Site, state: PoolStatus, mine: list[JobView], now: float) -> t
 
 
 def _note_ready(site: Site, state: PoolStatus, generation: int) -> tuple[PoolStatus, int]:
-    """When the first GPU node joined Ray after each wake that has no such time yet (Ray's node table keeps its
-    start time, so a late or repeated tick finds the same one)."""
+    """When the last GPU node the wake brings back joined Ray, for each wake that has no such time yet (Ray's node
+    table keeps its start time, so a late or repeated tick finds the same one)."""
     waiting = state.wakes_waiting()
     if not waiting:
         return state, generation
     starts = sorted(node["start_time_ms"] / 1000 for node in site.ray.nodes()
                     if not node.get("is_head_node") and node.get("start_time_ms"))
-    found = [(at, ready) for at in waiting if (ready := next((t for t in starts if t >= at), None)) is not None]
+    wanted = max(1, site.env.woken_workers)
+    joined = {at: [t for t in starts if t >= at] for at in waiting}
+    found = [(at, joined[at][wanted - 1]) for at in waiting if len(joined[at]) >= wanted]
     if not found:
         return state, generation
     noted = replace(state, ready=(*state.ready, *found)[-WAKES_KEPT:])

@@ -171,7 +171,7 @@ def text(report: dict, markdown: bool = False) -> str:
     head = [f"{report['environment']}: {window(report['since'], report['until'], report['known_from'])}; list "
             f"prices as of {report['prices_as_of']}",
             f"{len(report['reaps'])} scale-downs, {len(report['wakes'])} wakes"
-            + (f" (median {sorted(wakes)[len(wakes) // 2]:.0f}s to the first GPU node)" if wakes else "")]
+            + (f" (median {sorted(wakes)[len(wakes) // 2]:.0f}s until the GPU nodes joined)" if wakes else "")]
     rest = [f"{pool['pool']} waking GPU-h by phase: "
             + ", ".join(f"{phase} {hours:.2f}" for phase, hours in pool["waking_gpu_hours_by_phase"].items())
             for pool in report["pools"] if pool["waking_gpu_hours_by_phase"]]

@@ -549,6 +549,11 @@ class GcpEnvironment(_Environment):
         return [pool for pool in self.gpu_pools if not pool.reservation or self.idle.scale_reserved]
 
     @property
+    def woken_workers(self) -> int:
+        """The Ray GPU workers a wake brings back: its wake is over when the last of them has joined."""
+        return sum(pool.ray_worker_replicas for pool in self.reapable_pools)
+
+    @property
     def pulled_image(self) -> str:
         """The Ray pods' image: through the region's remote repository of its registry with `ray.image_cache`."""
         return images.cached(self.ray.image, self.project.id, self.region) if self.ray.image_cache else self.ray.image
@@ -572,6 +577,10 @@ class GcpEnvironment(_Environment):
 class LocalEnvironment(_Environment):
     provider: Literal["local"] = Field(description="local: a Ray cluster, emulators and the functions on this machine.")
     local: LocalSection = Field(LocalSection(), description="The local stack: where /lustre is, the GPU-pool workers.")
+
+    @property
+    def woken_workers(self) -> int:
+        return self.local.gpu_pool.workers
 
 
 EnvironmentSpec = Annotated[Union[GcpEnvironment, LocalEnvironment], Field(discriminator="provider")]

@@ -37,7 +37,7 @@ class PoolStatus:
     # [time, "up" | "down"] as the reaper's first look, its scale-downs and the wakes wrote them, in the same
     # conditional write as the state they changed: each once, whatever ticks repeat or go missing (rlops cost).
     transitions: tuple[tuple[float, str], ...] = ()
-    # [wake time, when its first GPU node joined Ray (Ray's node table)]: what each wake cost (idle.timeout auto).
+    # [wake time, when its last GPU node joined Ray (Ray's node table)]: what each wake cost (idle.timeout auto).
     ready: tuple[tuple[float, float], ...] = ()
     wakes: tuple[Wake, ...] = ()
 
@@ -59,7 +59,7 @@ class PoolStatus:
                 if what == "up" and before[1] == "down"]
 
     def wakes_waiting(self) -> list[float]:
-        """Wakes whose first GPU node has not been seen joining yet."""
+        """Wakes whose GPU nodes have not all been seen joining yet."""
         known = {at for at, _ in self.ready}
         return [at for at in self.wake_times() if at not in known]
 
