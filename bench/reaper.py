@@ -21,7 +21,9 @@ Policies:
 Then `auto` again with the wake today's image pull gives and with the one the image cache gives (image streaming
 from an Artifact Registry remote repository: issue 37), both from the fake cluster's timings
 (tests/fakes/kube_scheduling.py `Timings`, the ones tests/test_wake_phases.py measures), its assumptions printed;
-the reaper learns the wake from the first one it measures (`wake_seconds`).
+the reaper assumes the machine-type default (`assumed_wake`: h200's A3 Ultra, its RDMA stack, the image pulled or
+streamed) until it has measured a wake, then the median of those it measured (`wake_seconds`). The offline
+optimum's own ratio is printed beside each: no timeout can do better than it.
 
 Usage: python bench/reaper.py [SEED]
 """
@@ -34,12 +36,13 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
 from fakes.kube_scheduling import Timings  # noqa: E402
-from rlops.reaper.policy import Picture, auto_timeout, decide, idle_gaps, wake_seconds  # noqa: E402
+from rlops.reaper.policy import Picture, assumed_wake, auto_timeout, decide, idle_gaps, wake_seconds  # noqa: E402
+from rlops.spec.load import load_or_raise  # noqa: E402
 
 WEEK = 7 * 24 * 3600
 GPUS = 2 * 8
 TICK = 60.0
-WAKE = 600.0  # the reaper's assumed wake cost for GPU nodes (policy.DEFAULT_WAKE_SECONDS), also the simulated one
+WAKE = 600.0  # the simulated wake of the policies' table, known to `auto` from the start
 GKE_UNNEEDED, GKE_REMOVAL = 600.0, 60.0
 
 
@@ -133,10 +136,13 @@ def auto(t: float, started, measured=()) -> float:
     return auto_timeout(WAKE, idle_gaps(busy, t))[0]
 
 
-def auto_learning(t: float, started, measured) -> float:
-    """`idle.timeout: auto` as the reaper runs it: the assumed wake until one is measured, then their median."""
-    busy = [(a, e if e <= t else None) for a, e in started]
-    return auto_timeout(wake_seconds(list(measured), "gcp")[0], idle_gaps(busy, t))[0]
+def auto_learning(assumed: tuple[float, str]):
+    """`idle.timeout: auto` as the reaper runs it: the machine's assumed wake (`assumed_wake`) until one is
+    measured, then their median."""
+    def timeout_at(t: float, started, measured) -> float:
+        busy = [(a, e if e <= t else None) for a, e in started]
+        return auto_timeout(wake_seconds(list(measured), assumed)[0], idle_gaps(busy, t))[0]
+    return timeout_at
 
 
 # The wake of the fake cluster's timings: the GPU node's boot and Ready, the pod's scheduling, the image pull, the
@@ -177,17 +183,23 @@ def main() -> None:
     for name, (vs_best, vs_gke, _) in figures.items():
         print(f"reaper-auto-vs-gke-default[{name}]: {vs_gke:.2f} (goal <= 0.5)")
     t, today, cached = Timings(), fake_wake(False), fake_wake(True)
+    h200 = load_or_raise(REPO / "environments" / "h200.yaml")
+    assumed = {"today": assumed_wake(h200.model_copy(update={"ray": h200.ray.model_copy(update={"image_cache": False})})),
+               "cached": assumed_wake(h200)}
     print(f"\nauto with the image cache: a wake of {cached:.0f}s against today's {today:.0f}s (the fake cluster's "
           f"timings: node boot {t.boot:.0f}s, Ready {t.node_ready:.0f}s, scheduling {t.scheduling:.0f}s, image pull "
           f"{t.pull[False]:.0f}s from nvcr.io or {t.pull[True]:.0f}s streamed from Artifact Registry, container start "
-          f"{t.container_start:.0f}s, Ray join {RAY_JOIN:.0f}s; the reaper assumes "
-          f"{wake_seconds([], 'gcp')[0]:.0f}s until it has measured one); idle + waking GPU-hours in a week")
+          f"{t.container_start:.0f}s, Ray join {RAY_JOIN:.0f}s); until it has measured one the reaper assumes h200's "
+          f"machine-type default, {assumed['today'][0]:.0f}s today and {assumed['cached'][0]:.0f}s with the cache "
+          f"({assumed['cached'][1]}); idle + waking GPU-hours in a week")
     cache_figures = {}
     for name, pattern in PATTERNS.items():
         runs = pattern(random.Random(seed))
-        hours = {label: rlops(runs, auto_learning, wake)[0] * GPUS / 3600
+        hours = {label: rlops(runs, auto_learning(assumed[label]), wake)[0] * GPUS / 3600
                  for label, wake in (("today", today), ("cached", cached))}
-        print(f"{name:>16}: today {hours['today']:.1f}, cached {hours['cached']:.1f}")
+        optimum = {wake: wake + sum(min(gap, wake) for gap in gaps_of(runs)) for wake in (today, cached)}
+        print(f"{name:>16}: today {hours['today']:.1f}, cached {hours['cached']:.1f}; the offline optimum's own "
+              f"ratio {optimum[cached] / optimum[today]:.2f} (gaps shorter than either wake cost the same with both)")
         cache_figures[name] = hours["cached"] / hours["today"]
     print(f"reaper-scale-downs-during-runs: {bad_total} (goal == 0)")
     for name, ratio in cache_figures.items():

@@ -158,9 +158,28 @@ def test_auto_is_break_even_until_a_gap_is_known_then_fits_the_gaps_within_a_wak
     assert policy.auto_timeout(600, [5000, 8000, 9000])[0] == 0  # every gap outlasts a wake: scale down at once
     chosen, why = policy.auto_timeout(600, [100, 120, 90, 7000])
     assert chosen == pytest.approx(150) and "fitted to the last 4 idle gaps" in why
-    assert policy.wake_seconds([], "gcp") == (600.0, "no wake measured yet: 600s assumed")
-    assert policy.wake_seconds([100, 400, 200, 900, 300, 10_000], "gcp")[0] == 400  # the median of the last five
+    assert policy.wake_seconds([], (645.0, "parts")) == (645.0, "no wake measured yet: 645s assumed (parts)")
+    assert policy.wake_seconds([100, 400, 200, 900, 300, 10_000], (645.0, "parts"))[0] == 400  # the last five's median
     assert policy.idle_gaps([(0, 100), (50, 200), (500, 600), (900, None)], now=1000) == [300, 300]
+
+
+def test_the_wake_assumed_before_one_is_measured_is_the_machines_and_the_image_caches():
+    """catalog.yaml's wake_assumed, summed per machine: its network stack, and whether the image streams."""
+    h200, a100, local = (load_or_raise(ENVIRONMENTS / f"{name}.yaml") for name in ("h200", "a100", "local"))
+    assumed = catalog.WAKE_ASSUMED
+    node, join = assumed.node_seconds, assumed.start_and_join_seconds
+    assert h200.ray.image_cache and h200.machine.transport.name == "rdma"
+    assert policy.assumed_wake(h200) == (node + 30 + 30 + join, "a3-ultragpu-8g: node start 165s, rdma network stack "
+                                         "30s, image streamed 30s, start and Ray join 30s")
+    uncached = h200.model_copy(update={"ray": h200.ray.model_copy(update={"image_cache": False})})
+    assert policy.assumed_wake(uncached)[0] == node + 30 + 420 + join
+    assert a100.machine.transport.name == "none"  # no installer to wait for
+    assert policy.assumed_wake(a100)[0] == node + assumed.image_pull_seconds[
+        "streamed" if a100.ray.image_cache else "registry"] + join
+    late = local.model_copy(update={"local": local.local.model_copy(update={
+        "gpu_pool": local.local.gpu_pool.model_copy(update={"join_delay": "90s"})})})
+    assert policy.assumed_wake(local)[0] == policy.LOCAL_WAKE_SECONDS
+    assert policy.assumed_wake(late) == (policy.LOCAL_WAKE_SECONDS + 90, "20s for a local worker + its 90s join_delay")
 
 
 def test_a_pool_on_a_reservation_is_not_scaled_down_unless_the_spec_asks():

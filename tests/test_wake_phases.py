@@ -1,7 +1,7 @@
 """Every wake measured phase by phase (issue 37, points 2 and 3): a reaped GPU pool woken on the fake GCP and the
 fake cluster, whose resize operation, nodes, pods and kubelet events come up on the fakes' timings under one
 simulated clock; each phase's duration checked in pool.json, `rlops status`, the run report and `rlops cost`,
-and `idle.timeout: auto` moving from the assumed wake to the measured median."""
+and `idle.timeout: auto` moving from the machine-type default to the measured median."""
 
 import datetime
 import json
@@ -104,7 +104,7 @@ def test_a_wake_on_the_fake_gke_is_measured_phase_by_phase_in_the_record_status_
     w.kube.scheduling.timings.node_spread = SPREAD
     _reaped(w, T0)
     state, _ = w.site.pool.read()
-    assert reap.timeout(w.site, state, [], w.clock())[1].endswith("no wake measured yet: 600s assumed")
+    assert "no wake measured yet: 255s assumed (a3-ultragpu-8g: " in reap.timeout(w.site, state, [], w.clock())[1]
 
     wake = T0 + 2000
     w.clock.now = wake
@@ -149,13 +149,16 @@ def test_a_wake_on_the_fake_gke_is_measured_phase_by_phase_in_the_record_status_
     assert cost["wakes"][0]["phases"][0] == ["resize", wake, wake + RESIZE]
 
 
-def test_auto_moves_from_the_assumed_wake_to_the_median_of_measured_ones_and_streaming_shortens_the_pull(woken):
+def test_auto_moves_from_the_machine_type_default_to_the_measured_median_and_streaming_shortens_the_pull(woken):
     w = woken
     _reaped(w, T0)
     state, _ = w.site.pool.read()
-    assert reap.timeout(w.site, state, [], w.clock()) == (600.0, "auto, break-even: 600s, what a wake costs (no idle "
+    # The machine-type default: h200's A3 Ultra node, its RDMA stack and the image streamed (ray.image_cache).
+    assert reap.timeout(w.site, state, [], w.clock()) == (255.0, "auto, break-even: 255s, what a wake costs (no idle "
                                                                  "gap seen yet); wake cost: no wake measured yet: "
-                                                                 "600s assumed")
+                                                                 "255s assumed (a3-ultragpu-8g: node start 165s, "
+                                                                 "rdma network stack 30s, image streamed 30s, start "
+                                                                 "and Ray join 30s)")
     _streaming(w, True)  # what apply sets with ray.image_cache
     wake = T0 + 2000
     w.clock.now = wake

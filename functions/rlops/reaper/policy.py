@@ -14,6 +14,9 @@ a reservation whether VMs run in it or not (it frees the capacity for other work
 import statistics
 from dataclasses import dataclass
 
+from rlops.spec import catalog
+from rlops.spec.model import GcpEnvironment, LocalEnvironment
+
 
 @dataclass(frozen=True)
 class Picture:
@@ -71,20 +74,38 @@ def savings(env) -> list[str]:
     return lines
 
 
-# What a wake costs until this environment has measured its own: a GPU node's start, the pull of a ~20 GB
-# NeMo RL image and the Ray join take minutes; a local worker node, seconds.
-DEFAULT_WAKE_SECONDS = {"gcp": 600.0, "local": 20.0}
+LOCAL_WAKE_SECONDS = 20.0  # a local worker process's start and Ray join, before `join_delay`
 WAKES_MEASURED = 5      # the median of the last few: one slow image pull does not set the timeout
 GAPS_TO_LEARN = 1       # idle gaps seen before the timeout is fitted to them
 GAPS_FITTED = 50        # the most recent ones: the fit follows a team whose habits change
 MARGIN = 1.25           # a gap like one seen may run a little longer: waiting exactly as long would miss it
 
 
-def wake_seconds(measured: list[float], provider: str) -> tuple[float, str]:
-    """The wake cost the timeout is weighed against, and what it is based on."""
+def assumed_wake(env: GcpEnvironment | LocalEnvironment) -> tuple[float, str]:
+    """What a wake of this environment's GPU pool is assumed to cost before one is measured, and its parts: its
+    machine's node start and network stack, the image pulled or streamed (`ray.image_cache`), the start and join
+    (catalog.yaml, wake_assumed); locally a worker's start and its `join_delay`."""
+    if isinstance(env, LocalEnvironment):
+        delay = env.local.gpu_pool.join_delay_seconds
+        return LOCAL_WAKE_SECONDS + delay, (f"{LOCAL_WAKE_SECONDS:.0f}s for a local worker"
+                                            + (f" + its {delay}s join_delay" if delay else ""))
+    assumed, machine = catalog.WAKE_ASSUMED, env.machine
+    pulled = "streamed" if env.ray.image_cache else "registry"
+    parts = {"node start": assumed.node_seconds,
+             f"{machine.transport.name} network stack": assumed.network_stack_seconds[machine.transport.name],
+             f"image {'streamed' if env.ray.image_cache else 'pulled from its registry'}":
+                 assumed.image_pull_seconds[pulled],
+             "start and Ray join": assumed.start_and_join_seconds}
+    total = sum(parts.values())
+    return total, f"{machine.name}: " + ", ".join(f"{what} {seconds:.0f}s" for what, seconds in parts.items() if seconds)
+
+
+def wake_seconds(measured: list[float], assumed: tuple[float, str]) -> tuple[float, str]:
+    """The wake cost the timeout is weighed against, and what it is based on: the median of the last measured
+    wakes, else `assumed` (`assumed_wake`)."""
     recent = measured[-WAKES_MEASURED:]
     if not recent:
-        return DEFAULT_WAKE_SECONDS[provider], f"no wake measured yet: {DEFAULT_WAKE_SECONDS[provider]:.0f}s assumed"
+        return assumed[0], f"no wake measured yet: {assumed[0]:.0f}s assumed ({assumed[1]})"
     return statistics.median(recent), f"median of the last {len(recent)} measured wakes"
 
 

@@ -25,7 +25,8 @@ from dataclasses import replace
 from rlops.cloud.ray_jobs import ACTIVE, JobView
 from rlops.errors import Failure
 from rlops.logs import emit
-from rlops.reaper.policy import Decision, Picture, auto_timeout, decide, idle_gaps, savings, wake_seconds
+from rlops.reaper.policy import (Decision, Picture, assumed_wake, auto_timeout, decide, idle_gaps, savings,
+                                 wake_seconds)
 from rlops.sites import Site
 from rlops.spec.model import LocalEnvironment
 from rlops.state.lock import Lock, LockHeld
@@ -101,8 +102,7 @@ def timeout(site: Site, state: PoolStatus, mine: list[JobView], now: float) -> t
     fixed = site.env.idle.timeout_seconds
     if fixed is not None:
         return fixed, f"idle.timeout {site.env.idle.timeout}"
-    provider = "local" if isinstance(site.env, LocalEnvironment) else "gcp"
-    wake_cost, based = wake_seconds([ready - at for at, ready in state.ready], provider)
+    wake_cost, based = wake_seconds([ready - at for at, ready in state.ready], assumed_wake(site.env))
     busy = [(job.start_time / 1000, job.end_time / 1000 if job.end_time else None) for job in mine if job.start_time]
     seconds, why = auto_timeout(wake_cost, idle_gaps(busy, now))
     return seconds, f"auto, {why}; wake cost: {based}"

@@ -125,6 +125,18 @@ def _machine(name: str, fields: dict) -> GpuMachine:
                       PLACEMENTS.get(fields["placement"].get("required")))
 
 
+@dataclass(frozen=True)
+class WakeAssumed:
+    """What a wake is assumed to take before one is measured (`gpus/catalog.yaml`, wake_assumed)."""
+
+    node_seconds: float
+    network_stack_seconds: dict[str, float]     # by transport
+    image_pull_seconds: dict[str, float]        # registry, streamed
+    start_and_join_seconds: float
+
+
+WAKE_ASSUMED = WakeAssumed(**_catalog()["wake_assumed"])
+
 GPU_MACHINES: dict[str, GpuMachine] = {name: _machine(name, fields) for name, fields in _catalog()["machines"].items()}
 PRICES_AS_OF: str = _catalog()["prices"]["as_of"]
 PRICE_SOURCES: list[str] = _catalog()["prices"]["sources"]
