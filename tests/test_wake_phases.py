@@ -79,10 +79,15 @@ def _train(w, run: str) -> None:
         "submitted"
 
 
-def _first_step(w, run: str, at: float) -> None:
-    """What the watcher writes when a tick first sees a step (`watch._update_progress`; the watcher itself is run on
-    a local recipe's output in test_costs)."""
-    w.site.records.update(run, lambda record: setattr(record.attempts[0], "first_step_at", at))
+def _first_step(w, run: str, after_submission: float) -> float:
+    """The watcher's tick `after_submission` seconds after the run's job was submitted, when its script prints the
+    first step: the tick records when it first saw one (`first_step_at`). Returns that time."""
+    record, _ = w.site.records.get(run)
+    w.clock.now = record.attempts[0].submitted_at + after_submission
+    watch.tick(w.site)
+    record, _ = w.site.records.get(run)
+    assert record.attempts[0].first_step_at == w.clock.now
+    return w.clock.now
 
 
 def _durations(state: PoolStatus, at: float) -> dict[str, float]:
@@ -108,7 +113,7 @@ def test_a_wake_on_the_fake_gke_is_measured_phase_by_phase_in_the_record_status_
 
     wake = T0 + 2000
     w.clock.now = wake
-    w.ray.script("rlops.h200.a.1", 600, [(700, 1)], 5000)
+    w.ray.script("rlops.h200.a.1", 600, [(650, 1)], 5000, runner="nemo-rl")  # from its submission
     # The Ray containers started at +606 and +646; their raylets joined at +615 and +655.
     w.ray.node_starts = [wake + 615, wake + 655]
     _train(w, "a")
@@ -122,11 +127,12 @@ def test_a_wake_on_the_fake_gke_is_measured_phase_by_phase_in_the_record_status_
     assert "GPU pool waking for 5 min 00 s: image-pull for 1 min 34 s so far (resize 1 min 30 s, boot 1 min 10 s, " \
            "node-ready 45 s, scheduling 1 s)" in capsys.readouterr().out
 
-    _first_step(w, "a", wake + 740)
-    w.clock.now = wake + 760
+    stepped = _first_step(w, "a", 650)  # submitted once the resize was done, its first step printed 650 s later
+    expected = {**UNCACHED, "first-step": stepped - (wake + 655)}
+    w.clock.now = stepped + 20
     reap.reap(w.site)
     state, _ = w.site.pool.read()
-    assert _durations(state, wake) == pytest.approx(UNCACHED) and state.wake_of(wake).done
+    assert _durations(state, wake) == pytest.approx(expected) and state.wake_of(wake).done
     assert state.ready == ((wake, wake + 655),)  # the last of the two nodes
     pulled = [e for e in w.kube.objects.values() if e.get("kind") == "Event" and e["reason"] == "Pulled"]
     assert pulled[0]["message"].startswith('Successfully pulled image "') and \
@@ -134,15 +140,17 @@ def test_a_wake_on_the_fake_gke_is_measured_phase_by_phase_in_the_record_status_
 
     record, _ = w.site.records.get("a")
     page = report.write(tmp_path / "report", record.to_json(), {}, [], state.to_json()).markdown.read_text()
-    assert "- the GPU pool woke for attempt 1 in 12m20s: resize 1m30s, boot 1m10s, node-ready 45s, scheduling 1s, " \
-           "image-pull 7m00s, container-start 20s, ray-join 9s, first-step 1m25s" in page
+    took = lambda seconds: f"{int(seconds) // 60}m{int(seconds) % 60:02d}s"  # noqa: E731
+    assert f"- the GPU pool woke for attempt 1 in {took(stepped - wake)}: resize 1m30s, boot 1m10s, node-ready 45s, " \
+           f"scheduling 1s, image-pull 7m00s, container-start 20s, ray-join 9s, first-step " \
+           f"{took(expected['first-step'])}" in page
 
-    cost = costing.gather(w.site, since=T0, until=wake + 760)
+    cost = costing.gather(w.site, since=T0, until=stepped + 20)
     (pool,) = cost["pools"]
     gpu_hours = lambda seconds: seconds * 2 * 8 / 3600  # noqa: E731 - two 8-GPU nodes
     # Waking ends when the last GPU node joined Ray (+655): every phase before it, first-step not.
     assert pool["waking_gpu_hours_by_phase"] == pytest.approx(
-        {phase: gpu_hours(seconds) for phase, seconds in UNCACHED.items() if phase != "first-step"})
+        {phase: gpu_hours(seconds) for phase, seconds in expected.items() if phase != "first-step"})
     assert pool["gpu_hours"]["waking"] == pytest.approx(gpu_hours(655))
     assert "gpu-pool waking GPU-h by phase: resize 0.40, boot 0.31, node-ready 0.20, scheduling 0.00, " \
            "image-pull 1.87, container-start 0.09, ray-join 0.04" in costing.text(cost)
@@ -162,11 +170,10 @@ def test_auto_moves_from_the_machine_type_default_to_the_measured_median_and_str
     _streaming(w, True)  # what apply sets with ray.image_cache
     wake = T0 + 2000
     w.clock.now = wake
-    w.ray.script("rlops.h200.b.1", 300, [(400, 1)], 5000)
+    w.ray.script("rlops.h200.b.1", 300, [(310, 1)], 5000, runner="nemo-rl")
     w.ray.node_starts = [wake + 225] * 2  # streamed: the containers started at +216
     _train(w, "b")
-    _first_step(w, "b", wake + 400)
-    w.clock.now = wake + 420
+    w.clock.now = _first_step(w, "b", 310) + 20
     reap.reap(w.site)
     state, _ = w.site.pool.read()
     assert _durations(state, wake)["image-pull"] == 30

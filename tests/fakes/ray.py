@@ -25,10 +25,12 @@ class SimulatedRay:
         self.stop_seconds, self.stopped, self.stops = stop_seconds, {}, []
 
     def script(self, submission_id: str, start: float, steps: list[tuple[float, int]], end: float,
-               status: str = "SUCCEEDED", error_type: str | None = None, resumed: int | None = None) -> None:
-        """Times relative to the job's submission."""
+               status: str = "SUCCEEDED", error_type: str | None = None, resumed: int | None = None,
+               runner: str = "trl") -> None:
+        """Times relative to the job's submission. `runner`: whose step lines the job prints, the local recipe's
+        (trl) or NeMo RL's grpo.py banners (nemo-rl; rlops.runs.progress says both)."""
         self.scripts[submission_id] = dict(start=start, steps=steps, end=end, status=status, error_type=error_type,
-                                           resumed=resumed)
+                                           resumed=resumed, runner=runner)
 
     def submit_once(self, request) -> bool:
         if request.submission_id in self.jobs:
@@ -86,8 +88,14 @@ class SimulatedRay:
         lines = ["[rlops-resume] " + json.dumps(point)]
         if script["resumed"] is not None:
             lines.append(f"[rlops] resuming from checkpoint-{script['resumed']}")
-        lines += [f"[rlops] step={step} reward=0.5 loss=0.1 seconds=60.0" for at, step in script["steps"]
-                  if submitted + at <= now]
+        printed = [step for at, step in script["steps"] if submitted + at <= now]
+        if script["runner"] == "nemo-rl":
+            total = max((step for _, step in script["steps"]), default=0)
+            lines += ([f"===== Epoch 1/1 ====="] if printed else []) + [
+                line for step in printed for line in (f"===== Step {step}/{total} =====", "  • Loss: 0.1",
+                                                      "  • Avg Reward: 0.5", "  • Total step time: 60.0s")]
+        else:
+            lines += [f"[rlops] step={step} reward=0.5 loss=0.1 seconds=60.0" for step in printed]
         return "\n".join(lines) + "\n"
 
     def tail(self, submission_id: str, node: str, lines: int) -> str:
