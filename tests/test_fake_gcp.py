@@ -590,9 +590,10 @@ def test_what_google_accepts_the_fake_accepts_and_what_only_its_semantics_refuse
     lustre = gapic(fake, "lustre", lustre_v1.LustreClient)
     for capacity, throughput in ((10_017_000, 1000), (1_539_000, 1000), (1_602_000, 1000)):
         with pytest.raises(gexc.BadRequest, match="capacity_gib"):
-            lustre.create_instance(parent=f"projects/{P}/locations/{ZONE}", instance_id="lfs", instance=lustre_v1.Instance(
-                capacity_gib=capacity, per_unit_storage_throughput=throughput, filesystem="lfs",
-                network=f"projects/{P}/global/networks/net"))
+            lustre.create_instance(parent=f"projects/{P}/locations/{ZONE}", instance_id="lfs",
+                                   instance=lustre_v1.Instance(
+                                       capacity_gib=capacity, per_unit_storage_throughput=throughput, filesystem="lfs",
+                                       network=f"projects/{P}/global/networks/net"))
     answer = _post(fake, "lustre", INSTANCES, {"capacityGib": "472000", "filesystem": "lfs",
                                                "network": f"projects/{P}/global/networks/net",
                                                "dynamicTierOptions": {"mode": "DEFAULT_CACHE"}})
@@ -733,3 +734,20 @@ def test_an_artifact_registry_remote_repository_is_created_and_deleted_by_operat
     with pytest.raises(HttpError) as gone:
         repositories.get(name=name).execute()
     assert gone.value.resp.status == 404
+
+
+def test_a_request_whose_client_dies_before_its_body_is_whole_is_not_acted_on(fake):
+    """A process killed mid-request (the crash tests kill apply at every step) sends headers and part of a body; a
+    server acts on no such request (RFC 9112 section 6.3), so neither does the fake."""
+    import socket
+    from urllib.parse import urlsplit
+
+    endpoint = urlsplit(fake.endpoints["artifactregistry"])
+    body = b'{"format": "DOCKER", "mode": "REMOTE_REPOSITORY", "remoteRepositoryConfig": {}}'
+    with socket.create_connection((endpoint.hostname, endpoint.port)) as connection:
+        connection.sendall(f"POST {endpoint.path}/v1/projects/{P}/locations/us-central1/repositories?repositoryId=nvcr "
+                           f"HTTP/1.1\r\nHost: {endpoint.netloc}\r\nContent-Type: application/json\r\n"
+                           f"Content-Length: {len(body)}\r\n\r\n".encode() + body[:10])
+        connection.shutdown(socket.SHUT_WR)
+        assert connection.recv(1024) == b""  # closed, unanswered
+    assert fake.artifact_registry.repositories == {} and fake.requests == []

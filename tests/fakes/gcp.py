@@ -39,7 +39,7 @@ import uuid
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
@@ -48,7 +48,7 @@ import google_crc32c
 from google.rpc import code_pb2
 
 from fakes import google_apis, iam
-from fakes.jsonhttp import JsonServer, reply
+from fakes.jsonhttp import JsonServer, reply, request_body
 
 KINDS = ("network", "subnetwork", "firewall", "address", "resource_policy", "connection", "cluster", "node_pool",
          "lustre_instance", "secret_version")
@@ -123,7 +123,8 @@ class OperationFailed(Exception):
         self.code, self.message, self.details = code, message, details or []
 
 
-def quota_error(api: str, project: str, metric: str, limit: float, region: str | None, requested: float = 0.0) -> ApiError:
+def quota_error(api: str, project: str, metric: str, limit: float, region: str | None,
+                requested: float = 0.0) -> ApiError:
     """A request refused for quota, as the API answers it: Compute with 403 `quotaExceeded` ("Quota 'CPUS'
     exceeded.  Limit: 24.0 in region us-central1."), GKE with 403 "Insufficient regional quota to satisfy
     request" (the wordings users report, e.g. the Terraform Google provider's issues); both with the ErrorInfo of
@@ -259,7 +260,7 @@ class FakeGcp:
         self.machine_types_missing: set[tuple[str, str]] = set()       # (zone, machine type) not offered there
         self.quota_limits: dict[tuple[str, str, str], float] = {}      # (project, region or "global", metric) -> limit
         self.lustre_zones = set(LUSTRE_ZONES)                          # where Managed Lustre is offered
-        self.functions: dict[str, dict] = {}       # name projects/P/locations/L/functions/F -> cloudfunctions v2 Function
+        self.functions: dict[str, dict] = {}  # name projects/P/locations/L/functions/F -> cloudfunctions v2 Function
         self.scheduler_jobs: dict[str, dict] = {}  # name projects/P/locations/L/jobs/J -> cloudscheduler v1 Job
         self.gpu_family_quota: dict[tuple[str, str, str], int] = {}  # (project, region, gpu_family) -> limit
         self.vms: list[dict] = []  # compute v1 Instances beside the GKE nodes (put_gpu_vm)
@@ -319,7 +320,8 @@ class FakeGcp:
         with self._lock:
             self._fail_next += [(status if busy is None else busy, match)] * count
 
-    def fail_operations(self, count: int, kind: str, code: int | str, message: str, details: list | None = None) -> None:
+    def fail_operations(self, count: int, kind: str, code: int | str, message: str,
+                        details: list | None = None) -> None:
         """The next `count` operations of `kind` (operationType) are accepted and then end DONE with this error,
         as a resize that meets a stockout does (Compute's: its error code and errorDetails, as an insert over
         quota ends with QUOTA_EXCEEDED and a quotaInfo)."""
@@ -380,7 +382,7 @@ class FakeGcp:
     # -- HTTP -----------------------------------------------------------------------------------
     def _handle(self, http: BaseHTTPRequestHandler) -> None:
         parts = urlsplit(http.path)
-        raw = http.rfile.read(int(http.headers.get("Content-Length") or 0))
+        raw = request_body(http)
         if parts.path == "/token":
             self._token(http, raw)
             return
@@ -405,7 +407,7 @@ class FakeGcp:
             status, answer = 200, self._serve(request)
         except ApiError as error:
             status, answer = error.code, error.body()
-        except Exception:  # noqa: BLE001 - a bug of the fake: say so on stderr, answer 500
+        except Exception:  # a bug of the fake: say so on stderr, answer 500
             traceback.print_exc(file=sys.stderr)
             status, answer = 500, ApiError(500, "INTERNAL", "Internal error in the fake", "backendError").body()
         request.status = status
@@ -705,7 +707,8 @@ class FakeGcp:
             # and --max-topology-distance are one or the other (its synopsis); Cluster Toolkit's resource-policy module
             # refuses acceleratorTopologyMode without an acceleratorTopology (its precondition).
             if not workload.get("type"):
-                raise invalid("Invalid value for field 'resource.workloadPolicy.type': ''. A workload policy needs a type.")
+                raise invalid("Invalid value for field 'resource.workloadPolicy.type': ''. "
+                              "A workload policy needs a type.")
             if workload.get("acceleratorTopology") and workload.get("maxTopologyDistance"):
                 raise invalid("Invalid value for field 'resource.workloadPolicy': acceleratorTopology and "
                               "maxTopologyDistance cannot both be set.")
@@ -977,7 +980,8 @@ class FakeGcp:
         for pool in pools:
             self._check_pool(pool, location, cluster)
             pool.setdefault("locations", _default_zones(location, cluster))
-        version = _gke_version(cluster.get("initialClusterVersion"), (cluster.get("releaseChannel") or {}).get("channel"))
+        version = _gke_version(cluster.get("initialClusterVersion"),
+                               (cluster.get("releaseChannel") or {}).get("channel"))
         dns = cluster.setdefault("controlPlaneEndpointsConfig", {}).setdefault("dnsEndpointConfig", {})
         dns["endpoint"] = f"gke-{self._random.getrandbits(64):016x}.{location}.gke.goog"
         cluster.update(network=network, location=location, status="PROVISIONING", selfLink=link,
@@ -1015,13 +1019,15 @@ class FakeGcp:
         region = _region_of(location)
         for zone in pool.get("locations", []):
             if not re.fullmatch(rf"{re.escape(region)}-[a-z]", zone):
-                raise invalid(f"Node pool '{name}': location '{zone}' is not a zone of the cluster's region '{region}'.")
+                raise invalid(f"Node pool '{name}': location '{zone}' is not a zone of the cluster's "
+                              f"region '{region}'.")
         config = pool.get("config", {})
         affinity = config.get("reservationAffinity", {})
         if affinity.get("consumeReservationType") in _SPECIFIC_RESERVATION:
             if config.get("spot"):
                 raise invalid("Spot VMs cannot consume a specific reservation.")
-            if affinity.get("key") != "compute.googleapis.com/reservation-name" or len(affinity.get("values") or []) != 1:
+            if (affinity.get("key") != "compute.googleapis.com/reservation-name"
+                    or len(affinity.get("values") or []) != 1):
                 # ReservationAffinity.key (container.v1 discovery): "To target a SPECIFIC_RESERVATION by name,
                 # specify "compute.googleapis.com/reservation-name" as the key and ... the name ... as its value."
                 raise invalid(f"Invalid reservationAffinity: a SPECIFIC_RESERVATION is named by the key "
@@ -1120,7 +1126,8 @@ class FakeGcp:
                           f"{desired}.")
         key = desired[0]
         if key == "desiredMasterVersion":
-            change = {"currentMasterVersion": _gke_version(update[key], (found.get("releaseChannel") or {}).get("channel"))}
+            change = {"currentMasterVersion": _gke_version(update[key],
+                                                           (found.get("releaseChannel") or {}).get("channel"))}
         else:  # desiredAddonsConfig -> addonsConfig, ...
             change = {key[len("desired")].lower() + key[len("desired") + 1:]: update[key]}
         return self._gke_op(project, location, cluster, "UPDATE_CLUSTER", found.get("selfLink", cluster),
@@ -1298,7 +1305,8 @@ class FakeGcp:
         """lustre v1 ListInstancesResponse, in pages: `instances`, `nextPageToken` while more follow, `unreachable`.
         The page size is the request's `pageSize`, else LUSTRE_PAGE_SIZE (small, so that clients meet paging)."""
         mine = sorted((found for found in self._store["lustre_instance"].values()
-                       if found["name"].startswith(f"projects/{project}/locations/{location}/")), key=lambda i: i["name"])
+                       if found["name"].startswith(f"projects/{project}/locations/{location}/")),
+                      key=lambda i: i["name"])
         size = int(request.query.get("pageSize") or LUSTRE_PAGE_SIZE)
         start = int(request.query.get("pageToken") or 0)
         answer = {"instances": mine[start:start + size]}
@@ -1491,7 +1499,7 @@ class FakeGcp:
                                 os.replace(partial, destination)
                             finally:
                                 partial.unlink(missing_ok=True)
-                    except Exception as failed:  # noqa: BLE001 - an object that failed, as the real transfer counts it
+                    except Exception as failed:  # an object that failed, as the real transfer counts it
                         error = (_rpc_code(failed), str(failed))
                 with self._lock:
                     if error:
@@ -1499,7 +1507,7 @@ class FakeGcp:
                     else:
                         transfer.counters["objectsCopiedCount"] += 1
                         transfer.counters["bytesCopiedCount"] += size
-        except Exception as broken:  # noqa: BLE001 - the fake's own bug: the transfer fails rather than hangs
+        except Exception as broken:  # the fake's own bug: the transfer fails rather than hangs
             traceback.print_exc(file=sys.stderr)
             with self._lock:
                 transfer.failure = (13, f"Internal error in the fake's transfer: {broken}")
@@ -1557,7 +1565,8 @@ class FakeGcp:
         """GKE's report of a node pool it cannot grow, as container v1 shows it on the NodePool: status
         RUNNING_WITH_ERROR, a statusMessage, and a StatusCondition whose `code` is one of its enum
         (GCE_STOCKOUT, GCE_QUOTA_EXCEEDED, ...) with the canonical google.rpc code beside it."""
-        canonical = {"GCE_STOCKOUT": "RESOURCE_EXHAUSTED", "GCE_QUOTA_EXCEEDED": "RESOURCE_EXHAUSTED"}.get(code, "UNKNOWN")
+        canonical = {"GCE_STOCKOUT": "RESOURCE_EXHAUSTED",
+                     "GCE_QUOTA_EXCEEDED": "RESOURCE_EXHAUSTED"}.get(code, "UNKNOWN")
         with self._lock:
             self._store["node_pool"][pool].update(status="RUNNING_WITH_ERROR", statusMessage=message, conditions=[
                 {"code": code, "message": message, "canonicalCode": canonical}])
@@ -1839,7 +1848,7 @@ def _default_zones(location: str, cluster: dict) -> list[str]:
 
 
 def _timestamp(epoch: float | None = None) -> str:
-    moment = datetime.fromtimestamp(time.time() if epoch is None else epoch, timezone.utc)
+    moment = datetime.fromtimestamp(time.time() if epoch is None else epoch, UTC)
     return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
@@ -1922,7 +1931,8 @@ def _gke_version(requested: str | None, channel: str | None) -> str:
     """GKE's answer to a requested version in a release channel (none named: REGULAR, GKE's default for a new
     cluster; UNSPECIFIED: no channel, every version): "" and "latest" -> the channel's default, a prefix (1.33,
     1.33.2) -> the newest version it offers with it; one it does not offer is refused."""
-    offered = GKE_CHANNELS.get(channel or "REGULAR", sorted({v for vs in GKE_CHANNELS.values() for v in vs}, reverse=True))
+    offered = GKE_CHANNELS.get(channel or "REGULAR",
+                               sorted({v for vs in GKE_CHANNELS.values() for v in vs}, reverse=True))
     if requested in (None, "", "latest", "-"):
         return offered[0]
     for version in offered:

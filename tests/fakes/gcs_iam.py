@@ -9,14 +9,14 @@ an `ifGenerationMatch=0` rules out). `b/BUCKET/iam/testPermissions` is answered 
 Storage answers it for any caller.
 """
 
-from http.client import HTTPConnection
 import json
 import re
+from http.client import HTTPConnection
 from http.server import BaseHTTPRequestHandler
 from urllib.parse import parse_qs, quote, urlsplit
 
 from fakes.iam import Denied, Iam, method_permissions
-from fakes.jsonhttp import JsonServer, reply
+from fakes.jsonhttp import JsonServer, reply, request_body
 
 _ROUTES = [  # (HTTP method, path under /storage/v1 or /upload/storage/v1 or /download/storage/v1, JSON API method)
     ("GET", r"/b", "storage.buckets.list"), ("POST", r"/b", "storage.buckets.insert"),
@@ -54,7 +54,7 @@ class GcsIam:
 
     def _handle(self, http: BaseHTTPRequestHandler) -> None:
         parts = urlsplit(http.path)
-        raw = http.rfile.read(int(http.headers.get("Content-Length") or 0))
+        raw = request_body(http)
         query = {key: values[-1] for key, values in parse_qs(parts.query).items()}
         path = re.sub(r"^/(upload/|download/)?storage/v1", "", parts.path)
         method = next(((m, found) for verb, pattern, m in _ROUTES if verb == http.command
@@ -89,7 +89,8 @@ class GcsIam:
                        f"access to the Google Cloud Storage bucket or object. {denied.message}"
                        if denied.details else denied.message)
             reply(http, denied.code, {"error": {"code": denied.code, "message": message, "errors": [
-                {"message": message, "domain": "global", "reason": "forbidden" if denied.code == 403 else "required"}]}})
+                {"message": message, "domain": "global",
+                 "reason": "forbidden" if denied.code == 403 else "required"}]}})
             return
         self._forward(http, raw)
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
-from fakes.jsonhttp import JsonServer, reply
+from fakes.jsonhttp import JsonServer, reply, request_body
 
 LIMIT = 65_536
 
@@ -64,8 +64,8 @@ class FakeGitHub:
         if re.match(r"/[^/]+/[^/]+\.git/", parts.path):
             self._git(http, parts)
             return
-        length = int(http.headers.get("Content-Length") or 0)
-        body = json.loads(http.rfile.read(length)) if length else None
+        raw = request_body(http)
+        body = json.loads(raw) if raw else None
         request = Request(http.command, parts.path, http.headers.get("Authorization", ""), body)
         self.requests.append(request)
         status, answer = self._route(request, {k: v[0] for k, v in parse_qs(parts.query).items()})
@@ -114,7 +114,8 @@ class FakeGitHub:
         """git's smart HTTP through `git http-backend` (CGI), for the token's holder only."""
         credentials = http.headers.get("Authorization", "")
         wanted = "Basic " + base64.b64encode(f"x-access-token:{self.token}".encode()).decode()
-        self.requests.append(Request(http.command, parts.path, credentials, None, 401 if credentials != wanted else 200))
+        self.requests.append(Request(http.command, parts.path, credentials, None,
+                                     401 if credentials != wanted else 200))
         if credentials != wanted:
             http.send_response(401)
             http.send_header("WWW-Authenticate", 'Basic realm="GitHub"')
@@ -128,7 +129,7 @@ class FakeGitHub:
                 http.rfile.readline()
             http.rfile.readline()
         else:
-            body = http.rfile.read(int(http.headers.get("Content-Length") or 0))
+            body = request_body(http)
         env = {"PATH": os.environ["PATH"], "GIT_PROJECT_ROOT": str(self.git_root), "GIT_HTTP_EXPORT_ALL": "1",
                "PATH_INFO": parts.path, "QUERY_STRING": parts.query, "REQUEST_METHOD": http.command,
                "CONTENT_TYPE": http.headers.get("Content-Type", ""), "CONTENT_LENGTH": str(len(body)),

@@ -18,7 +18,10 @@ class JsonServer:
                 pass
 
             def serve(self):
-                handle(self)
+                try:
+                    handle(self)
+                except Incomplete:
+                    self.close_connection = True
 
             do_GET = do_POST = do_PATCH = do_PUT = do_DELETE = serve
 
@@ -41,6 +44,21 @@ class JsonServer:
         self._server.shutdown()
         self._server.server_close()
         self._thread.join()
+
+
+class Incomplete(Exception):
+    """The client closed its connection before sending the body its Content-Length announced (a process killed
+    mid-request): "the recipient MUST consider the message to be incomplete and close the connection" (RFC 9112,
+    section 6.3), so no server acts on it."""
+
+
+def request_body(http: BaseHTTPRequestHandler) -> bytes:
+    """The request's body, whole, or `Incomplete`."""
+    length = int(http.headers.get("Content-Length") or 0)
+    raw = http.rfile.read(length) if length else b""
+    if len(raw) < length:
+        raise Incomplete
+    return raw
 
 
 def reply(http: BaseHTTPRequestHandler, status: int, answer: dict) -> None:

@@ -31,7 +31,7 @@ from http.server import BaseHTTPRequestHandler
 from urllib.parse import parse_qs, urlsplit
 
 from fakes import kube_rules, kube_scheduling, kube_ssa, kuberay
-from fakes.jsonhttp import JsonServer, reply
+from fakes.jsonhttp import JsonServer, reply, request_body
 
 # plural -> (kind, api group/version, namespaced)
 RESOURCES = {
@@ -108,7 +108,7 @@ class FakeKube:
         # GKE's IAM authorizer (tests/fakes/iam.py): a Google token's principal needs container.RESOURCE.VERB on the
         # project (cloud.google.com/kubernetes-engine/docs/reference/api-permissions); None: RBAC lets all through.
         self.iam = None
-        self.clock: Callable[[], datetime.datetime] = lambda: datetime.datetime.now(datetime.timezone.utc).replace(
+        self.clock: Callable[[], datetime.datetime] = lambda: datetime.datetime.now(datetime.UTC).replace(
             tzinfo=None)
         self._versions = itertools.count(1)
         self._lock = threading.Lock()
@@ -164,8 +164,8 @@ class FakeKube:
         with self._lock:
             self._reconcile()
             found = kuberay.pods_of(self.objects, namespace, cluster).values()
-            return copy.deepcopy(sorted(found, key=lambda pod: (pod["metadata"]["labels"][kuberay.NODE_TYPE_LABEL] != "head",
-                                                                 pod["metadata"]["name"])))
+            return copy.deepcopy(sorted(found, key=lambda pod: (
+                pod["metadata"]["labels"][kuberay.NODE_TYPE_LABEL] != "head", pod["metadata"]["name"])))
 
     @property
     def gpu_nodes(self) -> int | None:
@@ -215,8 +215,7 @@ class FakeKube:
     # -- HTTP -------------------------------------------------------------------------------
     def _handle(self, http: BaseHTTPRequestHandler) -> None:
         parts = urlsplit(http.path)
-        length = int(http.headers.get("Content-Length") or 0)
-        raw = http.rfile.read(length) if length else b""
+        raw = request_body(http)
         content_type = http.headers.get("Content-Type", "")
         segments = parts.path.split("/")
         token = http.headers.get("Authorization", "").removeprefix("Bearer ")
@@ -229,7 +228,8 @@ class FakeKube:
             self.requests.append(Request(http.command, parts.path, {}, content_type, None, denied[0], token))
             reply(http, *denied)
             return
-        if segments[1:4] == ["api", "v1", "namespaces"] and segments[5:6] == ["services"] and segments[7:8] == ["proxy"]:
+        if (segments[1:4] == ["api", "v1", "namespaces"] and segments[5:6] == ["services"]
+                and segments[7:8] == ["proxy"]):
             self.requests.append(Request(http.command, parts.path, {}, content_type, None, token=token))
             self._proxy(http, segments[4], segments[6], "/" + "/".join(segments[8:]), parts.query, raw)
             return
@@ -396,8 +396,8 @@ class FakeKube:
             return _status(405, "MethodNotAllowed", f"{request.method} {request.path}")
         if request.method == "PATCH" and request.content_type.startswith("application/apply-patch"):
             if not request.query.get("fieldManager"):
-                return _status(422, "Invalid", "PatchOptions.meta.k8s.io \"\" is invalid: fieldManager: Required value: "
-                                               "is required for apply patch")
+                return _status(422, "Invalid", "PatchOptions.meta.k8s.io \"\" is invalid: fieldManager: "
+                                               "Required value: is required for apply patch")
             return self._apply(key, request.body, manager, request.query.get("force") == "true", dry_run)
         if current is None:
             return _not_found(plural, name)
@@ -406,10 +406,12 @@ class FakeKube:
             return error or self._write(key, patched, manager, dry_run=dry_run)
         if request.method == "PUT":
             if request.body["metadata"].get("resourceVersion") not in (None, current["metadata"]["resourceVersion"]):
-                return _status(409, "Conflict", f'Operation cannot be fulfilled on {plural} "{name}": the object has '
-                                                "been modified; please apply your changes to the latest version and try again")
+                return _status(409, "Conflict", f'Operation cannot be fulfilled on {plural} "{name}": the object '
+                                                "has been modified; please apply your changes to the latest version "
+                                                "and try again")
             return self._write(key, request.body, manager, dry_run=dry_run)
-        return _status(415, "UnsupportedMediaType", f"the body of the request was in an unknown format ({request.content_type})")
+        return _status(415, "UnsupportedMediaType",
+                       f"the body of the request was in an unknown format ({request.content_type})")
 
     def _discovery(self, group_version: str) -> dict:
         resources = [{"name": plural, "kind": kind, "namespaced": namespaced, "singularName": kind.lower(),
@@ -449,7 +451,8 @@ class FakeKube:
         owners = copy.deepcopy(self.owners.get(key, {}))
         live = _without_server_fields(current) if current else {}
         live.pop("status", None)
-        conflicts = {(other, path) for other, owner in owners.items() if other != manager for path in owner.fields & applied
+        conflicts = {(other, path) for other, owner in owners.items() if other != manager
+                     for path in owner.fields & applied
                      if kube_ssa.value_at(live, path, schema) != kube_ssa.value_at(config, path, schema)}
         if conflicts and not force:
             listed = "; ".join(f'conflict with "{m}": .{_dotted(p)}' for m, p in sorted(conflicts, key=repr))
@@ -529,7 +532,8 @@ class FakeKube:
         metadata["uid"] = before.get("uid") or f"uid-{next(self._versions)}"
         metadata["creationTimestamp"] = before.get("creationTimestamp") or time.strftime("%Y-%m-%dT%H:%M:%SZ",
                                                                                          time.gmtime())
-        metadata["generation"] = before.get("generation", 0) + (0 if previous and _spec_of(previous) == _spec_of(obj) else 1)
+        metadata["generation"] = before.get("generation", 0) + (
+            0 if previous and _spec_of(previous) == _spec_of(obj) else 1)
         metadata["resourceVersion"] = before.get("resourceVersion", "0")
         kept = (previous or {}).get("status") or status
         if kept:
@@ -573,7 +577,7 @@ class FakeKube:
         self._bind_volumes()
         self._release_protected()
         failures = kuberay.reconcile(self.objects, self.kuberay) if not self.kuberay_pending else {}
-        self.scheduling.place(self.objects, self.clock().replace(tzinfo=datetime.timezone.utc).timestamp())
+        self.scheduling.place(self.objects, self.clock().replace(tzinfo=datetime.UTC).timestamp())
         self._fail_readiness_probes()
         if not self.kuberay_pending:
             kuberay.write_status(self.objects, self.kuberay, failures)
@@ -699,7 +703,7 @@ def _json_patch(current: dict, operations: list[dict]) -> tuple[dict, tuple[int,
                     return current, _status(422, "Invalid", f"the server rejected our request due to an error in our "
                                                             f"request: testing value {operation['path']} failed")
             elif operation["op"] == "replace":
-                target[last]  # noqa: B018 - replace needs the member to exist
+                target[last]  # replace needs the member to exist
                 target[last] = operation["value"]
             elif operation["op"] == "add":
                 target.insert(last, operation["value"]) if isinstance(target, list) else \
