@@ -47,6 +47,7 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/lint-imports --no-cache
+	$(BIN)/ruff check functions tests bench tools
 	$(BIN)/python -m pytest -q --durations=15
 
 bench: $(STAMP)

@@ -61,7 +61,7 @@ def main() -> None:
         stack.up()
         env = os.environ | stack.service_env()
         handled = []
-        for i in range(rounds):
+        for _ in range(rounds):
             message = json.dumps({"environment": "local", "recipe": "tiny-arith", "run": f"bench-{time.time_ns()}",
                                   "overrides": {}, "requested_by": "bench"})
             began = time.perf_counter()

@@ -53,7 +53,8 @@ def main() -> None:
         fake.stdin.close()  # the fake serves until its stdin closes
         fake.wait(timeout=10)
     print(doctor.render(examined.findings), end="")
-    print(f"one call: {call * 1000:.0f} ms; rlops doctor h200: {took * 1000:.0f} ms ({len(examined.findings)} findings)")
+    print(f"one call: {call * 1000:.0f} ms; rlops doctor h200: {took * 1000:.0f} ms "
+          f"({len(examined.findings)} findings)")
     print(f"doctor-seconds: {took:.2f} (goal <= 2)")
     print(f"doctor-vs-one-call: {took / call:.2f} (goal <= 3)")
 

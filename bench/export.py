@@ -73,7 +73,8 @@ def main() -> None:
         download = best(rounds, lambda: by_download(bucket, prefix, content))
     total_mib = content["total_bytes"] / 2**20
     print(f"{files} files, {total_mib:.0f} MiB: upload {uploaded:.1f} s; verify by listing {listing:.2f} s "
-          f"({files / listing:.0f} objects/s); by download and hashing {download:.2f} s ({files / download:.0f} objects/s)")
+          f"({files / listing:.0f} objects/s); by download and hashing {download:.2f} s "
+          f"({files / download:.0f} objects/s)")
     print(f"export-verify-objects-per-second: {files / listing:.0f} (goal >= 1000)")
     print(f"verify-by-listing-vs-download: {download / listing:.1f} (goal >= 5)")
 

@@ -55,7 +55,7 @@ def main() -> None:
     counts = [int(arg) for arg in sys.argv[1:3]] + [10_000, 10_000][len(sys.argv[1:3]):]
     cores = workers()
     total = violated = 0
-    for (name, count) in zip(SCENARIOS, counts):
+    for (name, count) in zip(SCENARIOS, counts, strict=True):
         _, violations_alone, alone = run(name, count, 1)
         explored, violations, spread = run(name, count, cores)
         total, violated = total + explored, violated + violations_alone + violations  # the same seeds twice

@@ -8,9 +8,9 @@ team's): they share the lists, so ten or a hundred environments add one peering 
 record each, not seven calls. What a big fleet still pays is the client libraries' own CPU, about
 2 ms per call (requests, protobuf JSON) on one interpreter, and rlops's per-environment work.
 
-Usage: python bench/plan.py [ROUNDS] (BENCH_LATENCY=S changes the 50 ms). Runs the fake GCP control plane (tests/fakes/gcp.py) in a process
-of its own, as the real API would be, with 50 ms of latency per request, and fake-gcs-server for the
-state bucket, both on 127.0.0.1.
+Usage: python bench/plan.py [ROUNDS] (BENCH_LATENCY=S changes the 50 ms). Runs the fake GCP control plane
+(tests/fakes/gcp.py) in a process of its own, as the real API would be, with 50 ms of latency per request, and
+fake-gcs-server for the state bucket, both on 127.0.0.1.
 """
 
 import json
@@ -57,7 +57,7 @@ def one_call_seconds(connection) -> float:
     start = time.perf_counter()
     try:
         networks.get(project="rlops-bench", network="absent")
-    except Exception:  # noqa: BLE001 - a 404 costs the same round trip as a hit
+    except Exception:  # a 404 costs the same round trip as a hit
         pass
     return time.perf_counter() - start
 

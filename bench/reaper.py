@@ -92,7 +92,7 @@ def busy_periods(runs) -> list[list[float]]:
 
 def gaps_of(runs) -> list[float]:
     periods = busy_periods(runs)
-    return [b[0] - a[1] for a, b in zip(periods, periods[1:])]
+    return [b[0] - a[1] for a, b in zip(periods, periods[1:], strict=False)]
 
 
 def cost_by_gaps(runs, gap_cost) -> float:
@@ -176,16 +176,16 @@ def main() -> None:
                                        (never, gke, results["5m"], results["30m"], results["auto"], best)))
         print("  ".join(f"{c:>14}" for c in row))
         figures[name] = (results["auto"] / best, results["auto"] / gke, best / gke)
-    for name, (vs_best, vs_gke, best_vs_gke) in figures.items():
+    for name, (_, _, best_vs_gke) in figures.items():
         print(f"{name}: the offline optimum itself costs {best_vs_gke:.2f} of GKE's default")
-    for name, (vs_best, vs_gke, _) in figures.items():
+    for name, (vs_best, _, _) in figures.items():
         print(f"reaper-auto-vs-offline-optimum[{name}]: {vs_best:.2f} (goal <= 1.3)")
-    for name, (vs_best, vs_gke, _) in figures.items():
+    for name, (_, vs_gke, _) in figures.items():
         print(f"reaper-auto-vs-gke-default[{name}]: {vs_gke:.2f} (goal <= 0.5)")
     t, today, cached = Timings(), fake_wake(False), fake_wake(True)
     h200 = load_or_raise(REPO / "environments" / "h200.yaml")
-    assumed = {"today": assumed_wake(h200.model_copy(update={"ray": h200.ray.model_copy(update={"image_cache": False})})),
-               "cached": assumed_wake(h200)}
+    uncached = h200.model_copy(update={"ray": h200.ray.model_copy(update={"image_cache": False})})
+    assumed = {"today": assumed_wake(uncached), "cached": assumed_wake(h200)}
     print(f"\nauto with the image cache: a wake of {cached:.0f}s against today's {today:.0f}s (the fake cluster's "
           f"timings: node boot {t.boot:.0f}s, Ready {t.node_ready:.0f}s, scheduling {t.scheduling:.0f}s, image pull "
           f"{t.pull[False]:.0f}s from nvcr.io or {t.pull[True]:.0f}s streamed from Artifact Registry, container start "

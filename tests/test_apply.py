@@ -227,7 +227,8 @@ def test_a_permission_failure_stops_apply_naming_the_api_resource_and_permission
     fake.fail_next(1, status=403, match="POST /compute/v1/projects/rlops-h200-example/global/networks")
     assert run("apply", "--yes", "h200") == 1
     err = capsys.readouterr().err
-    assert "compute: insert network" in err and "lacks compute.networks.create (in roles/compute.editor, roles/compute.networkAdmin or roles/compute.admin)" in err
+    assert "compute: insert network" in err and ("lacks compute.networks.create (in roles/compute.editor, "
+                                                 "roles/compute.networkAdmin or roles/compute.admin)") in err
     assert not applied("h200")  # so the next push tries again
     # What did get created is recorded, so the re-run only does the rest.
     assert run("apply", "--yes", "h200") == 0
@@ -303,8 +304,8 @@ def test_in_place_updates_of_networks_and_firewalls_are_requests_google_accepts(
 def test_every_write_path_of_a_seed_is_a_request_google_accepts(fake, specs, capsys, env_name, pool, grown):
     """Create, the cluster's update, the pool's autoscaling, Lustre's growth, the reaper's resize and destroy, each
     checked by the fake against the discovery documents and Lustre's protos (a refusal is a 400)."""
-    from rlops.cloud.container import NodePools
     from rlops.cloud.base import Connection
+    from rlops.cloud.container import NodePools
     from rlops.provision.service import target_of
 
     assert run("apply", "--yes", env_name) == 0

@@ -53,8 +53,9 @@ def test_killed_after_each_step_in_turn_a_rerun_converges_without_duplicates(clo
         killed_during |= {kind_of(r.path) for r in fake.mutations()[before:]}
         # The dead process's lock stays until it expires; the documented way out:
         assert finish(rlops(env, "unlock", "b200-spot", "--force"))[0] == 0
-    assert killed_during == {"networks", "subnetworks", "firewalls", "addresses", "connections", "clusters", "nodePools",
-                             "repositories", "instances"}, f"no kill during some kind of step: {killed_during}"
+    assert killed_during == {"networks", "subnetworks", "firewalls", "addresses", "connections", "clusters",
+                             "nodePools", "repositories", "instances"}, (
+        f"no kill during some kind of step: {killed_during}")
     # A policy set again by a re-run is a write, not a creation (setIamPolicy replaces the whole policy).
     created = [(r.path, r.body.get("name") or r.body.get("nodePool", {}).get("name") or r.query.get("instanceId")
                 or r.query.get("repositoryId"))
@@ -67,11 +68,11 @@ def test_killed_after_each_step_in_turn_a_rerun_converges_without_duplicates(clo
 
 def test_two_concurrent_applies_never_interleave(cloud):
     fake, env = cloud
-    first, second = rlops(env, "apply", "--yes", "b200-spot", "--lock-timeout", "120"), rlops(env, "apply", "--yes", "b200-spot",
-                                                                                     "--lock-timeout", "120")
+    first = rlops(env, "apply", "--yes", "b200-spot", "--lock-timeout", "120")
+    second = rlops(env, "apply", "--yes", "b200-spot", "--lock-timeout", "120")
     (code_a, out_a), (code_b, out_b) = finish(first), finish(second)
     assert (code_a, code_b) == (0, 0), out_a + out_b
     assert "waiting for the lock on b200-spot" in out_a + out_b
     senders = [re.search(r"pid/(\d+)", r.user_agent).group(1) for r in fake.mutations()]
-    switches = sum(1 for a, b in zip(senders, senders[1:]) if a != b)
+    switches = sum(1 for a, b in zip(senders, senders[1:], strict=False) if a != b)
     assert senders and switches == 0, f"changes from two applies interleaved: {senders}"

@@ -51,7 +51,7 @@ def test_each_command_parses_as_the_installed_gcloud_parses_it(capsys, tmp_path)
         answers = list(pool.map(lambda words: subprocess.run(words, capture_output=True, text=True, env=environ,
                                                              timeout=120, stdin=subprocess.DEVNULL),
                                 shapes.values()))
-    for words, answer in zip(shapes.values(), answers):
+    for words, answer in zip(shapes.values(), answers, strict=True):
         assert "unrecognized arguments" not in answer.stderr and "must be specified" not in answer.stderr and \
             "Invalid choice" not in answer.stderr, (words, answer.stderr)
         assert "active account" in answer.stderr or "credential" in answer.stderr.lower(), (words, answer.stderr)

@@ -307,7 +307,8 @@ def test_an_export_verifies_object_by_object_and_each_tampering_is_reported(trai
     bucket.blob(prefix + "notes.txt").upload_from_string(b"not part of it")     # one object extra
     assert export.verify(bucket, destination, content) == {
         "missing": ["trainer_state.json"], "extra": ["notes.txt"], "changed": ["model.safetensors"]}
-    bucket.blob(prefix + "trainer_state.json").upload_from_filename(str(trained / "checkpoint-4" / "trainer_state.json"))
+    bucket.blob(prefix + "trainer_state.json").upload_from_filename(
+        str(trained / "checkpoint-4" / "trainer_state.json"))
     torn = imported.with_name("checkpoint-5")
     with pytest.raises(manifest.ManifestError, match="does not match the manifest: 1 changed"):
         export.download(bucket, destination, content, torn)  # the flipped byte, caught before the rename

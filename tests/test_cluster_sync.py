@@ -45,7 +45,8 @@ def test_a_planted_token_reaches_the_secret_write_and_nowhere_else(fakes, capsys
         assert token not in out.out + out.err and encoded not in out.out + out.err
         assert not [r for r in kube.requests if token in json.dumps(r.body)]
         carriers = [r for r in kube.requests if encoded in json.dumps(r.body)]
-        assert carriers and all(r.path.endswith("/secrets/ray-cluster-tokens") and r.method == "PATCH" for r in carriers)
+        assert carriers and all(r.path.endswith("/secrets/ray-cluster-tokens") and r.method == "PATCH"
+                                for r in carriers)
         assert not [r for r in gcp.requests if token in json.dumps(r.body) or encoded in json.dumps(r.body)]
     cluster = kube.get("rayclusters", "ray-cluster", "default")
     assert not any(token in json.dumps(cluster) for token in PLANTED_TOKENS.values())
@@ -155,9 +156,10 @@ def test_a_cluster_without_a_dns_endpoint_is_refused_with_the_fix(monkeypatch):
 
 @pytest.mark.parametrize("env_name", ["h200", "b200-spot"])
 def test_after_apply_a_plan_is_clean_a_console_edit_is_drift_and_the_reapers_replicas_are_not(fakes, capsys, env_name):
+    from kubernetes import client
+
     from rlops.kube.cluster import KubeApi
     from rlops.kube.objects import Ref
-    from kubernetes import client
 
     gcp, kube = fakes
     assert cli.main(["apply", "--yes", env_name]) == 0
@@ -316,7 +318,8 @@ def test_a_new_image_reaches_every_pod_whatever_the_kuberay_and_the_next_plan_is
     assert len(before) == 3 and all(_images(pod) == {PULLED["v0.5.0"]} for pod in kube.pods("ray-cluster"))
 
     spec = specs / "h200.yaml"
-    spec.write_text(spec.read_text().replace("image: nvcr.io/nvidia/nemo-rl:v0.5.0", "image: nvcr.io/nvidia/nemo-rl:v0.5.1"))
+    spec.write_text(spec.read_text().replace("image: nvcr.io/nvidia/nemo-rl:v0.5.0",
+                                          "image: nvcr.io/nvidia/nemo-rl:v0.5.1"))
     capsys.readouterr()
     assert cli.main(["plan", "h200", "--detailed-exitcode"]) == 2
     planned = capsys.readouterr().out
@@ -331,7 +334,8 @@ def test_a_new_image_reaches_every_pod_whatever_the_kuberay_and_the_next_plan_is
 
 
 # h200's image as its pods pull it: through the project's Artifact Registry cache of nvcr.io (ray.image_cache).
-PULLED = {tag: cached(f"nvcr.io/nvidia/nemo-rl:{tag}", "rlops-h200-example", "us-central1") for tag in ("v0.5.0", "v0.5.1")}
+PULLED = {tag: cached(f"nvcr.io/nvidia/nemo-rl:{tag}", "rlops-h200-example", "us-central1")
+          for tag in ("v0.5.0", "v0.5.1")}
 
 
 def _images(pod: dict) -> set[str]:
@@ -488,7 +492,8 @@ def test_a_namespace_made_by_hand_is_used_as_it_is_neither_taken_over_nor_delete
 
 def _new_image(specs) -> None:
     spec = specs / "h200.yaml"
-    spec.write_text(spec.read_text().replace("image: nvcr.io/nvidia/nemo-rl:v0.5.0", "image: nvcr.io/nvidia/nemo-rl:v0.5.1"))
+    spec.write_text(spec.read_text().replace("image: nvcr.io/nvidia/nemo-rl:v0.5.0",
+                                          "image: nvcr.io/nvidia/nemo-rl:v0.5.1"))
 
 
 def _head_image(kube) -> str:
@@ -661,7 +666,7 @@ def test_a_token_that_expires_while_apply_waits_is_refreshed_and_the_apply_compl
 
     gcp, kube = fakes
     kube.controller_delay = 0.5  # at least four pauses before anything is ready: two hours on the server's clock
-    clock = {"now": datetime.datetime.now(datetime.timezone.utc).replace(tzinfo=None)}
+    clock = {"now": datetime.datetime.now(datetime.UTC).replace(tzinfo=None)}
     kube.clock = lambda: clock["now"]
     kube.issue_token()  # from now on every request needs a token
 

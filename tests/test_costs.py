@@ -2,9 +2,9 @@
 bucket is fake-gcs-server behind the real client), with ticks missed and repeated, checked against totals worked
 out by hand; the accounting, the prices and the auto timeout on their own.
 
-Ray cannot be run for a simulated week, so its job table here is `SimulatedRay` (tests/fakes/ray.py): jobs submitted through rlops's
-own submission, each started, printing and ending on a script in simulated time, reported as Ray's job API
-reports them (status, error type, start and end times in ms, the job's output).
+Ray cannot be run for a simulated week, so its job table here is `SimulatedRay` (tests/fakes/ray.py): jobs submitted
+through rlops's own submission, each started, printing and ending on a script in simulated time, reported as Ray's
+job API reports them (status, error type, start and end times in ms, the job's output).
 """
 
 import json

@@ -125,7 +125,8 @@ def test_the_deploy_as_rlops_deploy_leaves_the_functions_topics_subscriptions_an
         function = found[f"rlops-{target}"]
         assert function["state"] == "ACTIVE" and function["environment"] == "GEN_2"
         assert function["buildConfig"]["entryPoint"] == target and function["buildConfig"]["runtime"] == "python311"
-        assert function["buildConfig"]["serviceAccount"].endswith(f"/rlops-function-build@{PROJECT}.iam.gserviceaccount.com")
+        assert function["buildConfig"]["serviceAccount"].endswith(
+            f"/rlops-function-build@{PROJECT}.iam.gserviceaccount.com")
         service = function["serviceConfig"]
         assert service["serviceAccountEmail"] == f"rlops-{target}@{PROJECT}.iam.gserviceaccount.com"
         assert service["environmentVariables"] == {"RLOPS_ENVIRONMENTS": "environments", "RLOPS_PROJECT": PROJECT}
@@ -294,16 +295,18 @@ def test_the_deploy_apis_refuse_what_google_refuses():
                             ({"topic": f"projects/{PROJECT}/topics/none"}, 404)):
             assert call("PUT", f"{subscriptions}/sub1", {**subscription, **wrong}).status_code == code, wrong
         assert call("PUT", f"{subscriptions}/sub1", subscription).status_code == 200
-        assert call("PATCH", f"{subscriptions}/sub1", {"subscription": subscription, "updateMask": ""}).status_code == 400
+        assert call("PATCH", f"{subscriptions}/sub1",
+                    {"subscription": subscription, "updateMask": ""}).status_code == 400
         policy = call("GET", f"{topics}/topic1:getIamPolicy").json()
         binding = {"role": "roles/pubsub.publisher",
                    "members": ["serviceAccount:service-1@gcp-sa-pubsub.iam.gserviceaccount.com"]}
-        assert call("POST", f"{topics}/topic1:setIamPolicy", {"policy": {**policy, "bindings": [binding]}}).status_code \
-            == 400  # not this project's service agent
+        # Not this project's service agent.
+        assert call("POST", f"{topics}/topic1:setIamPolicy",
+                    {"policy": {**policy, "bindings": [binding]}}).status_code == 400
         number = gcp._project_number(PROJECT)
         binding["members"] = [f"serviceAccount:service-{number}@gcp-sa-pubsub.iam.gserviceaccount.com"]
-        assert call("POST", f"{topics}/topic1:setIamPolicy", {"policy": {**policy, "bindings": [binding]}}).status_code \
-            == 200
+        assert call("POST", f"{topics}/topic1:setIamPolicy",
+                    {"policy": {**policy, "bindings": [binding]}}).status_code == 200
         assert call("POST", f"{topics}/topic1:setIamPolicy", {"policy": {**policy, "bindings": []}}).status_code == 409
         jobs = f"/cs/v1/projects/{PROJECT}/locations/{REGION}/jobs"
         job = {"name": f"projects/{PROJECT}/locations/{REGION}/jobs/tick", "schedule": "* * * * *",

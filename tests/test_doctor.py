@@ -66,9 +66,8 @@ def test_the_seeds_project_passes_every_check_and_says_what_it_did_not_check(clo
      "apply needs 400, 399 free of 399 in us-central1"),
     (lambda gcp: gcp.denied_permissions.add(("projects/rlops-h200-example/secrets/wandb-api-key",
                                              "secretmanager.versions.access")), "secret WANDB_API_KEY",
-     "the caller lacks secretmanager.versions.access (in roles/secretmanager.secretAccessor or roles/secretmanager.admin) "
-     "on "
-     "projects/rlops-h200-example/secrets/wandb-api-key"),
+     "the caller lacks secretmanager.versions.access (in roles/secretmanager.secretAccessor or "
+     "roles/secretmanager.admin) on projects/rlops-h200-example/secrets/wandb-api-key"),
     (lambda gcp: gcp.lustre_zones.discard("us-central1-b"), "lustre-location",
      "Managed Lustre is not offered in us-central1-b (in us-central1: us-central1-a, us-central1-c)"),
     (lambda gcp: gcp._store["secret_version"].pop("projects/rlops-h200-example/secrets/hf-token/versions/latest"),
@@ -227,7 +226,8 @@ def test_a_missing_state_bucket_fails_and_apply_changes_nothing(cloud_fakes, cap
 def test_skip_doctor_is_said_and_applies(cloud_fakes, capsys):
     gcp, _ = cloud_fakes
     gcp.missing_network_profiles.add("us-central1-b-vpc-roce")
-    assert cli.main(["apply", "--yes", "h200", "--skip-doctor"]) in (0, 1)  # the fake itself may refuse the profile later
+    # The fake itself may refuse the profile later.
+    assert cli.main(["apply", "--yes", "h200", "--skip-doctor"]) in (0, 1)
     assert "doctor: skipped (--skip-doctor)" in capsys.readouterr().out
     assert gcp.mutations()
 

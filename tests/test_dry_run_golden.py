@@ -1,4 +1,5 @@
-"""What `apply --dry-run` would send for each shipped GCP environment, checked in: a change to any request shows in review.
+"""What `apply --dry-run` would send for each shipped GCP environment, checked in: a change to any request shows in
+review.
 
 After an intended change: `RLOPS_UPDATE_GOLDEN=1 make test`, then review the diff of tests/golden/.
 """
@@ -28,7 +29,8 @@ def test_dry_run_transcript_matches_the_checked_in_one(environment, capsys, monk
     golden = GOLDEN / f"{environment}.apply-dry-run.txt"
     if os.environ.get("RLOPS_UPDATE_GOLDEN"):
         golden.write_text(transcript)
-    assert transcript == golden.read_text(), f"the requests changed; if intended, RLOPS_UPDATE_GOLDEN=1 and review {golden}"
+    assert transcript == golden.read_text(), (
+        f"the requests changed; if intended, RLOPS_UPDATE_GOLDEN=1 and review {golden}")
     # Only requests were recorded: nothing left for Google's real endpoints but the lines in the file.
     requests = [line for line in transcript.splitlines() if not line.startswith("#")]
     assert all(line.split(" ", 2)[1].startswith("https://") for line in requests)

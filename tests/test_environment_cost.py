@@ -88,7 +88,8 @@ def test_plan_h200_offline_shows_the_dollars_an_hour_of_what_it_adds(capsys):
 
 def test_a_plan_prices_what_it_grows_and_removes_and_an_unchanged_one_prices_nothing():
     h200 = load_or_raise(ENVIRONMENTS / "h200.yaml")
-    grown = plan_edit("h200", ("autoscaling: {min_nodes: 0, max_nodes: 2}", "autoscaling: {min_nodes: 0, max_nodes: 3}"))
+    grown = plan_edit("h200", ("autoscaling: {min_nodes: 0, max_nodes: 2}",
+                               "autoscaling: {min_nodes: 0, max_nodes: 3}"))
     grown.cost = pricing.plan_cost(grown, h200)
     (change,) = grown.cost.changes
     assert change.key == "node_pool/gpu-pool" and change.sign == "~"

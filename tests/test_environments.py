@@ -82,11 +82,13 @@ def test_h200_is_the_first_seed():
     env = load(ENVIRONMENTS / "h200.yaml").environment
     assert isinstance(env, GcpEnvironment)
     pool = env.gpu_pools[0]
-    assert (pool.machine_type, pool.accelerator.type, pool.accelerator.count) == ("a3-ultragpu-8g", "nvidia-h200-141gb", 8)
+    assert (pool.machine_type, pool.accelerator.type, pool.accelerator.count) == (
+        "a3-ultragpu-8g", "nvidia-h200-141gb", 8)
     assert pool.reservation and not pool.spot
     assert (pool.autoscaling.min_nodes, pool.autoscaling.max_nodes) == (0, 2)
     assert len(env.networks.rdma.subnet_cidrs) == 8
-    assert (env.lustre.capacity_gib, env.lustre.throughput_mb_per_tib, env.lustre.filesystem) == (18000, 500, "lustrefs")
+    assert (env.lustre.capacity_gib, env.lustre.throughput_mb_per_tib, env.lustre.filesystem) == (
+        18000, 500, "lustrefs")
     assert env.lustre.deletion_policy == "retain"
     recipe = env.recipes["gemma3-27b-gsm8k"]
     assert recipe.overrides["grpo.num_prompts_per_step"] == 16
@@ -104,7 +106,8 @@ def test_b200_is_the_second_seed():
     assert recipe.model == "Qwen/Qwen2.5-72B-Instruct"
     fixed = recipe.overrides
     assert (fixed["grpo.num_generations_per_prompt"], fixed["grpo.num_prompts_per_step"]) == (8, 32)
-    assert (fixed["policy.train_global_batch_size"], fixed["checkpointing.save_period"], fixed["checkpointing.keep_top_k"]) == (256, 2, 2)
+    assert (fixed["policy.train_global_batch_size"], fixed["checkpointing.save_period"],
+            fixed["checkpointing.keep_top_k"]) == (256, 2, 2)
     assert recipe.allowed_overrides["grpo.max_num_steps"].default == 20
     # The codelab's v0.4.0 recipe, moved to NeMo RL v0.7.0 (whose uv.lock pins Ray 2.55.1) as `validate --tag` said.
     assert env.ray.image == "nvcr.io/nvidia/nemo-rl:v0.7.0" and env.ray.ray_version == "2.55.1"

@@ -38,7 +38,7 @@ def upstream(path: str) -> list[dict]:
 
 
 def rendered(name: str, text: str | None = None) -> tuple[object, dict[tuple[str, str], dict]]:
-    env = load(ENVIRONMENTS / f"{name}.yaml").environment if text is None else load_text(text, name, f"{name}.yaml").environment
+    env = (load(ENVIRONMENTS / f"{name}.yaml") if text is None else load_text(text, name, f"{name}.yaml")).environment
     objs = render.objects(name, env, render.LiveFacts("10.90.0.5"))
     return env, {(o["kind"], o["metadata"]["name"]): o for o in objs}
 
@@ -56,10 +56,12 @@ def a4x_text() -> str:
     text = (ENVIRONMENTS / "h200.yaml").read_text()
     text = text.replace("machine_type: a3-ultragpu-8g", "machine_type: a4x-highgpu-4g").replace(
         "{type: nvidia-h200-141gb, count: 8,", "{type: nvidia-gb200, count: 4,")
-    text = text.replace("      - 192.168.5.0/24\n      - 192.168.6.0/24\n      - 192.168.7.0/24\n      - 192.168.8.0/24\n", "")
+    text = text.replace("      - 192.168.5.0/24\n      - 192.168.6.0/24\n"
+                        "      - 192.168.7.0/24\n      - 192.168.8.0/24\n", "")
     text = text.replace("worker: {cpu: 206, memory: 2400Gi}", "worker: {cpu: 130, memory: 700Gi}")
     return text.replace("cluster.gpus_per_node: 8", "cluster.gpus_per_node: 4").replace(
-        "policy.generation.colocated.resources.gpus_per_node: 8", "policy.generation.colocated.resources.gpus_per_node: 4")
+        "policy.generation.colocated.resources.gpus_per_node: 8",
+        "policy.generation.colocated.resources.gpus_per_node: 4")
 
 
 def test_every_machine_of_the_issue_is_in_the_catalog_and_each_shipped_example_validates(capsys):
@@ -102,8 +104,8 @@ def test_each_family_asks_for_its_own_networks_and_no_other(problems):
            "networks.gvnic, networks.rdma" in said, said
     assert "networks: a3-ultragpu-8g (GPUDirect-RDMA (gIB)) needs networks.rdma; add it" in said
     a100 = (ENVIRONMENTS / "a100.yaml").read_text()
-    said = problems(a100.replace("  private_service_access:", "  gpu_nics: {prefix: x, subnet_cidrs: [192.168.1.0/24]}\n"
-                                 "  private_service_access:"))
+    said = problems(a100.replace("  private_service_access:",
+                                 "  gpu_nics: {prefix: x, subnet_cidrs: [192.168.1.0/24]}\n  private_service_access:"))
     assert "networks.gpu_nics: a2-ultragpu-8g (no GPUDirect (NCCL over the primary NIC)) uses no networks.gpu_nics; " \
            "remove it" in said, said
 
@@ -116,7 +118,7 @@ def test_the_installers_are_upstreams_but_for_the_pools_accelerators(name):
               *upstream(machine.installer)]
     got = [without_rlops_labels(o) for o in objs.values() if o["kind"] == "DaemonSet"]
     assert len(got) == len(wanted)
-    for ours, theirs in zip(got, wanted):
+    for ours, theirs in zip(got, wanted, strict=True):
         if theirs["metadata"]["name"] == "device-injector":
             assert ours == theirs  # verbatim: it serves every accelerator it knows
             continue
@@ -226,7 +228,8 @@ def example_projects(cloud_fakes, specs):
     return gcp
 
 
-@pytest.mark.parametrize("name, nics", [("h100-mega", [(f"h100-nic-net-{n}", f"h100-nic-sub-{n}") for n in range(1, 9)]),
+@pytest.mark.parametrize("name, nics", [("h100-mega",
+                                         [(f"h100-nic-net-{n}", f"h100-nic-sub-{n}") for n in range(1, 9)]),
                                         ("h100", [(f"a3-nic-net-{n}", f"a3-nic-sub-{n}") for n in range(1, 5)]),
                                         ("a100", [])])
 def test_apply_sends_each_familys_networks_through_the_discovery_checked_fake(example_projects, name, nics, capsys):
@@ -308,7 +311,8 @@ def test_the_a4x_dry_run_creates_its_workload_policy_and_names_it_in_the_pool(tm
     golden = REPO / "tests" / "golden" / "a4x.apply-dry-run.txt"
     if os.environ.get("RLOPS_UPDATE_GOLDEN"):
         golden.write_text(transcript)
-    assert transcript == golden.read_text(), f"the requests changed; if intended, RLOPS_UPDATE_GOLDEN=1 and review {golden}"
+    assert transcript == golden.read_text(), (
+        f"the requests changed; if intended, RLOPS_UPDATE_GOLDEN=1 and review {golden}")
     (policy,) = _posted(transcript, "/regions/us-central1/resourcePolicies")
     assert policy["name"] == "rl-h200-gpu-pool" and policy["workloadPolicy"] == {
         "type": "HIGH_THROUGHPUT", "acceleratorTopology": "1x72"}
@@ -319,7 +323,8 @@ def test_the_a4x_dry_run_creates_its_workload_policy_and_names_it_in_the_pool(tm
     lines = transcript.splitlines()
     assert lines.index("# create resource_policy/rl-h200-gpu-pool") < lines.index("# create node_pool/gpu-pool")
     # Compact placement elsewhere: GKE makes the policy, nothing is named.
-    mega = (ENVIRONMENTS / "h100-mega.yaml").read_text().replace("    spot: true\n", "    spot: true\n    placement: compact\n")
+    mega = (ENVIRONMENTS / "h100-mega.yaml").read_text().replace("    spot: true\n",
+                                                                 "    spot: true\n    placement: compact\n")
     transcript = _dry_run("h100-mega", mega, tmp_path, monkeypatch, capsys)
     (request,) = _posted(transcript, "/nodePools")
     assert request["nodePool"]["placementPolicy"] == {"type": 1} and not _posted(transcript, "/resourcePolicies")

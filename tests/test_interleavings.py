@@ -15,22 +15,29 @@ import shutil
 from dataclasses import replace
 from pathlib import Path
 
-import pytest
-
 from conftest import ENVIRONMENTS
-from fakes.interleave import MemoryBucket, Scheduler, SimulatedPool, explore_seeds, phases, seeded, \
-    simulated_datetime, simulated_threading, simulated_time
+from fakes.interleave import (
+    MemoryBucket,
+    Scheduler,
+    SimulatedPool,
+    explore_seeds,
+    phases,
+    seeded,
+    simulated_datetime,
+    simulated_threading,
+    simulated_time,
+)
+from fakes.ray import SimulatedRay
 from rlops.endpoints import Endpoints
 from rlops.reaper import reap
+from rlops.runs import watch
 from rlops.sites import Site
 from rlops.spec.load import load_text
 from rlops.state import lock as lock_module
+from rlops.state import run_records
 from rlops.state.layout import Layout
 from rlops.state.lock import LockHeld
 from rlops.state.pool import PoolStatus
-from rlops.state import run_records
-from rlops.runs import watch
-from fakes.ray import SimulatedRay
 
 ENV = load_text((ENVIRONMENTS / "local.yaml").read_text(), "local", "local.yaml").environment
 
@@ -94,7 +101,8 @@ class World:
 
 
 INTERRUPTED = PoolStatus(scaled_down=True, since=1_789_999_000.0, scaled=False, created_at=1_789_990_000.0,
-                         error="ServiceUnavailable: 503", transitions=((1_789_990_000.0, "up"), (1_789_999_000.0, "down")))
+                         error="ServiceUnavailable: 503",
+                         transitions=((1_789_990_000.0, "up"), (1_789_999_000.0, "down")))
 
 
 def test_the_reaper_finishing_a_scale_down_does_not_undo_a_wake_that_came_in_between(monkeypatch):

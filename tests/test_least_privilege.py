@@ -17,13 +17,13 @@ from google.cloud import storage
 from fakes.iam import Iam, service_account
 from fakes.ray import Clock, SimulatedRay
 from rlops import cli, sites
+from rlops.checkpoints import manifest
 from rlops.cloud import base, compute
 from rlops.endpoints import Endpoints
 from rlops.errors import Failure
 from rlops.permissions import Scope, roles
 from rlops.provision import accounts, bootstrap
 from rlops.reaper import reap
-from rlops.checkpoints import manifest
 from rlops.runs import exports, message, train, watch
 from rlops.state.bucket import of_environment, write_json
 from rlops.state.pool import PoolStatus

@@ -289,13 +289,14 @@ def test_an_export_imported_into_a_second_local_environment_verifies_and_a_run_t
     source = first_exported
     try:
         local.rlops("up", "zone-b")
-        refused = local.rlops("checkpoints", "import", "zone-b", "first", "--recipe", "tiny-arith", "--from", source.replace("-4", "-2"),
-                              check=False)
+        refused = local.rlops("checkpoints", "import", "zone-b", "first", "--recipe", "tiny-arith",
+                              "--from", source.replace("-4", "-2"), check=False)
         assert refused.returncode == 1 and "no manifest at gs://rlops-local-state/" in refused.stderr
         out = local.rlops("checkpoints", "import", "zone-b", "first", "--recipe", "tiny-arith", "--from", source).stdout
         target = local.root / ".rlops/zone-b/lustre/checkpoints/tiny-arith/first/checkpoint-4"
         assert f"imported step 4 into {target}" in out and "verified on Lustre" in out
-        again = local.rlops("checkpoints", "import", "zone-b", "first", "--recipe", "tiny-arith", "--from", source, check=False)
+        again = local.rlops("checkpoints", "import", "zone-b", "first", "--recipe", "tiny-arith", "--from", source,
+                            check=False)
         assert again.returncode == 1 and "exists already" in again.stderr
         local.rlops("train", "zone-b", "--recipe", "tiny-arith", "--run", "first", "--set", "max_steps=6")
         record = local.tick_until("first", lambda r: r["state"] == "SUCCEEDED", env="zone-b")
@@ -465,7 +466,8 @@ def test_a_preempted_run_whose_newest_checkpoint_is_torn_sets_it_aside_and_resum
     local.rlops("up", "local")
     point = local.tick_until("torn", lambda r: r["attempts"][1]["resume_point"])["attempts"][1]["resume_point"]
     assert point["step"] == newest - 2
-    assert [(a["step"], a["reason"]) for a in point["set_aside"]] == cut_off + [(newest, "torn: its save never finished")]
+    assert [(a["step"], a["reason"]) for a in point["set_aside"]] == cut_off + [
+        (newest, "torn: its save never finished")]
     record = local.tick_until("torn", lambda r: r["state"] == "SUCCEEDED")
     assert record["attempts"][1]["resumed_from"] == newest - 2 and record["step"] == LONG_RUN_STEPS
 
@@ -480,7 +482,8 @@ def gpu_pool_joining_late(local: Local, seconds: int):
     `rlops up` or a wake starts joins Ray that long after; the spec as it was afterwards."""
     spec = local.root / "environments" / "local.yaml"
     original = spec.read_text()
-    spec.write_text(original.replace("    cpus_per_worker: 1\n", f"    cpus_per_worker: 1\n    join_delay: {seconds}s\n"))
+    spec.write_text(original.replace("    cpus_per_worker: 1\n",
+                                     f"    cpus_per_worker: 1\n    join_delay: {seconds}s\n"))
     try:
         yield
     finally:
@@ -775,8 +778,8 @@ def gpu_node(local: Local, gpus: int = 16):
     command = [stack._ray(), "start", "--block", "--disable-usage-stats", "--node-ip-address=127.0.0.1",
                f"--address=127.0.0.1:{local.port('ray-head', 'gcs')}", "--num-cpus=0", f"--num-gpus={gpus}",
                "--object-store-memory=80000000", f"--temp-dir={temp}", *stack._node_ports(ports)]
-    node = processes.start("gpu-node", command, local.root / "gpu-node.log", {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"},
-                           ports, cwd=local.root)
+    node = processes.start("gpu-node", command, local.root / "gpu-node.log",
+                           {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}, ports, cwd=local.root)
     try:
         dashboard = f"http://127.0.0.1:{local.port('ray-head', 'dashboard')}"
         until(lambda: any(n.get("resources_total", {}).get("GPU") == gpus and n.get("state") == "ALIVE"
@@ -835,8 +838,8 @@ def test_a_gke_environment_reaches_its_ray_head_through_the_api_servers_service_
         actors = jobs.actor_env(h200, h200.recipes["gemma3-27b-gsm8k"])
         assert actors["LD_LIBRARY_PATH"].startswith("/usr/local/gib/lib64:") and actors["NCCL_NET"] == "gIB"
         assert job.runtime_env["env_vars"] == {**actors, "RAY_OVERRIDE_JOB_RUNTIME_ENV": "1",
-                                               "WANDB_RUN_ID": jobs.wandb_run_id("h200", "gke-1"), "WANDB_RESUME": "allow",
-                                               "NRL_VIRTUAL_CLUSTER_MAX_RETRIES": "10"}
+                                               "WANDB_RUN_ID": jobs.wandb_run_id("h200", "gke-1"),
+                                               "WANDB_RESUME": "allow", "NRL_VIRTUAL_CLUSTER_MAX_RETRIES": "10"}
 
         # Neither uv nor NeMo RL is here: the job fails in its own code, which the watcher records and does not retry.
         env = sites.load_environment("h200")
@@ -1022,9 +1025,8 @@ def test_a_tick_for_every_environment_covers_the_applied_gcp_ones_only(h200_on_l
 
 def test_a_gke_environments_idle_pool_is_reaped_at_once_and_woken_by_a_train_message(local, h200_on_local_ray, specs,
                                                                                      capsys):
-    from rlops import cli
+    from rlops import cli, sites
     from rlops.reaper.reap import reap
-    from rlops import sites
     from rlops.runs import train
     from rlops.sites import ScaleFailed
 
@@ -1080,9 +1082,9 @@ def test_the_reaper_and_apply_take_turns_on_the_environments_lock(h200_on_local_
     apply waits, then plans again and keeps what the reaper did."""
     from concurrent.futures import ThreadPoolExecutor
 
+    from rlops import sites
     from rlops.provision import service as provision
     from rlops.reaper.reap import reap
-    from rlops import sites
     from rlops.state.lock import Lock
 
     gcp, kube = h200_on_local_ray
@@ -1124,8 +1126,8 @@ def test_a_gke_environment_hashes_its_checkpoints_in_a_ray_job_where_they_are(lo
                                                                               monkeypatch):
     """The snapshot tick of a GKE environment: a CPU-only Ray job (rlops shipped as a py_module) prints the
     manifests on the cluster; the next tick stores them. Here the cluster's Ray is this module's, through the proxy."""
-    from rlops.checkpoints import manifest
     from rlops import sites
+    from rlops.checkpoints import manifest
     from rlops.runs import snapshot
     from rlops.state.run_records import new
 
@@ -1258,13 +1260,15 @@ def test_a_pod_template_change_waits_for_the_live_ray_job_and_reaches_every_pod_
     pods = {p["metadata"]["name"] for p in kube.pods("ray-cluster")}
 
     spec = specs / "h200.yaml"
-    spec.write_text(spec.read_text().replace("image: nvcr.io/nvidia/nemo-rl:v0.5.0", "image: nvcr.io/nvidia/nemo-rl:v0.5.1"))
+    spec.write_text(spec.read_text().replace("image: nvcr.io/nvidia/nemo-rl:v0.5.0",
+                                          "image: nvcr.io/nvidia/nemo-rl:v0.5.1"))
     capsys.readouterr()
     assert cli.main(["apply", "--yes", "h200"]) == 1
     err = capsys.readouterr().err
     assert "held, not applied: RayCluster/default/ray-cluster" in err and job in err
     live = kube.get("rayclusters", "ray-cluster", "default")["spec"]["headGroupSpec"]["template"]["spec"]
-    assert live["containers"][0]["image"] == cached("nvcr.io/nvidia/nemo-rl:v0.5.0", "rlops-h200-example", "us-central1")
+    assert live["containers"][0]["image"] == cached("nvcr.io/nvidia/nemo-rl:v0.5.0", "rlops-h200-example",
+                                                    "us-central1")
     assert {p["metadata"]["name"] for p in kube.pods("ray-cluster")} == pods
 
     gate.unlink()

@@ -10,7 +10,8 @@ from rlops.workloads import trl_grpo
 
 
 def test_the_shaped_reward_gives_full_credit_to_the_answer_alone_and_ranks_the_rest():
-    exact, trailing, close, far, words = trl_grpo.shaped_reward(["12", "so 3 then 12", "11", "40", "no idea"], ["12"] * 5)
+    exact, trailing, close, far, words = trl_grpo.shaped_reward(["12", "so 3 then 12", "11", "40", "no idea"],
+                                                                ["12"] * 5)
     assert exact == trailing == 1.0
     assert 1.0 > close > far > words == 0.0
     digits, letters = trl_grpo.shaped_reward(["99", "a9"], ["12", "12"])

@@ -12,10 +12,10 @@ from concurrent.futures import ProcessPoolExecutor
 
 import pytest
 import yaml
-from hypothesis import assume, given, settings
-from hypothesis import strategies as st
 from hydra._internal.config_loader_impl import ConfigLoaderImpl
 from hydra.core.override_parser.overrides_parser import OverridesParser
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 from omegaconf import OmegaConf
 
 from conftest import ENVIRONMENTS, REPO, workload_words
@@ -72,7 +72,7 @@ def test_every_config_of_every_tag_composes_as_that_tags_own_loader_composes_it(
         assert set(golden[name]) == set(tag.configs)
     files = [(name, path) for name, expected_by_path in golden.items() for path in sorted(expected_by_path)]
     with ProcessPoolExecutor(2) as pool:  # OmegaConf's merges take most of a minute for the 680 files, one core
-        digests = dict(zip(files, pool.map(_digest, files, chunksize=20)))
+        digests = dict(zip(files, pool.map(_digest, files, chunksize=20), strict=True))
     for (name, path), digest in digests.items():
         expected = golden[name][path]
         assert digest == ("fails" if expected.startswith("error") else expected), f"{name} {path}"
@@ -85,7 +85,7 @@ def _digest(file: tuple[str, str]) -> str:
     try:
         return hashlib.sha256(json.dumps(nemo_rl._loaded(tag.root / file[1], tag.loader), sort_keys=True).encode()
                               ).hexdigest()
-    except Exception:  # noqa: BLE001 - upstream fails on these too (not NeMo RL configs)
+    except Exception:  # upstream fails on these too (not NeMo RL configs)
         return "fails"
 
 

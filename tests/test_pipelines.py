@@ -229,7 +229,8 @@ def open_pull_request(work: Path, message: str) -> None:
 
 
 def test_a_pull_requests_plan_is_one_comment_showing_both_changes_and_a_rerun_edits_it(workspace, github):
-    edit(workspace, "h200.yaml", "autoscaling: {min_nodes: 0, max_nodes: 2}", "autoscaling: {min_nodes: 0, max_nodes: 3}")
+    edit(workspace, "h200.yaml", "autoscaling: {min_nodes: 0, max_nodes: 2}",
+         "autoscaling: {min_nodes: 0, max_nodes: 3}")
     edit(workspace, "b200-spot.yaml", "capacity_gib: 36000", "capacity_gib: 72000")
     open_pull_request(workspace, "grow")
     values = {"_BASE_BRANCH": "main", "_PR_NUMBER": "7"}
@@ -256,7 +257,8 @@ def test_a_shm_size_change_shows_in_the_comment_as_the_ray_pods_restarting_and_a
     """Nothing in the cloud changes with ray.shm_size, yet every Ray pod restarts: the comment says so, from the
     objects rendered from the base and head specs; a grown reserved pool shows what it adds an hour."""
     edit(workspace, "h200.yaml", "shm_size: 240Gi", "shm_size: 200Gi")
-    edit(workspace, "h100.yaml", "autoscaling: {min_nodes: 0, max_nodes: 2}", "autoscaling: {min_nodes: 0, max_nodes: 3}")
+    edit(workspace, "h100.yaml", "autoscaling: {min_nodes: 0, max_nodes: 2}",
+         "autoscaling: {min_nodes: 0, max_nodes: 3}")
     open_pull_request(workspace, "smaller shm, a bigger h100 reservation")
     done = run_plan(workspace, github, {"_BASE_BRANCH": "main", "_PR_NUMBER": "12"})
     assert done.returncode == 0, done.stderr
@@ -315,7 +317,8 @@ def test_a_replaced_node_pool_fails_the_check_until_the_pull_request_carries_the
 def test_a_plan_longer_than_one_comment_is_split_and_a_shorter_one_removes_the_rest(workspace, github):
     text = (workspace / "environments" / "h200.yaml").read_text()
     for i in range(40):
-        (workspace / "environments" / f"copy-{i:02d}.yaml").write_text(text.replace("rlops-h200-example", f"rlops-copy-{i:02d}"))
+        (workspace / "environments" / f"copy-{i:02d}.yaml").write_text(
+            text.replace("rlops-h200-example", f"rlops-copy-{i:02d}"))
     names = [f"copy-{i:02d}" for i in range(40)]
     env = {**os.environ, "GITHUB_TOKEN": TOKEN, "RLOPS_GITHUB_API": github.url}
     rlops = str(workspace / ".venv" / "bin" / "rlops")
@@ -342,7 +345,8 @@ def test_a_plan_longer_than_one_comment_is_split_and_a_shorter_one_removes_the_r
 def test_a_live_plan_comment_carries_each_changed_environments_doctor_table(workspace, github, cloud_fakes):
     gcp, _ = cloud_fakes
     gcp.disabled_services.add(("rlops-h200-example", "lustre.googleapis.com"))
-    edit(workspace, "h200.yaml", "autoscaling: {min_nodes: 0, max_nodes: 2}", "autoscaling: {min_nodes: 0, max_nodes: 3}")
+    edit(workspace, "h200.yaml", "autoscaling: {min_nodes: 0, max_nodes: 2}",
+         "autoscaling: {min_nodes: 0, max_nodes: 3}")
     open_pull_request(workspace, "grow")
     done = run_plan(workspace, github, {"_BASE_BRANCH": "main", "_PR_NUMBER": "9", "_LIVE_PLAN": "true"})
     assert done.returncode == 0, done.stderr[-2000:]
@@ -376,7 +380,8 @@ def test_a_push_that_deletes_an_environment_fails_and_destroys_nothing(workspace
     assert not gcp.mutations() and not kube.writes()
 
 
-def push(work: Path, github: FakeGitHub, message: str, edits: list[tuple[str, str, str]]) -> subprocess.CompletedProcess:
+def push(work: Path, github: FakeGitHub, message: str,
+         edits: list[tuple[str, str, str]]) -> subprocess.CompletedProcess:
     """Commit each edit on main (one commit apiece), then run the apply pipeline as the push's trigger would."""
     for name, old, new in edits:
         edit(work, name, old, new)

@@ -6,15 +6,15 @@ exactly the listed destructive changes.
 """
 
 from dataclasses import replace
-from functools import lru_cache
+from functools import cache
 
 import pytest
 import yaml
 
 from conftest import ENVIRONMENTS
 from rlops.provision.plan import Action, Plan, build_plan, data_loss_refusals
-from rlops.resource_shapes import Live
 from rlops.provision.resources import KINDS, build
+from rlops.resource_shapes import Live
 from rlops.spec.load import load_text
 from rlops.spec.model import GcpEnvironment
 
@@ -41,7 +41,7 @@ def edit(text: str, *edits: tuple[str, str]) -> str:
     return text
 
 
-@lru_cache(maxsize=None)
+@cache
 def environment(text: str, name: str) -> GcpEnvironment:
     loaded = load_text(text, name, f"{name}.yaml")
     assert not loaded.problems, "\n".join(map(str, loaded.problems))
@@ -68,7 +68,8 @@ def plan_unchecked(name: str, change) -> Plan:
     then only type-checked, so the plan's own rules can be seen on their own."""
     data = yaml.safe_load(seed(name))
     change(data)
-    return build_plan(name, build(name, GcpEnvironment.model_validate(data)), live_of(name, environment(seed(name), name)))
+    return build_plan(name, build(name, GcpEnvironment.model_validate(data)),
+                      live_of(name, environment(seed(name), name)))
 
 
 def actions(plan: Plan) -> dict[str, Action]:
@@ -126,7 +127,8 @@ CASES = [
     ("rdma-network-mtu", "h200", [("    prefix: rl-rdma            # profile: ZONE-vpc-roce\n",
                                    "    prefix: rl-rdma\n    mtu: 8244\n")],
      {"network/rl-rdma-net": U}, set()),
-    ("release-channel", "h200", [("release_channel: REGULAR", "release_channel: RAPID")], {"cluster/rl-h200": U}, set()),
+    ("release-channel", "h200", [("release_channel: REGULAR", "release_channel: RAPID")], {"cluster/rl-h200": U},
+     set()),
     ("cluster-version", "h200", [("release_channel: REGULAR", "release_channel: REGULAR\n  version: \"1.33\"")],
      {"cluster/rl-h200": U}, set()),
     ("dns-endpoint", "h200", [("release_channel: REGULAR", "release_channel: REGULAR\n  dns_endpoint: false")],
@@ -144,7 +146,8 @@ CASES = [
      {"subnetwork/rl-rdma-sub-7": R, "node_pool/gpu-pool": R}, {"subnetwork/rl-rdma-sub-7", "node_pool/gpu-pool"}),
     ("gvnic-prefix", "h200", [("prefix: rl-gvnic", "prefix: rl-gvnic2")],
      {"network/rl-gvnic2-net": C, "subnetwork/rl-gvnic2-sub": C, "firewall/rl-gvnic2-internal": C,
-      "node_pool/gpu-pool": R, "network/rl-gvnic-net": D, "subnetwork/rl-gvnic-sub": D, "firewall/rl-gvnic-internal": D},
+      "node_pool/gpu-pool": R, "network/rl-gvnic-net": D, "subnetwork/rl-gvnic-sub": D,
+      "firewall/rl-gvnic-internal": D},
      {"node_pool/gpu-pool", "network/rl-gvnic-net", "subnetwork/rl-gvnic-sub"}),
     # The peering is re-made on the new range, and the Lustre instance peered into it with it.
     ("psa-prefix", "h200", [("prefix_length: 20", "prefix_length: 22")],
@@ -265,7 +268,8 @@ def test_an_rdma_subnet_added_or_removed_replaces_the_gpu_pool(subnets, expected
     assert plan.errors == []
     assert actions(plan) == {**expected, "node_pool/gpu-pool": R}
     assert {c.key for c in plan.destructive} == {k for k, a in expected.items() if a == D} | {"node_pool/gpu-pool"}
-    assert {f.field for f in change_of(plan, "node_pool/gpu-pool").fields} == {"accelerator_count", "additional_networks"}
+    assert {f.field for f in change_of(plan, "node_pool/gpu-pool").fields} == {"accelerator_count",
+                                                                                "additional_networks"}
 
 
 # -- the plan's refusals ---------------------------------------------------------------------
@@ -339,7 +343,8 @@ def drifted(name: str, key: str, **fields) -> dict[str, Live]:
     ("network/rl-gvnic-net", {"mtu": 1460}, U, [("mtu", 1460, 8896)]),
     ("node_pool/gpu-pool", {"max_nodes": 5}, U, [("max_nodes", 5, 2)]),
     ("cluster/rl-h200", {"ray_operator": False}, U, [("ray_operator", False, True)]),
-    ("firewall/rl-gvnic-internal", {"source_ranges": ["0.0.0.0/0"]}, U, [("source_ranges", ["0.0.0.0/0"], ["192.168.0.0/16"])]),
+    ("firewall/rl-gvnic-internal", {"source_ranges": ["0.0.0.0/0"]}, U,
+     [("source_ranges", ["0.0.0.0/0"], ["192.168.0.0/16"])]),
     ("lustre_instance/rl-lustre", {"capacity_gib": 9000}, U, [("capacity_gib", 9000, 18000)]),
     # A system pool an older rlops made in the region's three zones: moved to the environment's zone in place.
     ("node_pool/default-pool", {"node_locations": ["us-central1-a", "us-central1-b", "us-central1-c"]}, U,
@@ -401,7 +406,8 @@ def test_from_nothing_everything_is_created_and_the_system_pool_comes_with_the_c
     plan = plan_edit("h200", live={})
     created = actions(plan)
     assert set(created.values()) == {C} and len(created) == 20 and not plan.destructive
-    assert set(H200_RDMA) <= set(created) and "node_pool/gpu-pool" in created and "remote_repository/rlops-nvcr-io" in created
+    assert set(H200_RDMA) <= set(created) and "node_pool/gpu-pool" in created
+    assert "remote_repository/rlops-nvcr-io" in created
     assert change_of(plan, "node_pool/default-pool").reason == "created by the cluster/rl-h200 create"
 
 

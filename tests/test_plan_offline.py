@@ -69,7 +69,8 @@ def test_a_bad_revision_or_a_base_without_offline_is_a_clean_error(repo, capsys)
     assert exit_info.value.code == 1
 
 
-@pytest.mark.parametrize("command", [["plan", "h200"], ["render", "h200"], ["status", "h200"], ["apply", "h200", "--yes"],
+@pytest.mark.parametrize("command", [["plan", "h200"], ["render", "h200"], ["status", "h200"],
+                                     ["apply", "h200", "--yes"],
                                      ["train", "h200", "--recipe", "gemma3-27b-gsm8k", "--run", "r1"]])
 def test_without_credentials_a_gcp_command_says_what_is_missing_in_one_line(command, monkeypatch, tmp_path, capsys):
     for name in ("RLOPS_API_ENDPOINTS", "RLOPS_KUBE_API", "PUBSUB_EMULATOR_HOST", "STORAGE_EMULATOR_HOST"):

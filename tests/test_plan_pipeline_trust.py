@@ -1,12 +1,15 @@
 """The plan pipeline runs on pull requests: what the pull request holds is data, never code, and the GitHub token
-stays out of its reach (issue 31, 8); the documented trigger (docs/gcp-setup.md) and the pipeline agree on which pull requests it plans
-(issue 31, 7). The harness is tests/test_pipelines.py's: each step as Cloud Build runs it, the token only where
-`secretEnv` lists it."""
+stays out of its reach (issue 31, 8); the documented trigger (docs/gcp-setup.md) and the pipeline agree on which pull
+requests it plans (issue 31, 7). The harness is tests/test_pipelines.py's: each step as Cloud Build runs it, the token
+only where `secretEnv` lists it."""
 
 import re
 import subprocess
 
 from conftest import REPO
+
+# `github` and `workspace` are test_pipelines' fixtures, imported so that pytest finds them here; the tests take them
+# as parameters, which the linter reads as redefinitions (F811).
 from test_pipelines import TOKEN, edit, gcloud_calls, git, github, load, run_plan, workspace  # noqa: F401
 
 # What a step may run besides the base branch's rlops: bash's own words and the image's git and coreutils.
@@ -45,7 +48,7 @@ def test_no_step_runs_what_the_pull_request_wrote_and_only_two_git_steps_hold_th
     assert {"git"} <= commands(steps["base"]["args"][1]) and BASE_RLOPS not in commands(steps["base"]["args"][1])
 
 
-def test_a_pull_requests_own_tooling_never_runs_and_never_sees_the_token(workspace, github, tmp_path):
+def test_a_pull_requests_own_tooling_never_runs_and_never_sees_the_token(workspace, github, tmp_path):  # noqa: F811
     """The pull request plants an `rlops` where the base's tooling goes: it is removed before anything runs."""
     leak = tmp_path / "leak"
     trap = workspace / ".rlops-base" / "venv" / "bin" / "rlops"
@@ -62,7 +65,8 @@ def test_a_pull_requests_own_tooling_never_runs_and_never_sees_the_token(workspa
     assert "max_nodes" in github.comments_on(11)[0] and TOKEN not in done.stdout + done.stderr
 
 
-def test_the_documented_plan_trigger_fires_on_every_pull_request_and_one_with_no_spec_passes_at_once(workspace, github):
+def test_the_documented_plan_trigger_fires_on_every_pull_request_and_one_with_no_spec_passes_at_once(
+        workspace, github):  # noqa: F811
     """A required check must report on every pull request: a trigger filtered to environments/** never runs on the
     others, which then can never merge. The trigger's build config is the base's (inline), not the PR's file."""
     setup = (REPO / "docs" / "gcp-setup.md").read_text()  # the triggers moved from the README (issue 39, 6)

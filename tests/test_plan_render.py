@@ -37,7 +37,8 @@ def test_markdown_heads_each_environment_and_lists_destructive_changes_before_th
     h200, b200 = comment.split("### Environment `b200-spot`")
     assert h200.startswith("### Environment `h200`\n\n**Plan: 0 to create, 1 to update, 1 to replace, 0 to delete.**\n")
     caution, details = h200.split("<details><summary>Show changes</summary>")
-    assert "> [!CAUTION]\n> **Destructive changes**\n> - **replace** `node_pool/gpu-pool`: spot cannot change in place" in caution
+    assert ("> [!CAUTION]\n> **Destructive changes**\n"
+            "> - **replace** `node_pool/gpu-pool`: spot cannot change in place") in caution
     assert "firewall" not in caution  # an update is not destructive
     assert "```diff\n" in details and details.rstrip().endswith("</details>")
     assert "~ firewall/rl-gvnic-internal\n    source_ranges: [\"192.168.0.0/16\"] -> [\"192.168.0.0/20\"]\n" in details
@@ -49,7 +50,8 @@ def test_markdown_heads_each_environment_and_lists_destructive_changes_before_th
 def test_markdown_warns_when_a_plan_cannot_be_applied():
     plan = plan_edit("b200-spot", ("capacity_gib: 36000", "capacity_gib: 18000"))
     (comment,) = output.markdown([plan])
-    assert "> [!WARNING]\n> **This plan cannot be applied:**\n> - lustre_instance/ray-a4-gpu-spot-lustre: capacity_gib can only grow" in comment
+    assert ("> [!WARNING]\n> **This plan cannot be applied:**\n"
+            "> - lustre_instance/ray-a4-gpu-spot-lustre: capacity_gib can only grow") in comment
     assert "No changes." not in comment and "<details>" not in comment
 
 
@@ -101,8 +103,8 @@ def test_a_huge_header_is_split_too(plan):
 def test_text_lists_destructive_changes_first_and_says_when_nothing_changes():
     out = output.text(destructive_plan())
     assert out.startswith("Plan for environment h200: 0 to create, 1 to update, 1 to replace, 0 to delete.\n")
-    assert out.index("DESTRUCTIVE changes:\n  -/+ node_pool/gpu-pool (replace: spot cannot change in place)") < out.index(
-        "~ firewall/rl-gvnic-internal")
+    assert out.index("DESTRUCTIVE changes:\n  -/+ node_pool/gpu-pool (replace: spot cannot change in place)") \
+        < out.index("~ firewall/rl-gvnic-internal")
     assert output.text(plan_edit("h200")) == (
         "Plan for environment h200: 0 to create, 0 to update, 0 to replace, 0 to delete.\n"
         "No changes: the cloud matches the spec.\n")

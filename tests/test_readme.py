@@ -200,7 +200,8 @@ def test_every_doc_the_readme_links_exists_and_every_doc_is_linked():
     linked = set(re.findall(r"\]\((docs/[a-z-]+\.md)", text(README)))
     assert linked == {str(path.relative_to(REPO)) for path in DOCS}
     for path in [README, *DOCS]:
-        for target, anchor in re.findall(r"\]\(((?:\.\./)?[A-Za-z-]+(?:/[a-z-]+)?\.md)?(?:#([a-z0-9-]+))?\)", text(path)):
+        for target, anchor in re.findall(r"\]\(((?:\.\./)?[A-Za-z-]+(?:/[a-z-]+)?\.md)?(?:#([a-z0-9-]+))?\)",
+                                         text(path)):
             linked_to = path.parent / target if target else path
             assert linked_to.exists(), (path.name, target)
             assert not anchor or anchor in _anchors(linked_to), (path.name, target, anchor)

@@ -98,7 +98,8 @@ def test_worker_groups_carry_the_seed_settings_and_the_fixes(name):
     (worker,) = spec["containers"]
     env_vars = {e["name"]: e for e in worker["env"]}
     assert env_vars["NCCL_TUNER_CONFIG_PATH"]["value"] == f"/usr/local/gib/configs/{tuner}"
-    for variable, value in {"NCCL_NET": "gIB", "NCCL_IB_GID_INDEX": "3", "NCCL_CROSS_NIC": "0", "NCCL_NET_GDR_LEVEL": "PIX",
+    for variable, value in {"NCCL_NET": "gIB", "NCCL_IB_GID_INDEX": "3", "NCCL_CROSS_NIC": "0",
+                            "NCCL_NET_GDR_LEVEL": "PIX",
                             "GLOO_SOCKET_IFNAME": "eth0", "NCCL_SOCKET_IFNAME": "eth0", "TP_SOCKET_IFNAME": "eth0",
                             "LD_LIBRARY_PATH": "/usr/local/gib/lib64:/usr/local/nvidia/lib64",
                             "HF_HOME": "/lustre/huggingface_cache"}.items():
@@ -111,8 +112,8 @@ def test_worker_groups_carry_the_seed_settings_and_the_fixes(name):
     assert worker["securityContext"]["privileged"] is True
     assert {t["key"] for t in spec["tolerations"]} >= {"nvidia.com/gpu", "cloud.google.com/impending-node-termination"}
     mounts = {m["mountPath"]: m["name"] for m in worker["volumeMounts"]}
-    assert mounts == {"/dev/shm": "shared-memory", "/usr/local/nvidia": "nvidia", "/usr/local/gib": "gib", "/lustre": "lustre",
-                      "/var/run/secrets/rlops": "tokens"}
+    assert mounts == {"/dev/shm": "shared-memory", "/usr/local/nvidia": "nvidia", "/usr/local/gib": "gib",
+                      "/lustre": "lustre", "/var/run/secrets/rlops": "tokens"}
     volumes = {v["name"]: v for v in spec["volumes"]}
     assert volumes["shared-memory"]["emptyDir"] == {"medium": "Memory", "sizeLimit": "240Gi"}
     assert volumes["gib"]["hostPath"]["path"] == "/home/kubernetes/bin/gib"
@@ -198,7 +199,8 @@ def test_the_worker_starts_ray_with_the_gib_settings_and_not_at_all_when_they_fa
     started = worker_start(tmp_path / "ok", "export NCCL_FROM_GIB=yes\n")
     assert started.returncode == 0, started.stderr
     local = tmp_path / "ok" / "usr-local"
-    assert started.stdout.splitlines()[-1] == f"ray start with NCCL_FROM_GIB=yes LD={local}/gib/lib64:{local}/nvidia/lib64"
+    assert started.stdout.splitlines()[-1] == (
+        f"ray start with NCCL_FROM_GIB=yes LD={local}/gib/lib64:{local}/nvidia/lib64")
     failed = worker_start(tmp_path / "bad", "false\nexport NCCL_FROM_GIB=yes\n")
     assert failed.returncode != 0 and "ray start" not in failed.stdout
 
@@ -266,7 +268,8 @@ def test_hugging_face_and_the_netrc_lookup_wandb_uses_read_the_tokens_from_the_s
     mounted.mkdir()
     for name, value in objs[("Secret", render.secret_name(env))]["data"].items():
         (mounted / name).write_bytes(base64.b64decode(value))
-    (worker,) = objs[("RayCluster", env.ray.cluster_name)]["spec"]["workerGroupSpecs"][0]["template"]["spec"]["containers"]
+    (worker,) = (objs[("RayCluster", env.ray.cluster_name)]["spec"]["workerGroupSpecs"][0]
+                 ["template"]["spec"]["containers"])
     pointed = {e["name"]: e["value"].replace("/var/run/secrets/rlops", str(mounted)) for e in worker["env"]}
     probe = "import huggingface_hub; print(huggingface_hub.get_token())"
     quiet = {k: v for k, v in os.environ.items() if k not in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")}
@@ -284,7 +287,8 @@ def test_an_installed_rlops_renders_from_its_package_data(tmp_path):
     import sys
 
     source = tmp_path / "source"  # a build writes build/ next to the sources: not into the checkout
-    shutil.copytree(REPO / "functions", source / "functions", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    shutil.copytree(REPO / "functions", source / "functions",
+                    ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
     for name in ("pyproject.toml", "requirements.txt"):
         shutil.copy(REPO / name, source / name)
     subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", str(source),

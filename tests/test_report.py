@@ -45,10 +45,10 @@ def test_two_attempts_are_drawn_from_their_own_series_and_tabled(tmp_path):
     # The same run renders the same bytes; a run with other numbers renders other bytes, so each image
     # depends on the series and not only on its axes and labels.
     again = report.write(tmp_path / "b", record, series, checkpoints)
-    changed = {n: {"steps": [[s, -r, 2 * l, 2 * t] for s, r, l, t in d["steps"]],
+    changed = {n: {"steps": [[s, -r, 2 * loss, 2 * t] for s, r, loss, t in d["steps"]],
                    "saves": [[s, 3 * t] for s, t in d["saves"]]} for n, d in series.items()}
     other = report.write(tmp_path / "c", record, changed, checkpoints)
-    for plot, same, different in zip(result.plots, again.plots, other.plots):
+    for plot, same, different in zip(result.plots, again.plots, other.plots, strict=True):
         assert plot.read_bytes() == same.read_bytes(), plot.name
         assert plot.read_bytes() != different.read_bytes(), plot.name
     assert result.markdown.read_text() == again.markdown.read_text()
@@ -93,7 +93,7 @@ def test_a_long_run_is_thinned_evenly_to_200_rows(tmp_path):
     assert len(steps) == 200
     assert steps[0] == 1 and steps[-1] == 10_000
     assert steps == sorted(set(steps))
-    gaps = {b - a for a, b in zip(steps, steps[1:])}
+    gaps = {b - a for a, b in zip(steps, steps[1:], strict=False)}
     assert max(gaps) - min(gaps) <= 1  # evenly, not the first 200
     assert "200 of 10000" in md
     assert "| 1 | 0.0001 | - | 1.50 |" in md
@@ -171,7 +171,7 @@ def test_the_page_carries_the_runs_metadata_and_every_logged_metric(tmp_path):
     # A metric's plot depends on its own numbers.
     series[2]["metrics"][-1][1]["entropy"] = -1.0
     again = report.write(tmp_path / "b", record, series, checkpoints, about=about)
-    changed = {p.name for p, q in zip(result.plots, again.plots) if p.read_bytes() != q.read_bytes()}
+    changed = {p.name for p, q in zip(result.plots, again.plots, strict=True) if p.read_bytes() != q.read_bytes()}
     assert changed == {"metric-entropy.png"}
 
 

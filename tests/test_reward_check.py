@@ -17,7 +17,8 @@ from rlops import cli
 from rlops.checkpoints import gate
 from rlops.cloud.ray_jobs import JobView
 from rlops.runs import jobs, policy
-from rlops.spec import nemo_rl, nemo_rl_reward as reward
+from rlops.spec import nemo_rl
+from rlops.spec import nemo_rl_reward as reward
 from rlops.spec.load import load, load_or_raise
 
 SAMPLE = REPO / "tests" / "data" / "gsm8k-sample.jsonl"
@@ -185,7 +186,8 @@ def test_the_gate_refuses_the_seeds_recipe_in_seconds_and_the_watcher_does_not_r
     refusals = [json.loads(line.removeprefix(gate.REFUSED)) for line in out.splitlines()[-2:]]
     assert [(r["role"], r["mean"], r["count"]) for r in refusals] == [("train", 0.0, 4), ("validation", 0.0, 4)]
     refusal = refusals[0]
-    assert "worked solution ending in '#### 72'" in refusal["reason"] and refusal["example"]["response"] == "\\boxed{72}"
+    assert "worked solution ending in '#### 72'" in refusal["reason"]
+    assert refusal["example"]["response"] == "\\boxed{72}"
     # Ray's failure message carries the output's last lines: the watcher takes the attempt as final.
     job = JobView("rlops.h200.r.1", "FAILED", "Job entrypoint command failed with exit code 65, last available logs "
                   "(truncated to 20,000 chars):\n" + out)

@@ -312,7 +312,7 @@ def test_a_refused_message_is_kept_by_run_and_message_id_and_status_shows_it_and
 def test_a_different_message_for_a_run_is_refused_kept_and_shown_beside_the_run(simulated, h200, capsys):
     sim = simulated
     submitted(sim, "r1", 5, [(10, 1)], 20)
-    for delivery in range(2):
+    for _delivery in range(2):
         assert train.accept(sim.site, *request_of(LOCAL, "r1", overrides={"max_steps": 7}), "99") == "refused"
     (refusal,) = sim.site.records.refusals("r1")
     assert refusal.message == "99" and refusal.reason == (

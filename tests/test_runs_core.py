@@ -10,8 +10,8 @@ from conftest import ENVIRONMENTS, workload_words
 from rlops.cloud import ray_jobs
 from rlops.cloud.ray_jobs import JobView
 from rlops.runs import jobs, message, policy, progress
-from rlops.state.run_records import Attempt, AttemptFailure, RunRecord, UnknownVersion, new
 from rlops.spec.load import load_or_raise
+from rlops.state.run_records import Attempt, AttemptFailure, RunRecord, UnknownVersion, new
 
 LOCAL = load_or_raise(ENVIRONMENTS / "local.yaml")
 H200 = load_or_raise(ENVIRONMENTS / "h200.yaml")
@@ -102,7 +102,8 @@ def test_a_nemo_rl_job_is_the_seeds_command_with_lustre_paths_and_the_runtime_en
     assert request.submission_id == "rlops.h200.run-7.2"
 
 
-TRL_LOG = """[rlops] resuming from checkpoint-4 (max_steps=8, seed=0; HF token file readable; HF_TOKEN not in the environment)
+TRL_LOG = """[rlops] resuming from checkpoint-4 (max_steps=8, seed=0; HF token file readable; \
+HF_TOKEN not in the environment)
 [rlops] step=5 reward=0.2500 loss=0.0000
 [rlops] metrics step=5 {"entropy":0.61,"completions/mean_length":7.5}
 [rlops] checkpoint step=6
@@ -366,8 +367,9 @@ def test_a_local_recipe_driven_from_the_head_waits_in_its_gate_and_asks_ray_for_
 def test_progress_is_read_through_rays_prefix_on_an_actors_lines():
     """The local recipe trains in a Ray actor when it plays NeMo RL's driver: log_to_driver prefixes each line
     (colored, with the node's address when it is another's: ray/_private/worker.py print_worker_logs)."""
-    prefixed = "\n".join(("\x1b[36m(GpuPoolActor pid=7)\x1b[0m " if number % 2 else "(GpuPoolActor pid=7, ip=10.0.0.2) ")
-                         + line for number, line in enumerate(TRL_LOG.splitlines()))
+    prefixed = "\n".join(("\x1b[36m(GpuPoolActor pid=7)\x1b[0m " if number % 2
+                          else "(GpuPoolActor pid=7, ip=10.0.0.2) ") + line
+                         for number, line in enumerate(TRL_LOG.splitlines()))
     assert progress.from_logs("trl", prefixed) == progress.from_logs("trl", TRL_LOG)
     assert progress.series("trl", prefixed) == progress.series("trl", TRL_LOG)
     assert progress.from_logs("trl", "(GpuPoolActor) [rlops] step=3 reward=1.0")["step"] is None  # no pid: not Ray's
@@ -404,7 +406,7 @@ def test_gpus_that_never_came_are_a_capacity_failure_retried_with_a_growing_back
 
     def failed(*kinds: str) -> RunRecord:
         record = run_record(*["FAILED"] * len(kinds))
-        for attempt, kind in zip(record.attempts, kinds):
+        for attempt, kind in zip(record.attempts, kinds, strict=True):
             attempt.failure = AttemptFailure(kind, None, "")
         return record
     assert [policy.backoff(failed(*kinds)) for kinds in (("node-lost",), ("capacity",), ("capacity", "capacity"),

@@ -95,7 +95,8 @@ def test_the_record_refuses_a_writer_that_read_an_older_version(bucket):
     mine.put("network/a", {"mtu": 8896}, ())
     with pytest.raises(Failure, match="changed by someone else"):
         theirs.put("network/b", {"mtu": 1460}, ())
-    assert ResourceRecord(bucket, "rlops", "h200").load().resources == {"network/a": {"fields": {"mtu": 8896}, "depends_on": []}}
+    assert ResourceRecord(bucket, "rlops", "h200").load().resources == {
+        "network/a": {"fields": {"mtu": 8896}, "depends_on": []}}
 
 
 def test_a_reader_that_saw_an_older_generation_reads_the_live_one(state_buckets):

@@ -41,7 +41,7 @@ def woken(cloud_fakes, specs, monkeypatch):
 
     clock = Clock(T0)
     gcp.clock, gcp.operation_kind_seconds = clock, {"SET_NODE_POOL_SIZE": RESIZE}
-    kube.clock = lambda: datetime.datetime.fromtimestamp(clock(), datetime.timezone.utc).replace(tzinfo=None)
+    kube.clock = lambda: datetime.datetime.fromtimestamp(clock(), datetime.UTC).replace(tzinfo=None)
     kube.scheduling.timings = Timings(streaming=lambda name: any(
         pool.get("config", {}).get("gcfsConfig", {}).get("enabled")
         for pool in gcp.resources("node_pool").values() if pool["name"] == name))
@@ -184,7 +184,7 @@ def test_auto_moves_from_the_machine_type_default_to_the_measured_median_and_str
 
 def test_the_phases_are_read_from_what_kubernetes_and_gke_report():
     at = 1_000_000.0
-    stamp = lambda seconds: datetime.datetime.fromtimestamp(at + seconds, datetime.timezone.utc).strftime(  # noqa: E731
+    stamp = lambda seconds: datetime.datetime.fromtimestamp(at + seconds, datetime.UTC).strftime(  # noqa: E731
         "%Y-%m-%dT%H:%M:%SZ")
     pod = {"metadata": {"name": "w", "creationTimestamp": stamp(0)},
            "status": {"conditions": [{"type": "PodScheduled", "status": "True", "lastTransitionTime": stamp(50)}],

@@ -26,7 +26,8 @@ def main() -> None:
     lines = ["# The functions' whole dependency closure, pinned: made by tools/lock_requirements.py from",
              "# requirements.txt. deploy.yaml ships it as the functions' requirements.txt; make installs with it",
              "# as constraints."]
-    (REPO / "requirements.lock").write_text("\n".join(lines + [f"{name}=={version}" for name, version in chosen]) + "\n")
+    pinned = [f"{name}=={version}" for name, version in chosen]
+    (REPO / "requirements.lock").write_text("\n".join(lines + pinned) + "\n")
 
 
 if __name__ == "__main__":

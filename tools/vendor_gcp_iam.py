@@ -53,7 +53,8 @@ OVERRIDES = {"servicenetworking.services.connections.create": ["servicenetworkin
              # "pubsub.subscriptions.create on the containing Cloud project, and pubsub.topics.attachSubscription
              # on the requested topic" (cloud.google.com/pubsub/docs/access-control, "Required permissions");
              # map.json has the first alone.
-             "pubsub.projects.subscriptions.create": ["pubsub.subscriptions.create", "pubsub.topics.attachSubscription"]}
+             "pubsub.projects.subscriptions.create": ["pubsub.subscriptions.create",
+                                                      "pubsub.topics.attachSubscription"]}
 # Checked by Google beside a method's own permission, so not in map.json: acting as the node service account
 # when a cluster or node pool names one (cloud.google.com/kubernetes-engine/docs/how-to/service-accounts),
 # writing the pipelines' logs, and the Kubernetes API through GKE IAM (the Ray dashboard's service proxy, the
@@ -72,7 +73,8 @@ EXTRA_PERMISSIONS = ("iam.serviceAccounts.actAs", "logging.logEntries.create", "
                      "pubsub.topics.create", "pubsub.topics.get", "pubsub.subscriptions.create",
                      "pubsub.subscriptions.get", "pubsub.subscriptions.update", "pubsub.topics.setIamPolicy",
                      "pubsub.subscriptions.setIamPolicy", "cloudscheduler.jobs.create", "cloudscheduler.jobs.update",
-                     "iam.serviceAccounts.getAccessToken", "storage.buckets.get", "servicenetworking.services.addPeering")
+                     "iam.serviceAccounts.getAccessToken", "storage.buckets.get",
+                     "servicenetworking.services.addPeering")
 
 
 # The Kubernetes objects apply writes and prunes, by their GKE IAM names (CustomResources are thirdPartyObjects).

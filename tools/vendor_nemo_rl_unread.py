@@ -69,8 +69,9 @@ class Code:
             if isinstance(node, ast.keyword) and node.arg is None:
                 handed.append(node.value)
             elif isinstance(node, ast.Dict):
-                handed += [value for key, value in zip(node.keys, node.values) if key is None]
-            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in WHOLE_METHODS:
+                handed += [value for key, value in zip(node.keys, node.values, strict=True) if key is None]
+            elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                  and node.func.attr in WHOLE_METHODS):
                 handed.append(node.func.value)
             elif isinstance(node, (ast.For, ast.comprehension)):
                 handed.append(node.iter)
@@ -168,7 +169,8 @@ def unread(git_dir: str, tag: str) -> dict:
     for own, _, _ in code.classes.get("MasterConfig", []):
         for key, names in own.items():
             kinds = types(names)
-            sections[key] = None if kinds is None or sections.get(key, set()) is None else sections.get(key, set()) | kinds
+            sections[key] = (None if kinds is None or sections.get(key, set()) is None
+                             else sections.get(key, set()) | kinds)
 
     def section_types(path: str) -> set[str] | None:
         if path not in sections:

@@ -15,8 +15,8 @@ Ray's end time). Over a window:
   the rest "unmeasured");
 - idle: up, and neither used nor waking.
 
-Prices (the GPU catalog, `spec/gpus/catalog.yaml`) are dated list prices per VM-hour by machine type, region and capacity; a
-pool's `cost.usd_per_node_hour` (or a local pool's `counts_as`) overrides them. A pool that consumes
+Prices (the GPU catalog, `spec/gpus/catalog.yaml`) are dated list prices per VM-hour by machine type, region and
+capacity; a pool's `cost.usd_per_node_hour` (or a local pool's `counts_as`) overrides them. A pool that consumes
 a specific reservation is billed for the whole window whether its VMs run or not, at the on-demand
 price (a reservation without a commitment bills at on-demand rates); scaling it down saves nothing.
 """
@@ -147,7 +147,7 @@ def account(transitions: list[tuple[float, str]], attempts: list[Running], since
     edges = sorted({since, until, *(p for span in up for p in span), *(p for span in waking for p in span),
                     *(end for found in ends.values() for end, _ in found),
                     *(p for a in attempts for p in (a.started, a.ended or until))})
-    for left, right in zip(edges, edges[1:]):
+    for left, right in zip(edges, edges[1:], strict=False):
         if not since <= left < right <= until or not any(a <= left and right <= b for a, b in up):
             continue
         width = right - left
@@ -278,7 +278,7 @@ def preemption_loss(attempts: list[dict], series: dict[int, dict | None]) -> tup
     """Steps done again after resumes, and their seconds: for each attempt that resumed, the steps its predecessor
     had reached past the resume point, at the predecessor's mean step time (`series`: each attempt's metrics)."""
     steps, seconds = 0, 0.0
-    for before, after in zip(attempts, attempts[1:]):
+    for before, after in zip(attempts, attempts[1:], strict=False):
         points = (series.get(before["attempt"]) or {}).get("steps", [])
         if not points or not after.get("resume_point"):
             continue

@@ -114,7 +114,7 @@ def declared(*things) -> tuple[Need, ...]:
             functions = [(thing, None)]
         for function, owner in functions:
             methods, also = function.rlops_calls
-            found += needs_of_methods([re.sub(r"\{(\w+)\}", lambda m: getattr(owner, m[1]), method)
+            found += needs_of_methods([re.sub(r"\{(\w+)\}", lambda m, owner=owner: getattr(owner, m[1]), method)
                                        for method in methods]) + tuple(also)
     return tuple(sorted(set(found)))
 

@@ -21,6 +21,7 @@ from rlops.state.lock import Lock
 from rlops.state.pool import PoolState
 from rlops.state.run_records import RunRecords
 
+
 class UnknownEnvironment(Failure):
     """A message or tick names an environment that is not deployed, or whose spec does not validate."""
 
@@ -104,7 +105,7 @@ def _has_cloud_resources(name: str, env, endpoints: Endpoints, own_project: str 
         return False
     try:
         resources = ResourceRecord(of_environment(env, endpoints), env.state.prefix, name).load()
-    except Exception:  # noqa: BLE001 - an unreadable bucket is the tick's to report, with the environment's name
+    except Exception:  # an unreadable bucket is the tick's to report, with the environment's name
         return True
     if not resources.resources:
         emit("INFO", "tick skips an environment with no cloud resources (never applied, or destroyed)",

@@ -28,7 +28,8 @@ def on_local(nodes: list[dict], pool_scaled_down: bool, joining: dict[str, float
         return f"no GPU-pool node: {REAPED}"
     if joining:
         name, at = min(joining.items(), key=lambda item: item[1])
-        return f"no GPU-pool node is up: {name} was started and joins Ray at about {_clock(at)} (local.gpu_pool.join_delay)"
+        return (f"no GPU-pool node is up: {name} was started and joins Ray at about {_clock(at)} "
+                "(local.gpu_pool.join_delay)")
     return "no GPU-pool node is up (stopped, or lost): `rlops up` starts it again"
 
 
@@ -80,7 +81,8 @@ def on_gke(workers: GkeWorkers) -> str | None:
     line = f"{sum(short.values())} of {sum(workers.wanted.values())} GPU nodes not up: "
     if workers.pool_scaled_down:
         return line + REAPED
-    return line + "; ".join(_pool_cause(workers, pool, count, groups.get(pool, [])) for pool, count in sorted(short.items()))
+    return line + "; ".join(_pool_cause(workers, pool, count, groups.get(pool, []))
+                            for pool, count in sorted(short.items()))
 
 
 def _pool_cause(workers: GkeWorkers, pool: str, short: int, pods: list[dict]) -> str:
@@ -129,8 +131,8 @@ def _in_init(pod: dict, container: str) -> bool:
 
 
 # The phases of a wake, in the order a wake goes through them, each ending when the last GPU node or worker pod the
-# wake brings back is through it (as the last one joining Ray ends the wake's billing: rlops.costs). On GKE: the node pools'
-# resize operation (start to end), the VM's boot (to its Node object's creationTimestamp), the node's Ready
+# wake brings back is through it (as the last one joining Ray ends the wake's billing: rlops.costs). On GKE: the node
+# pools' resize operation (start to end), the VM's boot (to its Node object's creationTimestamp), the node's Ready
 # condition, the worker pod's PodScheduled condition, the image pull (the kubelet's `Pulled` event, its start
 # that event less the pull's own duration in its message), the container's start (state.running.startedAt);
 # locally the GPU-pool worker process's start. Then everywhere Ray's join (the node's start time in Ray's node

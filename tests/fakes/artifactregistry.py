@@ -21,7 +21,8 @@ _LOCATION = r"/ar/v1/projects/(?P<project>[^/]+)/locations/(?P<location>[^/]+)"
 class ArtifactRegistry:
     def __init__(self, gcp):
         self.gcp = gcp
-        self.repositories: dict[str, dict] = {}   # projects/P/locations/L/repositories/R -> artifactregistry v1 Repository
+        # projects/P/locations/L/repositories/R -> artifactregistry v1 Repository
+        self.repositories: dict[str, dict] = {}
 
     def routes(self) -> list:
         repository = _LOCATION + r"/repositories/(?P<short>[^/:]+)"

@@ -351,7 +351,8 @@ class DeployApis:
     def _check_function(self, request, project: str, function: dict) -> None:
         build, service = function.get("buildConfig") or {}, function.get("serviceConfig") or {}
         if build.get("runtime") not in RUNTIMES:
-            raise invalid(f"Runtime {build.get('runtime')!r} is not supported on 2nd gen: one of {', '.join(RUNTIMES)}.")
+            raise invalid(f"Runtime {build.get('runtime')!r} is not supported on 2nd gen: "
+                          f"one of {', '.join(RUNTIMES)}.")
         storage = (build.get("source") or {}).get("storageSource") or {}
         if not storage:
             raise invalid("buildConfig.source: a function needs its source (storageSource from generateUploadUrl).")

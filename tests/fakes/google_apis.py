@@ -173,7 +173,8 @@ def _check_schema(doc: dict, schema: dict, value, path: str, method_id: str) -> 
             elif "additionalProperties" in schema:
                 _check_schema(doc, schema["additionalProperties"], child, where, method_id)
             else:
-                raise Violation(f'Invalid JSON payload received. Unknown name "{key}" at \'{path}\': Cannot find field.')
+                raise Violation(f'Invalid JSON payload received. Unknown name "{key}" at \'{path}\': '
+                                "Cannot find field.")
         for key, spec in properties.items():
             if method_id in spec.get("annotations", {}).get("required", []) and key not in value:
                 raise Violation(f"Required field '{f'{path}.{key}'.lstrip('.')}' not specified ({method_id}).")

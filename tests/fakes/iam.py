@@ -21,7 +21,7 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from rlops.permissions import method_permissions, roles
+from rlops.permissions import method_permissions, roles  # noqa: F401 - fakes.gcp and fakes.gcs_iam read it from here
 
 TOKEN_SECONDS = 3600
 

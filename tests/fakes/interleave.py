@@ -25,6 +25,7 @@ import threading
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
+from datetime import UTC
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -100,7 +101,7 @@ class Scheduler:
                 outcomes[name].result = act()
             except Crash:
                 outcomes[name].crashed = True
-            except Exception as error:  # noqa: BLE001 - what the function would have raised to its caller
+            except Exception as error:  # what the function would have raised to its caller
                 outcomes[name].error = error
             return _ENDED
 
@@ -202,9 +203,9 @@ class MemoryBlob:
 
     @property
     def updated(self):
-        from datetime import datetime, timezone
+        from datetime import datetime
 
-        return None if self._updated is None else datetime.fromtimestamp(self._updated, timezone.utc)
+        return None if self._updated is None else datetime.fromtimestamp(self._updated, UTC)
 
     def _live(self, verb: str, if_generation_match: int | None) -> _Object:
         """The object as the request finds it: 404 if there is none, 412 if its generation is not the one asked."""
@@ -289,12 +290,12 @@ def simulated_time(scheduler: Scheduler) -> SimpleNamespace:
 
 def simulated_datetime(scheduler: Scheduler):
     """What the lock module calls `datetime`: now() on the scheduler's clock (a lock expires in simulated time)."""
-    from datetime import datetime, timezone
+    from datetime import datetime
 
     class SimulatedDatetime(datetime):
         @classmethod
         def now(cls, tz=None):
-            return datetime.fromtimestamp(scheduler.clock, tz or timezone.utc)
+            return datetime.fromtimestamp(scheduler.clock, tz or UTC)
     return SimulatedDatetime
 
 
@@ -330,7 +331,7 @@ def _explore_chunk(one: Callable[[int, pytest.MonkeyPatch, Path], Scheduler], se
             try:
                 with contextlib.redirect_stdout(log):
                     scheduler = one(seed, monkeypatch, Path(tmp))
-            except Exception as violation:  # noqa: BLE001 - an AssertionError, or a harness error: either names its seed
+            except Exception as violation:  # an AssertionError, or a harness error: either names its seed
                 said = str(violation) if isinstance(violation, AssertionError) else \
                     f"seed {seed}: {type(violation).__name__}: {violation}"
                 explored.violations.append(f"{said}\nits log lines:\n{log.getvalue()[-LOG_KEPT:]}")

@@ -270,7 +270,8 @@ def refused_update(plural: str, old: dict, new: dict, storage_classes: dict[str,
                                     "immutable after creation")
     if plural == "persistentvolumeclaims":
         grown = _bytes(_storage(spec)) - _bytes(_storage(before))
-        others = ({k: v for k, v in spec.items() if k != "resources"}, {k: v for k, v in before.items() if k != "resources"})
+        others = ({k: v for k, v in spec.items() if k != "resources"},
+                  {k: v for k, v in before.items() if k != "resources"})
         if others[0] != others[1] or (grown and (old.get("status") or {}).get("phase") != "Bound"):
             # ValidatePersistentVolumeClaimUpdate
             return 422, "Invalid", (f'PersistentVolumeClaim "{new["metadata"]["name"]}" is invalid: spec: Forbidden: '

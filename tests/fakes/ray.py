@@ -91,7 +91,7 @@ class SimulatedRay:
         printed = [step for at, step in script["steps"] if submitted + at <= now]
         if script["runner"] == "nemo-rl":
             total = max((step for _, step in script["steps"]), default=0)
-            lines += ([f"===== Epoch 1/1 ====="] if printed else []) + [
+            lines += (["===== Epoch 1/1 ====="] if printed else []) + [
                 line for step in printed for line in (f"===== Step {step}/{total} =====", "  • Loss: 0.1",
                                                       "  • Avg Reward: 0.5", "  • Total step time: 60.0s")]
         else:

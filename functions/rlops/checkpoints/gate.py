@@ -34,8 +34,8 @@ import json
 import os
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 from rlops.checkpoints import manifest, resume
 
@@ -112,7 +112,7 @@ def _lines(source: str) -> Iterator[str]:
     if source.startswith("https://"):
         from urllib.request import urlopen
 
-        with urlopen(source, timeout=60) as response:  # noqa: S310 - https only (the spec's pattern)
+        with urlopen(source, timeout=60) as response:  # https only (the spec's pattern)
             for line in response:
                 yield line.decode()
     else:

@@ -35,7 +35,8 @@ def identify(path: Path) -> Checkpoint | None:
     files are somewhere else, which a manifest, an export or a resume would then read or move)."""
     for layout, pattern in _NAMES.items():
         match = pattern.fullmatch(path.name)
-        if match and path.is_dir() and not path.is_symlink() and all((path / name).exists() for name in _REQUIRED[layout]):
+        if match and path.is_dir() and not path.is_symlink() and all((path / name).exists()
+                                                                      for name in _REQUIRED[layout]):
             return Checkpoint(layout, int(match.group(1)), path)
     return None
 

@@ -24,7 +24,7 @@ import shutil
 import struct
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 try:
@@ -133,7 +133,7 @@ def hash_files(root: Path, relative: list[str], workers: int | None = None) -> d
         mtime = path.stat().st_mtime
         size, crc = _hash(path, local.buffer)
         return name, {"path": name, "size": size, "crc32c": crc,
-                      "mtime": datetime.fromtimestamp(mtime, timezone.utc).isoformat()}
+                      "mtime": datetime.fromtimestamp(mtime, UTC).isoformat()}
 
     workers = min(workers or min(8, (os.cpu_count() or 2) * 2), len(relative))
     if workers <= 1 or sum((root / name).stat().st_size for name in relative) < SMALL:

@@ -111,7 +111,7 @@ def _list_checkpoints(args) -> int:
     lines = [header] + [(str(r["step"]), size(r["total_bytes"]), r["saved"], r["verified"], _metrics(r["metrics"]))
                         for r in rows]
     widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
-    print("\n".join("  ".join(c.ljust(w) for c, w in zip(line, widths)).rstrip() for line in lines))
+    print("\n".join("  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip() for line in lines))
     return Exit.OK
 
 
@@ -137,7 +137,8 @@ def add_commands(commands) -> None:
         parser.set_defaults(run=run)
         return parser
 
-    format_option(of_a_run("list", _list_checkpoints, "a run's checkpoints with their manifests and whether they verify"))
+    format_option(of_a_run("list", _list_checkpoints,
+                           "a run's checkpoints with their manifests and whether they verify"))
     build = verbs.add_parser("manifest", help="print the manifest of the checkpoint at PATH (JSON)")
     build.add_argument("path", metavar="PATH")
     build.set_defaults(run=_checkpoint_manifest)

@@ -33,7 +33,8 @@ EXAMPLES = {
     "report": ["rlops report local first", "rlops report local first second --output reports/first-vs-second"],
     "checkpoints": ["rlops checkpoints list local first", "rlops checkpoints export local first --step 4"],
     "checkpoints list": ["rlops checkpoints list local first"],
-    "checkpoints manifest": ["rlops checkpoints manifest .rlops/local/lustre/checkpoints/tiny-arith/first/checkpoint-4"],
+    "checkpoints manifest": [
+        "rlops checkpoints manifest .rlops/local/lustre/checkpoints/tiny-arith/first/checkpoint-4"],
     "checkpoints export": ["rlops checkpoints export local first --step 4",
                            "rlops checkpoints export h200 first --to gs://my-bucket/exports"],
     "checkpoints import": ["rlops checkpoints import zone-b first --recipe tiny-arith "

@@ -6,9 +6,17 @@ import sys
 from pathlib import Path
 
 from rlops import environments
+from rlops.cli.common import (
+    Exit,
+    bucket,
+    cloud_environment,
+    environment_command,
+    format_option,
+    load_gcp,
+    print_json,
+    say,
+)
 from rlops.cloud.base import Connection
-from rlops.cli.common import (Exit, bucket, cloud_environment, environment_command, format_option, load_gcp,
-                              print_json, say)
 from rlops.errors import Failure
 
 
@@ -104,7 +112,7 @@ def _plan(args: argparse.Namespace) -> int:
 
     plans = []
     loaded = [load_gcp(name) for name in args.environments]
-    for (path, env), name in zip(loaded, args.environments):
+    for (_, env), name in zip(loaded, args.environments, strict=True):
         if env is None:
             print(f"{name}: a local environment; it has no cloud resources to plan", file=sys.stderr)
     targets = [(path, env) for path, env in loaded if env is not None]
@@ -270,7 +278,8 @@ def _destroy(args: argparse.Namespace) -> int:
     _needs_terminal(args, "destroy")
     session = service.Session(env, Connection.to(args.endpoints), bucket(env, args.endpoints), say, args.lock_timeout)
     plan = session.destroy(args.delete_data, _confirmation(args, "destroy", env.name))
-    say(f"Destroy complete for {env.name}: {plan.summary()}." if plan.has_changes else f"{env.name}: nothing to destroy.")
+    say(f"Destroy complete for {env.name}: {plan.summary()}." if plan.has_changes
+        else f"{env.name}: nothing to destroy.")
     return Exit.OK
 
 
@@ -309,9 +318,9 @@ def add_commands(commands) -> None:
     validate.add_argument("files", nargs="*", help="spec files (default: every environments/*.yaml)")
     validate.add_argument("--describe", action="store_true", help="also say what each valid spec describes")
     format_option(validate)
-    validate.add_argument("--tag", metavar="TAG", help="preview moving each nemo-rl recipe to NeMo RL TAG (e.g. v0.6.0): "
-                          "what it refuses or no longer reads, the rewrite where one is known, the final config's "
-                          "diff; exit 2 when anything changes meaning")
+    validate.add_argument("--tag", metavar="TAG", help="preview moving each nemo-rl recipe to NeMo RL TAG "
+                          "(e.g. v0.6.0): what it refuses or no longer reads, the rewrite where one is known, "
+                          "the final config's diff; exit 2 when anything changes meaning")
     validate.set_defaults(run=_validate)
 
     schema = commands.add_parser("schema", help="print the JSON Schema of an environment spec")
@@ -328,7 +337,8 @@ def add_commands(commands) -> None:
     plan.add_argument("--format", choices=("text", "markdown", "json"), default="text")
     plan.add_argument("--detailed-exitcode", action="store_true", help="exit 0 no changes, 2 changes, 1 error")
     plan.add_argument("--refuse-destructive", action="store_true",
-                      help=f"exit {Exit.DESTRUCTIVE} when a change replaces or deletes something (after printing the plan)")
+                      help=f"exit {Exit.DESTRUCTIVE} when a change replaces or deletes something "
+                      "(after printing the plan)")
     plan.add_argument("--out", metavar="FILE", help="also save the plan, with fingerprints of the spec and of the "
                       "live state it read, for `rlops apply ENV --plan FILE` (one environment, not --offline)")
     plan.set_defaults(run=_plan)
@@ -352,8 +362,8 @@ def add_commands(commands) -> None:
                        help="the commit whose spec this is (the apply pipeline's): recorded, and an apply of an "
                             "older commit than the one recorded is skipped (exit 0)")
 
-    doctor = environment_command(commands, "doctor", _doctor, "check, before apply, what would make it fail part "
-                                                              "way: APIs, reservations, network profile, bucket, secrets")
+    doctor = environment_command(commands, "doctor", _doctor, "check, before apply, what would make it fail part way: "
+                                 "APIs, reservations, network profile, bucket, secrets")
     doctor.add_argument("--format", choices=("text", "markdown", "json"), default="text")
     doctor.add_argument("--as", dest="as_account", default="apply", metavar="ACCOUNT",
                         choices=("apply", "plan", "plan-live", "train", "watch", "snapshot", "reap", "none"),

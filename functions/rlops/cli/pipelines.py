@@ -10,7 +10,6 @@ from rlops.endpoints import Endpoints
 from rlops.errors import Failure
 
 
-
 def _fetch(args) -> int:
     """The history a trigger's checkout lacks: Cloud Build clones one commit (depth 1) and leaves `origin`
     without credentials, so a private repository is fetched with the build's GitHub token, sent as an HTTP
@@ -63,10 +62,10 @@ def _unapplied(folder: Path, touched: set[str], endpoints: Endpoints) -> list[st
     """
     from google.api_core.exceptions import GoogleAPICallError
 
-    from rlops.state.bucket import of_environment
     from rlops.provision.service import CloudEnvironment
     from rlops.spec.load import load
     from rlops.spec.model import LocalEnvironment
+    from rlops.state.bucket import of_environment
     from rlops.state.resources import AppliedSpec
 
     names = []
@@ -101,8 +100,8 @@ def _is_gcp(path: Path) -> bool:
 
 
 def _comment(args) -> int:
-    from rlops.provision.output import MARKDOWN_SPLIT
     from rlops.cloud.github import GitHub
+    from rlops.provision.output import MARKDOWN_SPLIT
 
     texts = [Path(name).read_text() if name != "-" else sys.stdin.read() for name in args.file]
     parts = [part.strip("\n") + "\n" for text in texts for part in text.split(MARKDOWN_SPLIT) if part.strip()]
@@ -123,7 +122,8 @@ def _has_label(args) -> int:
 
 def add_commands(commands) -> None:
     changed = commands.add_parser(
-        "changed", help="the environments whose spec files changed between two commits (or are not applied yet), one per line",
+        "changed",
+        help="the environments whose spec files changed between two commits (or are not applied yet), one per line",
         description=f"Exit 0; {Exit.DELETED} when a spec file was deleted (never destroyed automatically).")
     changed.add_argument("--since", required=True, metavar="GIT_REV")
     changed.add_argument("--until", default="HEAD", metavar="GIT_REV")

@@ -5,6 +5,7 @@ import json
 import os
 import sys
 import time
+from datetime import UTC
 
 from rlops import environments
 from rlops.cli.common import Exit, environment_command, load_spec, open_site, run_name
@@ -84,7 +85,7 @@ def _report(args) -> int:
 
 
 def _cost(args) -> int:
-    from datetime import datetime, timezone
+    from datetime import datetime
     from pathlib import Path
 
     from rlops.runs import costing
@@ -96,7 +97,7 @@ def _cost(args) -> int:
         except ValueError:
             raise Failure(f"--since {args.since}: expected a date or time such as 2026-12-01 or 2026-12-01T08:00") \
                 from None
-        since = (parsed if parsed.tzinfo else parsed.replace(tzinfo=timezone.utc)).timestamp()
+        since = (parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)).timestamp()
     site = open_site(args.environment, args.endpoints)
     report = costing.gather(site, since=since, run=args.run_name)
     if args.format == "json":
@@ -158,7 +159,7 @@ def _table(rows: list) -> str:
         lines.append((r.run, r.state, str(r.current.attempt), step, _dash(r.last_checkpoint), _dash(r.reward),
                        started, duration(said.seconds), duration(said.eta_seconds)))
     widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
-    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(line, widths)).rstrip() for line in lines)
+    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)).rstrip() for line in lines)
 
 
 def _dash(value) -> str:
@@ -229,7 +230,8 @@ def add_commands(commands) -> None:
     cost = environment_command(commands, "cost", _cost, "GPU-hours and dollars: used, waking, idle and reaped, per "
                                                         "pool and per run, with a PNG timeline")
     cost.add_argument("--since", metavar="DATE", help="from this UTC date or time (default: all the pool's history)")
-    cost.add_argument("--run", dest="run_name", type=run_name, metavar="RUN", help="only this run's row (the pool's rows count all)")
+    cost.add_argument("--run", dest="run_name", type=run_name, metavar="RUN",
+                      help="only this run's row (the pool's rows count all)")
     cost.add_argument("--format", choices=("text", "markdown", "json"), default="text")
     cost.add_argument("--output", metavar="DIR", help="where the timeline PNG goes (default reports/ENV)")
 

@@ -75,9 +75,11 @@ def add_commands(commands) -> None:
     environment_command(commands, "up", _up, "start a local environment: Ray, the state bucket, Pub/Sub, the functions")
     environment_command(commands, "down", _down, "stop exactly the processes `up` started, by their PIDs")
 
-    watch = environment_command(commands, "watch", _watch, "one watch tick now: record run states, resubmit preempted runs")
+    watch = environment_command(commands, "watch", _watch,
+                                "one watch tick now: record run states, resubmit preempted runs")
 
-    snapshot = environment_command(commands, "snapshot", _snapshot, "one snapshot tick now: manifests of new complete checkpoints")
+    snapshot = environment_command(commands, "snapshot", _snapshot,
+                                   "one snapshot tick now: manifests of new complete checkpoints")
 
     reap = environment_command(commands, "reap", _reap, "one reaper tick now: scale an idle GPU pool to zero")
     reap.add_argument("--dry-run", action="store_true", help="say what it would do and why; change nothing")

@@ -112,7 +112,8 @@ def _would_submit(env_name: str, env, parsed, settings: dict) -> str:
 def _check_data(env, parsed, settings: dict, path: str, samples: int | None) -> int:
     """`--check-data FILE`: FILE's first rows, as the recipe's data source publishes them, through its data steps,
     read and rewarded as its NeMo RL tag reads and rewards a model's answer (`spec.nemo_rl_reward`)."""
-    from rlops.spec import nemo_rl, nemo_rl_reward as reward
+    from rlops.spec import nemo_rl
+    from rlops.spec import nemo_rl_reward as reward
 
     recipe = env.recipes[parsed.recipe]
     if recipe.runner != "nemo-rl":

@@ -10,6 +10,7 @@ def adapters(target, connection, http_for_discovery=None) -> dict:
     from rlops.cloud.servicenetworking import ServiceNetworkingAdapter
 
     handlers = [handler(target, connection) for handler in (*compute.HANDLERS, *container.HANDLERS)]
-    handlers += [LustreAdapter(target, connection), ServiceNetworkingAdapter(target, connection, http=http_for_discovery),
+    handlers += [LustreAdapter(target, connection),
+                 ServiceNetworkingAdapter(target, connection, http=http_for_discovery),
                  RemoteRepositories(target, connection, http=http_for_discovery)]
     return {kind: handler for handler in handlers for kind in handler.kinds}

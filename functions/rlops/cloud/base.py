@@ -186,7 +186,7 @@ def call(api: str, what: str, function: Callable, *args, **kwargs):
     while True:
         try:
             return function(*args, **kwargs)
-        except Exception as raised:  # noqa: BLE001 - sorted into transient and final below
+        except Exception as raised:  # sorted into transient and final below
             error = _as_api_core(raised)
             if not is_transient(error):
                 raise CloudError(explain(api, what, error)) from error

@@ -7,8 +7,17 @@ list read, the get, the delete, waiting on an operation) is `_ComputeKind`.
 
 from google.cloud import compute_v1
 
-from rlops.cloud.base import (QUOTA_HINT, Connection, Pending, Read, Target, call, from_projects, get_or_none,
-                              last_segment)
+from rlops.cloud.base import (
+    QUOTA_HINT,
+    Connection,
+    Pending,
+    Read,
+    Target,
+    call,
+    from_projects,
+    get_or_none,
+    last_segment,
+)
 from rlops.permissions import calls
 from rlops.resource_shapes import Live, Resource
 
@@ -111,7 +120,8 @@ class Networks(_ComputeKind):
     @calls("compute.networks.patch", "compute.globalOperations.get")
     def update(self, resource: Resource, changed: list[str]) -> Pending:
         d, name = resource.desired, resource.name
-        body = compute_v1.Network(mtu=d["mtu"], routing_config=compute_v1.NetworkRoutingConfig(routing_mode=d["routing_mode"]))
+        body = compute_v1.Network(mtu=d["mtu"],
+                                  routing_config=compute_v1.NetworkRoutingConfig(routing_mode=d["routing_mode"]))
         where = self._where(d)
         return self._operation(call(API, f"patch network {name}", self.client.patch, **where, network=name,
                                     network_resource=body), where)

@@ -7,7 +7,7 @@ once for every environment of the project.
 
 from collections.abc import Callable
 from dataclasses import replace
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from google.api_core import exceptions as gexc
 from google.cloud import container_v1 as gke
@@ -78,7 +78,8 @@ class _Gke:
         live = self._pool_fields(pool, fields)
         if pool.status not in _POOL_SETTLED:
             live = replace(live, settling=Pending(f"node pool {pool.name} is {pool.status.name}", lambda: (
-                call(API, f"get node pool {pool.name}", self.client.get_node_pool, name=path).status in _POOL_SETTLED, None)))
+                call(API, f"get node pool {pool.name}", self.client.get_node_pool, name=path).status in _POOL_SETTLED,
+                None)))
         return live
 
     def _cluster_fields(self, cluster: gke.Cluster, wanted: dict) -> Live:
@@ -113,7 +114,8 @@ class _Gke:
             "disk_size_gb": config.disk_size_gb,
             "accelerator_type": accelerator.accelerator_type if accelerator else None,
             "accelerator_count": accelerator.accelerator_count if accelerator else 0,
-            "gpu_driver_version": accelerator.gpu_driver_installation_config.gpu_driver_version.name if accelerator else None,
+            "gpu_driver_version": (accelerator.gpu_driver_installation_config.gpu_driver_version.name
+                                   if accelerator else None),
             "reservation": affinity.values[0] if specific and affinity.values else None,
             "spot": config.spot,
             "additional_networks": [[last_segment(n.network), last_segment(n.subnetwork)]
@@ -220,7 +222,8 @@ class Clusters(_Gke):
         cluster = get_or_none(API, f"get cluster {name}", self.client.get_cluster, name=self._cluster_path(name))
         return None if cluster is None else self._cluster_live(cluster, fields)
 
-    @calls("container.projects.locations.clusters.create", "container.projects.locations.operations.get", also=ACT_AS_NODES)
+    @calls("container.projects.locations.clusters.create", "container.projects.locations.operations.get",
+           also=ACT_AS_NODES)
     def create(self, resource: Resource) -> Pending:
         d = resource.desired
         cluster = gke.Cluster(
@@ -233,7 +236,8 @@ class Clusters(_Gke):
             initial_cluster_version=d["min_master_version"] or "",
             addons_config=self._addons(d),
             control_plane_endpoints_config=self._endpoints(d),
-            node_pools=[self._node_pool(d["system_pool"].get("name", "default-pool"), d["system_pool"], resource.labels)],
+            node_pools=[self._node_pool(d["system_pool"].get("name", "default-pool"), d["system_pool"],
+                                        resource.labels)],
         )
         return self._wait(call(API, f"create cluster {resource.name}", self.client.create_cluster,
                                parent=self._location, cluster=cluster))
@@ -252,7 +256,8 @@ class Clusters(_Gke):
             updates.append(("workload identity", gke.ClusterUpdate(
                 desired_workload_identity_config=gke.WorkloadIdentityConfig(workload_pool=d["workload_pool"] or ""))))
         if "dns_endpoint" in changed:
-            updates.append(("DNS endpoint", gke.ClusterUpdate(desired_control_plane_endpoints_config=self._endpoints(d))))
+            updates.append(("DNS endpoint",
+                            gke.ClusterUpdate(desired_control_plane_endpoints_config=self._endpoints(d))))
         if "min_master_version" in changed:
             updates.append(("version", gke.ClusterUpdate(desired_master_version=d["min_master_version"])))
         path = self._cluster_path(name)
@@ -262,7 +267,8 @@ class Clusters(_Gke):
 
     @calls("container.projects.locations.clusters.delete", "container.projects.locations.operations.get")
     def delete(self, kind: str, name: str, fields: dict) -> Pending:
-        return self._wait(call(API, f"delete cluster {name}", self.client.delete_cluster, name=self._cluster_path(name)))
+        return self._wait(call(API, f"delete cluster {name}", self.client.delete_cluster,
+                               name=self._cluster_path(name)))
 
 
 class NodePools(_Gke):
@@ -283,14 +289,18 @@ class NodePools(_Gke):
         pool = get_or_none(API, f"get node pool {name}", self.client.get_node_pool, name=path)
         return None if pool is None else self._pool_live(pool, fields, path)
 
-    @calls("container.projects.locations.clusters.nodePools.create", "container.projects.locations.operations.get", also=ACT_AS_NODES)
+    @calls("container.projects.locations.clusters.nodePools.create", "container.projects.locations.operations.get",
+           also=ACT_AS_NODES)
     def create(self, resource: Resource) -> Pending:
         d = resource.desired
         operation = call(API, f"create node pool {resource.name}", self.client.create_node_pool,
-                         parent=self._cluster_path(d["cluster"]), node_pool=self._node_pool(resource.name, d, resource.labels))
+                         parent=self._cluster_path(d["cluster"]),
+                         node_pool=self._node_pool(resource.name, d, resource.labels))
         return self._wait(operation)
 
-    @calls("container.projects.locations.clusters.nodePools.update", "container.projects.locations.clusters.nodePools.setAutoscaling", "container.projects.locations.operations.get")
+    @calls("container.projects.locations.clusters.nodePools.update",
+           "container.projects.locations.clusters.nodePools.setAutoscaling",
+           "container.projects.locations.operations.get")
     def update(self, resource: Resource, changed: list[str]) -> Pending:
         d, name = resource.desired, resource.name
         path, updates = self._pool_path(name, d["cluster"]), []
@@ -341,7 +351,7 @@ class NodePools(_Gke):
                 mine = [op for op in operations if op.target_link.endswith(f"/nodePools/{name}")]
                 latest = max(mine, key=lambda op: op.start_time, default=None)  # RFC 3339 UTC: sorts as text
                 if latest is not None and latest.status == gke.Operation.Status.DONE and latest.error.message and \
-                        datetime.now(timezone.utc) - _time(latest.start_time) <= RECENT_OPERATION:
+                        datetime.now(UTC) - _time(latest.start_time) <= RECENT_OPERATION:
                     found[name] = f"its last operation ({latest.operation_type.name}) failed: {latest.error.message}"
         return found
 

@@ -60,8 +60,9 @@ class LustreAdapter:
         settling = None
         if instance.state in (lustre_v1.Instance.State.CREATING, lustre_v1.Instance.State.UPDATING):
             path = self._path(name, fields["zone"])
-            settling = Pending(f"Lustre instance {name} is {instance.state.name}", lambda: (call(
-                API, f"get instance {name}", self.client.get_instance, name=path).state == lustre_v1.Instance.State.ACTIVE, None))
+            settling = Pending(f"Lustre instance {name} is {instance.state.name}", lambda: (
+                call(API, f"get instance {name}", self.client.get_instance, name=path).state
+                == lustre_v1.Instance.State.ACTIVE, None))
         return Live({"zone": fields["zone"], "capacity_gib": instance.capacity_gib,
                      "per_unit_storage_throughput": instance.per_unit_storage_throughput,
                      "filesystem": instance.filesystem, "network": last_segment(instance.network),
@@ -92,7 +93,8 @@ class LustreAdapter:
 
     @calls("lustre.projects.locations.instances.delete", "lustre.projects.locations.operations.get")
     def delete(self, kind: str, name: str, fields: dict) -> Pending:
-        operation = call(API, f"delete instance {name}", self.client.delete_instance, name=self._path(name, fields["zone"]))
+        operation = call(API, f"delete instance {name}", self.client.delete_instance,
+                         name=self._path(name, fields["zone"]))
         return _pending(f"delete Lustre instance {name}", operation)
 
 

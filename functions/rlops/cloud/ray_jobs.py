@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 
 from rlops.errors import Failure
 
-
 ACTIVE = ("PENDING", "RUNNING")  # Ray's job statuses before the job has ended
 
 

@@ -15,7 +15,6 @@ from google.auth.credentials import AnonymousCredentials
 from rlops.cloud import adapters
 from rlops.cloud.base import Connection, Target
 
-
 # An operation that has finished, in each API's words: Compute's and GKE's `status`, a long-running
 # operation's `done` with its `response` (Lustre's is the instance; Service Networking reads only `done`).
 # Each client ignores the fields that are not its own.
@@ -67,7 +66,8 @@ class _RecordingHttp:
 
 
 def recording_adapters(target: Target, transcript: list[str]) -> dict:
-    by_kind = adapters(target, Connection(credentials=AnonymousCredentials()), http_for_discovery=_RecordingHttp(transcript))
+    by_kind = adapters(target, Connection(credentials=AnonymousCredentials()),
+                       http_for_discovery=_RecordingHttp(transcript))
     transport = _RecordingTransport(transcript)
     for adapter in set(by_kind.values()):
         for client in vars(adapter).values():

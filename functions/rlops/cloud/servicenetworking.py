@@ -43,14 +43,16 @@ class ServiceNetworkingAdapter:
         request = self.client.services().connections().create(parent=SERVICE, body=body)
         return self._wait(call(API, f"connect {resource.name}", request.execute))
 
-    @calls("servicenetworking.services.connections.list", "servicenetworking.services.connections.patch", "servicenetworking.operations.get")
+    @calls("servicenetworking.services.connections.list", "servicenetworking.services.connections.patch",
+           "servicenetworking.operations.get")
     def update(self, resource: Resource, changed: list[str]) -> Pending:
         network = self._network(resource.desired["network"])
         listing = self.client.services().connections().list(parent=SERVICE, network=network)
         found = call(API, f"list connections of {resource.name}", listing.execute).get("connections", [])
         current = found[0].get("reservedPeeringRanges", []) if found else []
         body = {"network": network,
-                "reservedPeeringRanges": current + [r for r in resource.desired["reserved_peering_ranges"] if r not in current]}
+                "reservedPeeringRanges": current + [r for r in resource.desired["reserved_peering_ranges"]
+                                                    if r not in current]}
         request = self.client.services().connections().patch(
             name=f"{SERVICE}/connections/-", force=True, updateMask="reservedPeeringRanges", body=body)
         return self._wait(call(API, f"update ranges of {resource.name}", request.execute))
@@ -58,7 +60,8 @@ class ServiceNetworkingAdapter:
     @calls("servicenetworking.services.connections.deleteConnection", "servicenetworking.operations.get")
     def delete(self, kind: str, name: str, fields: dict) -> Pending:
         request = self.client.services().connections().deleteConnection(
-            name=f"{SERVICE}/connections/servicenetworking-googleapis-com", body={"consumerNetwork": self._network(name)})
+            name=f"{SERVICE}/connections/servicenetworking-googleapis-com",
+            body={"consumerNetwork": self._network(name)})
         return self._wait(call(API, f"disconnect {name}", request.execute))
 
     def _wait(self, operation: dict) -> Pending:

@@ -51,7 +51,7 @@ REFRESH_MARGIN = datetime.timedelta(minutes=5)  # a token this close to its expi
 
 def _utcnow() -> datetime.datetime:
     """Naive UTC, as google-auth keeps a credential's `expiry`."""
-    return datetime.datetime.now(datetime.timezone.utc).replace(tzinfo=None)
+    return datetime.datetime.now(datetime.UTC).replace(tzinfo=None)
 
 
 class BearerToken:
@@ -157,7 +157,7 @@ class KubeApi:
         try:
             response = self.api.call_api(method, url, headers, serialized)
             response.read()
-        except Exception as error:  # noqa: BLE001 - urllib3's connection errors, said as one line
+        except Exception as error:  # urllib3's connection errors, said as one line
             raise KubeError(f"Kubernetes API {method} {path}: cannot reach the cluster: {error}") from error
         return response
 
@@ -193,7 +193,8 @@ class KubeApi:
     def apply(self, obj: dict, dry_run: bool = False) -> dict:
         """Server-side apply as rlops; `dry_run`: what the server would make of it, changing nothing."""
         query = {"fieldManager": FIELD_MANAGER, "force": "true", **({"dryRun": "All"} if dry_run else {})}
-        return self._call("PATCH", self._path(Ref.of(obj)), query, body=obj, content_type="application/apply-patch+yaml")
+        return self._call("PATCH", self._path(Ref.of(obj)), query, body=obj,
+                          content_type="application/apply-patch+yaml")
 
     @requires(*kubernetes_needs("thirdPartyObjects", "get", "update"))
     def set_worker_replicas(self, ref: Ref, sizes: dict[str, int]) -> bool:

@@ -35,7 +35,8 @@ class Ref:
 
     @classmethod
     def of(cls, obj: dict) -> "Ref":
-        return cls(obj["kind"], obj["metadata"]["name"], obj["metadata"].get("namespace", "") if KINDS[obj["kind"]][2] else "")
+        return cls(obj["kind"], obj["metadata"]["name"],
+                   obj["metadata"].get("namespace", "") if KINDS[obj["kind"]][2] else "")
 
     def __str__(self) -> str:
         return f"{self.kind}/{self.namespace + '/' if self.namespace else ''}{self.name}"

@@ -66,7 +66,8 @@ def pvc_name(env: GcpEnvironment) -> str:
     return f"{env.lustre.name}-pvc"
 
 
-def objects(env_name: str, env: GcpEnvironment, facts: LiveFacts, secret_values: dict[str, str] | None = None) -> list[dict]:
+def objects(env_name: str, env: GcpEnvironment, facts: LiveFacts,
+            secret_values: dict[str, str] | None = None) -> list[dict]:
     """Every object rlops applies to the cluster, in apply order. `secret_values` None: the Secret shows <redacted>."""
     rendered = [*namespace(env), *transports.network_mapping(env, base), *transports.installers(env),
                 *lustre_volume(env, facts),

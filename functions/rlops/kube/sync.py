@@ -115,7 +115,8 @@ def differences(wanted, live, path: str = "") -> list[str]:
         return [p for key in sorted(set(wanted) | set(live))
                 for p in differences(wanted.get(key), live.get(key), f"{path}.{key}".lstrip("."))]
     if isinstance(wanted, list) and isinstance(live, list) and len(wanted) == len(live) and wanted != live:
-        return [p for i, (a, b) in enumerate(zip(wanted, live)) for p in differences(a, b, f"{path}[{_label(a, i)}]")]
+        return [p for i, (a, b) in enumerate(zip(wanted, live, strict=True))
+                for p in differences(a, b, f"{path}[{_label(a, i)}]")]
     return [] if wanted == live else [path]
 
 
@@ -193,7 +194,8 @@ def plan_between(base: list[dict], head: list[dict]) -> list[ObjectChange]:
             restarts = "KubeRay" if obj["spec"].get("upgradeStrategy", {}).get("type") == "Recreate" else "rlops"
         changes.append(ObjectChange(ref, "update", changed, obj, restarts_pods=restarts))
     wanted = {Ref.of(obj) for obj in head}
-    return changes + [ObjectChange(ref, "delete") for ref in before if ref not in wanted and ref.kind not in NEVER_PRUNED]
+    return changes + [ObjectChange(ref, "delete") for ref in before
+                      if ref not in wanted and ref.kind not in NEVER_PRUNED]
 
 
 def _served_by(kind: str) -> str:
@@ -301,7 +303,7 @@ def _busy(api: KubeApi, restarting: list[ObjectChange], active_jobs: Callable[[]
     the job supervisor) no Ray job can run."""
     try:
         running = active_jobs()
-    except Exception as error:  # noqa: BLE001 - whatever kept the answer from coming, it is not "no jobs"
+    except Exception as error:  # whatever kept the answer from coming, it is not "no jobs"
         heads = sorted({pod["metadata"]["name"] for c in restarting if c.ref.kind == "RayCluster"
                         for pod in api.list_labelled("Pod", {RAY_CLUSTER_LABEL: c.ref.name,
                                                              RAY_NODE_TYPE_LABEL: "head"}, c.ref.namespace)

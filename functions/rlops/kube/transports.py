@@ -27,8 +27,8 @@ SUBSTITUTIONS = {
     "sidecar as a native sidecar": "the daemon is an init container with restartPolicy: Always, so it ends with the "
                                    "Ray worker (gpudirect-tcpxo/best-practice.md, 'Automatic Sidecar Termination')",
     "TCPX socket at /run/tcpx": "the upstream test mounts the daemon's socket at /tmp, where Ray keeps its session; "
-                                "the worker mounts it at /run/tcpx and says so in NCCL_GPUDIRECTTCPX_UNIX_CLIENT_PREFIX, "
-                                "as GKE's TCPX page does",
+                                "the worker mounts it at /run/tcpx and says so in "
+                                "NCCL_GPUDIRECTTCPX_UNIX_CLIENT_PREFIX, as GKE's TCPX page does",
     "no test scripts": "the upstream test pod's nccl-configmap volume holds its benchmark scripts, not settings",
     "shared memory": "/dev/shm is the spec's ray.shm_size, not the test's 1Gi",
     "labels": "rlops's ownership labels on every object",
@@ -106,7 +106,8 @@ def add_to_worker(env: GcpEnvironment, pool: GpuPool, group: dict, base) -> None
     elif transport.pod:
         _add_gpudirect_tcp(spec, template, container, transport)
     if machine.nccl_tuner_config and pool.accelerator.type in env.ray.nccl_tuner_config:
-        container["env"].append({"name": "NCCL_TUNER_CONFIG_PATH", "value": env.ray.nccl_tuner_config[pool.accelerator.type]})
+        container["env"].append({"name": "NCCL_TUNER_CONFIG_PATH",
+                                 "value": env.ray.nccl_tuner_config[pool.accelerator.type]})
 
 
 def _add_gpudirect_tcp(spec: dict, template: dict, container: dict, transport: catalog.Transport) -> None:

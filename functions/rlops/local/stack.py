@@ -21,6 +21,7 @@ import sys
 import time
 import urllib.request
 from collections.abc import Callable
+from datetime import UTC
 from pathlib import Path
 
 from rlops import environments
@@ -274,8 +275,8 @@ class Stack:
 
     def _pool_scaled_down(self) -> bool:
         """What the state bucket says of the GPU pool, as on GKE, where `apply` leaves a reaped pool at zero too."""
-        from rlops.state.pool import PoolState
         from rlops.state.bucket import client
+        from rlops.state.pool import PoolState
 
         state, _ = PoolState(client(LOCAL_PROJECT, self.endpoints(Endpoints())).bucket(self.env.state.bucket),
                              self.env.state.prefix, self.name).read()
@@ -340,10 +341,10 @@ def post_cloud_event(port: int, topic: str, data: bytes) -> None:
     """What a Pub/Sub push subscription POSTs to a function: a messagePublished CloudEvent, binary mode."""
     import base64
     import uuid
-    from datetime import datetime, timezone
+    from datetime import datetime
 
     message_id = uuid.uuid4().hex
-    published = datetime.now(timezone.utc).isoformat()
+    published = datetime.now(UTC).isoformat()
     body = json.dumps({"message": {"data": base64.b64encode(data).decode(), "messageId": message_id,
                                    "publishTime": published},
                        "subscription": f"projects/{LOCAL_PROJECT}/subscriptions/{topic}-direct"}).encode()
@@ -371,7 +372,8 @@ def _ray() -> str:
 
 
 def _node_ports(ports: dict[str, int]) -> list[str]:
-    return [f"--dashboard-agent-listen-port={ports['agent_http']}", f"--dashboard-agent-grpc-port={ports['agent_grpc']}",
+    return [f"--dashboard-agent-listen-port={ports['agent_http']}",
+            f"--dashboard-agent-grpc-port={ports['agent_grpc']}",
             f"--metrics-export-port={ports['metrics']}", f"--runtime-env-agent-port={ports['runtime_env_agent']}",
             f"--node-manager-port={ports['node_manager']}", f"--object-manager-port={ports['object_manager']}"]
 

@@ -8,8 +8,8 @@ prints this table and the README's is its markdown output; the doctor tests the 
 
 from dataclasses import dataclass
 
-from rlops.cloud import artifactregistry, compute, container, lustre, pubsub, secretmanager, servicenetworking
 from rlops.checkpoints import export
+from rlops.cloud import artifactregistry, compute, container, lustre, pubsub, secretmanager, servicenetworking
 from rlops.kube.cluster import KubeApi, ray_dashboard
 from rlops.permissions import Need, Scope, declared, needs_of_methods, roles, smallest_roles
 from rlops.provision import doctor
@@ -67,7 +67,8 @@ DEPLOY_METHODS = (
     "pubsub.projects.subscriptions.create", "pubsub.projects.subscriptions.patch",
     "pubsub.projects.subscriptions.getIamPolicy", "pubsub.projects.subscriptions.setIamPolicy",
     "cloudfunctions.projects.locations.functions.get", "cloudfunctions.projects.locations.functions.create",
-    "cloudfunctions.projects.locations.functions.patch", "cloudfunctions.projects.locations.functions.generateUploadUrl",
+    "cloudfunctions.projects.locations.functions.patch",
+    "cloudfunctions.projects.locations.functions.generateUploadUrl",
     "cloudfunctions.projects.locations.runtimes.list", "cloudfunctions.projects.locations.operations.get",
     "run.projects.locations.services.getIamPolicy", "run.projects.locations.services.setIamPolicy",
     "cloudscheduler.projects.locations.jobs.get", "cloudscheduler.projects.locations.jobs.create",
@@ -75,9 +76,9 @@ DEPLOY_METHODS = (
 
 ACCOUNTS = (
     Account("apply", "rlops-apply", "cloudbuild/apply.yaml",
-            "creates the networks, firewall rules, peering, cluster, pools, Lustre and the image cache; writes the Kubernetes objects "
-            "and fills the token Secret; keeps the resource record, the applied commit and the lock; the doctor's "
-            "reads before the first change",
+            "creates the networks, firewall rules, peering, cluster, pools, Lustre and the image cache; writes the "
+            "Kubernetes objects and fills the token Secret; keeps the resource record, the applied commit and the "
+            "lock; the doctor's reads before the first change",
             code=(*compute.HANDLERS, *container.HANDLERS, lustre.LustreAdapter,
                   servicenetworking.ServiceNetworkingAdapter, artifactregistry.RemoteRepositories,
                   secretmanager.access, KubeApi.apply,

@@ -35,7 +35,9 @@ class Step:
 
 
 def _quoted(word: str) -> str:
-    return word if word and all(c.isalnum() or c in "@%+=:,./_-" for c in word) else "'" + word.replace("'", "'\\''") + "'"
+    if word and all(c.isalnum() or c in "@%+=:,./_-" for c in word):
+        return word
+    return "'" + word.replace("'", "'\\''") + "'"
 
 
 def steps(project: str, region: str, bucket: str | None = None, repository: str | None = None) -> list[Step]:
@@ -75,7 +77,8 @@ def _member(account: Account, project: str) -> str:
 def _grants(account: Account, project: str, bucket: str) -> list[Step]:
     member, found = _member(account, project), []
     for grant in account.grants():
-        why = f"{account.name}: {grant.role} ({', '.join(grant.permissions[:3])}{', ...' * (len(grant.permissions) > 3)})"
+        why = (f"{account.name}: {grant.role} "
+               f"({', '.join(grant.permissions[:3])}{', ...' * (len(grant.permissions) > 3)})")
         if grant.scope == Scope.PROJECT:
             found.append(Step(why, ("gcloud", "projects", "add-iam-policy-binding", project, "--member", member,
                                     "--role", grant.role, "--condition=None")))

@@ -188,7 +188,8 @@ def _reservations(env: CloudEnvironment, reads: _Reads) -> list[Finding]:
             continue
         reserved = reservation.specific_reservation
         machine = reserved.instance_properties.machine_type
-        accelerators = {a.accelerator_type: a.accelerator_count for a in reserved.instance_properties.guest_accelerators}
+        accelerators = {a.accelerator_type: a.accelerator_count
+                        for a in reserved.instance_properties.guest_accelerators}
         unused = reserved.count - reserved.in_use_count
         wanted = pool.autoscaling.max_nodes
         if machine and machine != pool.machine_type:
@@ -236,8 +237,10 @@ def _quotas(env: CloudEnvironment, reads: _Reads) -> list[Finding]:
     zones = len(next(r.desired["node_locations"] for r in env.desired if r.key == f"node_pool/{system.name}"))
     nodes = (system.autoscaling.max_nodes if system.autoscaling else system.initial_nodes) * zones
     needs = {("the project", "NETWORKS"): new["network"], ("the project", "SUBNETWORKS"): new["subnetwork"],
-             ("the project", "FIREWALLS"): new["firewall"], ("the project", "GLOBAL_INTERNAL_ADDRESSES"): new["address"],
-             (region, family if (region, family) in quotas else "CPUS"): got[f"machine type {machine}"].guest_cpus * nodes}
+             ("the project", "FIREWALLS"): new["firewall"],
+             ("the project", "GLOBAL_INTERNAL_ADDRESSES"): new["address"],
+             (region, family if (region, family) in quotas else "CPUS"):
+                 got[f"machine type {machine}"].guest_cpus * nodes}
     found, covered = [], []
     for (scope, metric), need in needs.items():
         quota = quotas.get((scope, metric))
@@ -292,7 +295,8 @@ def _gpu_quota(env: CloudEnvironment, reads: _Reads) -> list[Finding]:
     in_region = lambda zone: zone.rsplit("/", 1)[-1].startswith(f"{region}-")  # noqa: E731
     found, mine = [], {pool.name for pool in pools}
     for accelerator in sorted({pool.accelerator.type for pool in pools}):
-        family = catalog.GPU_MACHINES[next(p.machine_type for p in pools if p.accelerator.type == accelerator)].gpu_family
+        machine_type = next(p.machine_type for p in pools if p.accelerator.type == accelerator)
+        family = catalog.GPU_MACHINES[machine_type].gpu_family
         limit = _quota_limit(got["quota"], region, family)
         used = sum(gpu.accelerator_count for scope, listed in got["instances"] if in_region(scope)
                    for vm in listed.instances if vm.status not in GONE and not (
@@ -360,7 +364,8 @@ def _gke_version(env: CloudEnvironment, reads: _Reads) -> list[Finding]:
     if older:
         return [Finding("gke-version", "warn", f"{version} ({channel}) is older than {'; '.join(older)}",
                         "set cluster.version, or a faster release channel")]
-    return [Finding("gke-version", "ok", f"{version} ({'cluster.version ' + wanted if wanted else channel + ' default'})"
+    return [Finding("gke-version", "ok",
+                    f"{version} ({'cluster.version ' + wanted if wanted else channel + ' default'})"
                     f", offered in {spec.region}")]
 
 
@@ -443,7 +448,7 @@ def _secrets(env: CloudEnvironment, reads: _Reads) -> list[Finding]:
                                    request={"resource": _secret_of(ref), "permissions": wanted})) if wanted else None
                    for _, ref in refs]
     answers = [(name, ref, version.result(), [p for p in wanted if p not in held.result().permissions] if held else [])
-               for (name, ref), version, held in zip(refs, versions, permissions)]
+               for (name, ref), version, held in zip(refs, versions, permissions, strict=True)]
     found = []
     for name, ref, version, lacking in answers:
         secret = _secret_of(ref)
@@ -455,12 +460,14 @@ def _secrets(env: CloudEnvironment, reads: _Reads) -> list[Finding]:
             found.append(Finding(f"secret {name}", "fail", f"{ref.secret_manager} is {version.state.name}",
                                  "enable the version, or add a new one"))
         elif lacking:
-            found.append(Finding(f"secret {name}", "fail", f"the caller lacks {_with_roles(lacking)} on {secret}: apply "
-                                 "reads its value into the cluster's Secret", f"gcloud secrets add-iam-policy-binding "
+            found.append(Finding(f"secret {name}", "fail", f"the caller lacks {_with_roles(lacking)} on {secret}: "
+                                 "apply reads its value into the cluster's Secret",
+                                 f"gcloud secrets add-iam-policy-binding "
                                  f"{secret.split('/')[3]} --project={env.spec.project.id} --member=... "
                                  f"--role={roles_granting(lacking[0])[0]}"))
         else:
-            found.append(Finding(f"secret {name}", "ok", f"{ref.secret_manager} is enabled, and the caller may read it"))
+            found.append(Finding(f"secret {name}", "ok",
+                                 f"{ref.secret_manager} is enabled, and the caller may read it"))
     return found
 
 
@@ -574,8 +581,8 @@ def _node_account(env: CloudEnvironment, reads: _Reads) -> list[Finding]:
     return [Finding("node-service-account", "ok", f"the caller may act as {account}")]
 
 
-CHECKS = (_apis, _permissions, _node_account, _machine_types, _reservations, _network_profile, _secrets, _quotas, _gke_version,
-          _lustre_location, _psa_range, _gpu_quota, _state_bucket, _deployment)
+CHECKS = (_apis, _permissions, _node_account, _machine_types, _reservations, _network_profile, _secrets, _quotas,
+          _gke_version, _lustre_location, _psa_range, _gpu_quota, _state_bucket, _deployment)
 
 
 def failed(findings: list[Finding]) -> list[Finding]:
@@ -587,7 +594,8 @@ def render(findings: list[Finding], fmt: str = "text") -> str:
         return json.dumps([asdict(finding) for finding in findings], indent=1)
     order = {"fail": 0, "warn": 1, "ok": 2}
     rows = [("CHECK", "VERDICT", "FOUND", "FIX")] + [
-        (f.check, f.verdict.upper(), f.found, f.fix) for f in sorted(findings, key=lambda f: (order[f.verdict], f.check))]
+        (f.check, f.verdict.upper(), f.found, f.fix)
+        for f in sorted(findings, key=lambda f: (order[f.verdict], f.check))]
     if fmt == "markdown":
         return "\n".join(["| check | verdict | found | fix |", "|---|---|---|---|"]
                          + [f"| {c} | {v.lower()} | {f} | {x} |" for c, v, f, x in rows[1:]]) + "\n"

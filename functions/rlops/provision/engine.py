@@ -51,8 +51,8 @@ def read_live(workspaces: list[Workspace]) -> dict[str, dict[str, Live]]:
     live: dict[str, dict[str, Live]] = {ws.name: {} for ws in workspaces}
     # A thread per call: they spend their time waiting on the network, so a plan costs one round trip.
     with ThreadPoolExecutor(max_workers=max(1, min(256, len(calls))), thread_name_prefix="read") as pool:
-        answers = dict(zip(calls, pool.map(lambda fetch: fetch(), calls.values())))
-    for ws, reads in zip(workspaces, wanted):
+        answers = dict(zip(calls, pool.map(lambda fetch: fetch(), calls.values()), strict=True))
+    for ws, reads in zip(workspaces, wanted, strict=True):
         for read in reads:
             for key, found in read.pick(answers[read.call]).items():
                 if found is not None:
@@ -182,7 +182,8 @@ class Runner:
                     break
                 finished, _ = wait(futures, timeout=self.progress_seconds, return_when=FIRST_COMPLETED)
                 if not finished:
-                    waiting = ", ".join(f"{label} ({time.monotonic() - since:.0f}s)" for label, since in self._running.items())
+                    waiting = ", ".join(f"{label} ({time.monotonic() - since:.0f}s)"
+                                        for label, since in self._running.items())
                     self._say(f"still working: {waiting}")
                 for future in finished:
                     step = futures.pop(future)

@@ -49,13 +49,16 @@ def text(plan: Plan) -> str:
         out.append("")
         out += change_lines(change)
     if plan.cluster_objects:
-        out += ["", "Cluster objects (server-side apply, after the cluster):"] + [f"  {change.line()}" for change in plan.cluster_objects]
+        out += ["", "Cluster objects (server-side apply, after the cluster):"]
+        out += [f"  {change.line()}" for change in plan.cluster_objects]
     if plan.cost is not None and plan.cost.changes:
         rows = [(c.sign, c.key, _cost_what(c), (c.after or c.before).billed, _per_hour(c.usd_per_hour))
                 for c in plan.cost.changes]
         widths = [max(len(row[i]) for row in rows) for i in range(4)]
         out += ["", f"Cost at list prices ({_PRICES}):"]
-        out += ["  " + "  ".join(cell.ljust(w) for cell, w in zip(row, widths)) + f"  {row[4]}" for row in rows]
+        # A row's fifth cell, the price per hour, goes last and unpadded: the widths cover the first four only.
+        out += ["  " + "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=False)) + f"  {row[4]}"
+                for row in rows]
         out += [f"  {line}" for line in [cost_total(plan.cost), *cost_unpriced(plan.cost)]]
     if not plan.has_changes and not plan.errors:
         out.append("No changes: the cloud matches the spec.")
@@ -130,7 +133,8 @@ HEADER_ITEMS = 50  # errors or destructive changes listed in full at the top; th
 
 def _first(items: list[str], what: str) -> list[str]:
     shown = [item[:500] for item in items[:HEADER_ITEMS]]
-    return shown + ([f"> - … and {len(items) - HEADER_ITEMS} more {what} (see the details)"] if len(items) > HEADER_ITEMS else [])
+    return shown + ([f"> - … and {len(items) - HEADER_ITEMS} more {what} (see the details)"]
+                    if len(items) > HEADER_ITEMS else [])
 
 
 def _markdown_header(plan: Plan) -> list[str]:

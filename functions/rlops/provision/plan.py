@@ -79,7 +79,8 @@ class Plan:
         return [c for c in self.changes if c.destructive]
 
     def summary(self) -> str:
-        counts = ", ".join(f"{self.count(a)} to {a.value}" for a in (Action.CREATE, Action.UPDATE, Action.REPLACE, Action.DELETE))
+        counts = ", ".join(f"{self.count(a)} to {a.value}"
+                           for a in (Action.CREATE, Action.UPDATE, Action.REPLACE, Action.DELETE))
         adopted = self.count(Action.ADOPT)
         return counts + (f", {adopted} to adopt" if adopted else "")
 
@@ -144,7 +145,8 @@ def _classify(resource: Resource, live: Live | None, by_key: dict[str, Change], 
             return Change(key, Action.NOOP, resource, reason="refused: not managed by rlops")
         return Change(key, Action.ADOPT, resource, reason="exists as specified; rlops takes it over",
                       depends_on=resource.depends_on)
-    shrinking = [c for c in changes if c.mutability == Mutability.GROW_ONLY and c.before is not None and c.after < c.before]
+    shrinking = [c for c in changes
+                 if c.mutability == Mutability.GROW_ONLY and c.before is not None and c.after < c.before]
     for c in shrinking:
         errors.append(f"{key}: {c.field} can only grow ({c.before} -> {c.after} refused); "
                       "keep it, or create a new resource and move the data")
@@ -182,6 +184,7 @@ def data_loss_refusals(plan: Plan, deletion_policy: str, delete_data: bool) -> l
         if change.kind == "lustre_instance" and change.action in (Action.DELETE, Action.REPLACE):
             if deletion_policy != "delete" or not delete_data:
                 refusals.append(
-                    f"{change.key} would be {'deleted' if change.action == Action.DELETE else 'replaced'}, losing its data; "
+                    f"{change.key} would be {'deleted' if change.action == Action.DELETE else 'replaced'}, "
+                    "losing its data; "
                     "this needs lustre.deletion_policy: delete in the spec AND --delete-data on the command line")
     return refusals

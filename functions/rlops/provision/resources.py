@@ -14,7 +14,6 @@ from rlops.spec import images
 from rlops.spec.model import GcpEnvironment
 
 
-
 class Mutability(Enum):
     MUTABLE = "mutable"          # changed in place by an update call
     IMMUTABLE = "immutable"      # a change means delete and create again
@@ -29,7 +28,8 @@ class Kind:
     destructive: bool
 
 
-M, I, G = Mutability.MUTABLE, Mutability.IMMUTABLE, Mutability.GROW_ONLY
+# The table's legend: one letter per mutability, so a kind's fields fit on a line or two.
+M, I, G = Mutability.MUTABLE, Mutability.IMMUTABLE, Mutability.GROW_ONLY  # noqa: E741
 KINDS = {k.name: k for k in [
     Kind("network", {"auto_create_subnetworks": I, "mtu": M, "network_profile": I, "routing_mode": M}, True),
     Kind("subnetwork", {"network": I, "region": I, "ip_cidr_range": I}, True),
@@ -172,7 +172,8 @@ def _gpu_nic_networks(env: GcpEnvironment, resource) -> list[Resource]:
                   internal(f"{nets.gvnic.prefix}-internal", network, nets.gvnic.firewall_source_ranges)]
     if nets.rdma is not None:
         network = f"{nets.rdma.prefix}-net"
-        graph.append(vpc(network, nets.rdma.mtu, f"projects/{env.project.id}/global/networkProfiles/{env.rdma_profile}"))
+        graph.append(vpc(network, nets.rdma.mtu,
+                         f"projects/{env.project.id}/global/networkProfiles/{env.rdma_profile}"))
         graph += [subnet(f"{nets.rdma.prefix}-sub-{i}", network, cidr) for i, cidr in enumerate(nets.rdma.subnet_cidrs)]
     if nets.gpu_nics is not None:
         for n, cidr in enumerate(nets.gpu_nics.subnet_cidrs, start=1):

@@ -7,7 +7,7 @@ writes the file."""
 import hashlib
 import json
 from dataclasses import asdict, dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from rlops.errors import Failure
 from rlops.kube.sync import differences
@@ -55,7 +55,7 @@ class SavedPlan:
 
     @classmethod
     def of(cls, env, plan_json: dict, live: dict[str, Live], cluster_objects: list, text: str) -> "SavedPlan":
-        return cls(env.name, datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC"),
+        return cls(env.name, datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S UTC"),
                    _plain(env.spec.model_dump(mode="json")), live_state(live),
                    _plain([change.summary() for change in cluster_objects]), plan_json, text)
 

@@ -7,13 +7,13 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from rlops import environments
 from rlops.cloud import git
 from rlops.cloud.base import Connection, Target
 from rlops.errors import Failure
 from rlops.provision import engine, pricing, resources
 from rlops.provision.plan import Action, Plan, build_plan, data_loss_refusals
 from rlops.resource_shapes import Live, Resource
-from rlops import environments
 from rlops.spec import images
 from rlops.spec.load import SpecError, load, load_text
 from rlops.spec.model import GcpEnvironment
@@ -56,7 +56,8 @@ def workspace(env: CloudEnvironment, connection: Connection, bucket, adapters: d
 
     record = ResourceRecord(bucket, env.spec.state.prefix, env.name).load()
     return engine.Workspace(env.name, env.desired,
-                            adapters if adapters is not None else build_adapters(target_of(env.name, env.spec), connection),
+                            adapters if adapters is not None
+                            else build_adapters(target_of(env.name, env.spec), connection),
                             record)
 
 
@@ -71,11 +72,11 @@ def plan_live(envs: list[CloudEnvironment], connection: Connection, bucket_of: C
         spaces = list(pool.map(lambda env: workspace(env, connection, bucket_of(env)), envs))
         live = engine.read_live(spaces)
         plans = [apply_plan(env, live[env.name]) for env in envs]
-        for plan, env in zip(plans, envs):
+        for plan, env in zip(plans, envs, strict=True):
             plan.cost = pricing.plan_cost(plan, env.spec)
         if with_cluster_objects:
             changes = pool.map(lambda env: cluster_changes(env, live[env.name], connection, False), envs)
-            for plan, objects in zip(plans, changes):
+            for plan, objects in zip(plans, changes, strict=True):
                 plan.cluster_objects = list(objects)
     return plans
 
@@ -87,7 +88,8 @@ def rendered_objects(env: CloudEnvironment, live: dict[str, Live], connection: C
 
     lustre = live.get(f"lustre_instance/{env.spec.lustre.name}")
     mount_point = lustre.fields.get("mount_point") if lustre else None
-    facts = render.LiveFacts.from_mount_point(mount_point) if mount_point else render.LiveFacts(render.UNKNOWN_LUSTRE_IP)
+    facts = (render.LiveFacts.from_mount_point(mount_point) if mount_point
+             else render.LiveFacts(render.UNKNOWN_LUSTRE_IP))
     values = None
     if with_secrets:
         from rlops.cloud import secretmanager

@@ -97,7 +97,8 @@ def assumed_wake(env: GcpEnvironment | LocalEnvironment) -> tuple[float, str]:
                  assumed.image_pull_seconds[pulled],
              "start and Ray join": assumed.start_and_join_seconds}
     total = sum(parts.values())
-    return total, f"{machine.name}: " + ", ".join(f"{what} {seconds:.0f}s" for what, seconds in parts.items() if seconds)
+    return total, f"{machine.name}: " + ", ".join(f"{what} {seconds:.0f}s"
+                                                  for what, seconds in parts.items() if seconds)
 
 
 def wake_seconds(measured: list[float], assumed: tuple[float, str]) -> tuple[float, str]:

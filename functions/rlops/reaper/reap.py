@@ -25,8 +25,7 @@ from dataclasses import replace
 from rlops.cloud.ray_jobs import ACTIVE, JobView
 from rlops.errors import Failure
 from rlops.logs import emit
-from rlops.reaper.policy import (Decision, Picture, assumed_wake, auto_timeout, decide, idle_gaps, savings,
-                                 wake_seconds)
+from rlops.reaper.policy import Decision, Picture, assumed_wake, auto_timeout, decide, idle_gaps, savings, wake_seconds
 from rlops.sites import Site
 from rlops.spec.model import LocalEnvironment
 from rlops.state.lock import Lock, LockHeld

@@ -10,12 +10,12 @@ attempts as bars, scale-downs and wakes marked.
 
 import json
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from rlops import costs
-from rlops.spec import catalog
 from rlops.errors import Failure
+from rlops.spec import catalog
 
 KINDS = ("used", "waking", "idle", "reaped")
 
@@ -50,8 +50,8 @@ def gather(site, since: float | None = None, until: float | None = None, run: st
         pools.append({"pool": rate.pool, "capacity": rate.capacity, "nodes": rate.nodes,
                       "gpus_per_node": rate.gpus_per_node, "usd_per_node_hour": rate.usd_per_node_hour,
                       "price_source": rate.source, "billed_when_down": rate.billed_when_down,
-                      "gpu_hours": hours, "waking_gpu_hours_by_phase": by_phase, "usd": _usd(hours, rate), "saved_usd": 0.0 if rate.billed_when_down
-                      else _usd({"reaped": hours["reaped"]}, rate)["reaped"]})
+                      "gpu_hours": hours, "waking_gpu_hours_by_phase": by_phase, "usd": _usd(hours, rate),
+                      "saved_usd": 0.0 if rate.billed_when_down else _usd({"reaped": hours["reaped"]}, rate)["reaped"]})
     runs = []
     for name, record in sorted(records.items()):
         if run is not None and name != run:
@@ -123,7 +123,7 @@ def _notes(site, pools: list[dict], known_from: float | None, since: float) -> l
 
 
 def _utc(at: float | None) -> str:
-    return "-" if at is None else datetime.fromtimestamp(at, timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    return "-" if at is None else datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%d %H:%M UTC")
 
 
 def duration(seconds: float) -> str:
@@ -146,7 +146,7 @@ def window(since: float, until: float, known_from: float | None) -> str:
     if known_from is None:
         return "no history yet: the reaper's first look at the pool starts it (nothing is counted before)"
     start = max(since, known_from)
-    first, last = (datetime.fromtimestamp(at, timezone.utc) for at in (start, until))
+    first, last = (datetime.fromtimestamp(at, UTC) for at in (start, until))
     end = last.strftime("%H:%M UTC") if first.date() == last.date() else last.strftime("%Y-%m-%d %H:%M UTC")
     return f"{first.strftime('%Y-%m-%d %H:%M')} to {end} ({duration(until - start)})"
 
@@ -196,7 +196,8 @@ def _table(rows: list[tuple], markdown: bool) -> str:
         lines = ["| " + " | ".join(rows[0]) + " |", "|" + "---|" * len(rows[0])]
         return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in rows[1:]])
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    return "\n".join("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows)
+    return "\n".join("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
+                     for row in rows)
 
 
 def as_json(report: dict) -> str:
@@ -210,7 +211,7 @@ def timeline(report: dict, path: Path) -> Path:
     matplotlib.use("Agg")
     from matplotlib import pyplot
 
-    when = lambda at: datetime.fromtimestamp(at, timezone.utc)  # noqa: E731
+    when = lambda at: datetime.fromtimestamp(at, UTC)  # noqa: E731
     since, until = report["since"], report["until"]
     runs = sorted({a["run"] for a in report["attempts"] if a["started"] < until and (a["ended"] or until) > since})
     figure, (size, bars) = pyplot.subplots(2, 1, sharex=True, figsize=(10, 2.5 + 0.3 * len(runs)),

@@ -2,8 +2,8 @@
 
 The local recipe prints `[rlops] step=N reward=R loss=L seconds=S`, then `[rlops] metrics step=N {JSON}` (every
 other number TRL logged for the step: entropy, completion lengths, clip ratios, grad norm, reward std, ...),
-`[rlops] checkpoint step=N seconds=S` (after the save) and `[rlops] resuming from checkpoint-N`, behind Ray's actor prefix when it trains in
-an actor. NeMo RL's grpo.py (v0.4.0,
+`[rlops] checkpoint step=N seconds=S` (after the save) and `[rlops] resuming from checkpoint-N`, behind Ray's
+actor prefix when it trains in an actor. NeMo RL's grpo.py (v0.4.0,
 v0.5.0) prints `===== Epoch E/... =====`, then for each step `===== Step i/M =====`, with i counted
 within the epoch and M = min(batches per epoch, max_num_steps), and later that step's `• Loss: L`,
 `• Avg Reward: R` (or `Avg Total Reward`), and under `Timing:` `• Total step time: Ss` and, when it
@@ -38,7 +38,8 @@ _TRL_METRICS = re.compile(rf"^{_RAY}\[rlops\] metrics step=(\d+) (\{{.*\}})\s*$"
 _TRL_SAVED = re.compile(rf"^{_RAY}\[rlops\] checkpoint step=(\d+)(?: seconds={_NUMBER})?", re.M)
 _NEMO_SERIES = re.compile(rf"^=+ Epoch (?P<epoch>\d+)/\d+ =+$|^=+ Step (?P<step>\d+)/(?P<of>\d+) =+$"
                           rf"|• Loss: (?P<loss>{_NUMBER[1:-1]})|Avg (?:Total )?Reward: (?P<reward>{_NUMBER[1:-1]})"
-                          rf"|• Total step time: (?P<seconds>{_NUMBER[1:-1]})s|• checkpointing: (?P<save>{_NUMBER[1:-1]})s",
+                          rf"|• Total step time: (?P<seconds>{_NUMBER[1:-1]})s"
+                          rf"|• checkpointing: (?P<save>{_NUMBER[1:-1]})s",
                           re.M)
 
 
@@ -185,7 +186,7 @@ def merged(old: dict | None, new: dict, limit: int = SERIES_LIMIT) -> dict:
         points = {point[0]: point for point in (old or {}).get(kind, [])}
         for point in new.get(kind, []):
             known = points.get(point[0], point)
-            points[point[0]] = [value if value is not None else was for value, was in zip(point, known)]
+            points[point[0]] = [value if value is not None else was for value, was in zip(point, known, strict=False)]
         ordered = [points[step] for step in sorted(points)]
         stride = 1
         while len(ordered) - RECENT > 0 and sum(1 for p in ordered[:-RECENT] if p[0] % stride == 0) + RECENT > kept:

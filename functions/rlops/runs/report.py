@@ -13,7 +13,7 @@ byte-for-byte the same for the same inputs, so a report committed or diffed chan
 import json
 import re
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from rlops.state.run_records import TERMINAL, RunRecord
@@ -201,7 +201,7 @@ def smoothed(values: list[float], weight: float = SMOOTHING) -> list[float]:
 
 def _curve(ax, points: list[tuple[int, float]], colour: str, label: str) -> None:
     """The raw line faint, the smoothed one over it and labelled."""
-    xs, ys = zip(*points)
+    xs, ys = zip(*points, strict=True)
     ax.plot(xs, ys, color=colour, marker="o" if len(xs) <= 200 else None, markersize=2, linewidth=0.8, alpha=0.35)
     ax.plot(xs, smoothed(list(ys)), color=colour, linewidth=1.6, label=label)
 
@@ -411,7 +411,7 @@ def size(count: float | None) -> str:
 
 
 def _utc(epoch: float | None) -> str:
-    return "-" if epoch is None else datetime.fromtimestamp(epoch, timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+    return "-" if epoch is None else datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%d %H:%M:%S")
 
 
 def _number(value: float | None, decimals: int) -> str:

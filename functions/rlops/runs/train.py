@@ -118,7 +118,7 @@ def _keep_refusal(data: bytes, message_id: str | None, reason: str, endpoints: E
         records.refuse(Refusal(run, message_key(message_id, data), reason, time.time()))
     except UnknownEnvironment:
         return
-    except Exception as error:  # noqa: BLE001 - any failure to write the note leaves the log line as the only trace
+    except Exception as error:  # any failure to write the note leaves the log line as the only trace
         emit("WARNING", "refusal not kept in the state bucket", run=run,
              error=f"{type(error).__name__}: {error}"[-300:])
 

@@ -86,7 +86,7 @@ def _publish_report(site: Site, record: RunRecord) -> str | None:
 
     try:
         return reporting.publish(site, record)
-    except Exception as error:  # noqa: BLE001 - a plot's failure is not the run's
+    except Exception as error:  # a plot's failure is not the run's
         emit("WARNING", "run report not written", run=record.run, error=f"{type(error).__name__}: {error}"[-300:])
         return None
 
@@ -241,7 +241,8 @@ def _update_progress(site: Site, record: RunRecord, current: Attempt, job: JobVi
     try:
         text = (site.ray.logs(job.submission_id) if whole
                 else site.ray.tail(job.submission_id, job.driver_node_id, TAIL_LINES))
-    except (RuntimeError, RayError) as error:  # the driver's node is gone, and its logs with it (Ray's SDK: RuntimeError)
+    except (RuntimeError, RayError) as error:
+        # the driver's node is gone, and its logs with it (Ray's SDK: RuntimeError)
         emit("INFO", "job logs unavailable", submission_id=job.submission_id, error=str(error)[-200:])
         text = ""
     if current.resume_point is None:

@@ -71,7 +71,7 @@ class GpuMachine:
     memory_gib: float
     transport: Transport
     gpu_nics: int              # NICs for GPU traffic besides the primary one (RDMA: the RDMA NICs)
-    installer: str | None      # the NCCL plugin installer manifest (upstream/), the transport's unless the machine's own
+    installer: str | None  # the NCCL plugin installer manifest (upstream/), the transport's unless the machine's own
     pod: str | None            # the upstream NCCL test pod (upstream/), the transport's unless the machine's own
     # The file the NCCL plugin reads for tuning on this machine, where rlops sets one.
     nccl_tuner_config: str | None
@@ -116,8 +116,8 @@ def _machine(name: str, fields: dict) -> GpuMachine:
     transport = TRANSPORTS[fields["transport"]]
     prices = {region: Price(row.get("on_demand"), row.get("spot"), row["source"])
               for region, row in _catalog()["prices"]["machines"].get(name, {}).items()}
-    return GpuMachine(name, fields["title"], fields["accelerator"], fields["gpus"], fields["vcpus"], fields["memory_gib"],
-                      transport, fields["gpu_nics"], fields.get("installer", transport.installer),
+    return GpuMachine(name, fields["title"], fields["accelerator"], fields["gpus"], fields["vcpus"],
+                      fields["memory_gib"], transport, fields["gpu_nics"], fields.get("installer", transport.installer),
                       fields.get("pod", transport.pod),
                       fields["nccl_tuner_config"], fields["gpu_family"], fields["min_gke"], fields["spot"],
                       fields["capacity"], prices, fields.get("arch", "amd64"),

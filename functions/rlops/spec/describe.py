@@ -16,7 +16,8 @@ def describe(name: str, env: GcpEnvironment | LocalEnvironment) -> list[str]:
         nets = env.networks
         lines += [
             f"  project {env.project.id} ({env.project.number}), region {env.region}, zone {env.zone}",
-            f"  networks: {nets.cluster.name} (mtu {nets.cluster.mtu}); {nets.gvnic.prefix}-net {nets.gvnic.subnet_cidr}; "
+            f"  networks: {nets.cluster.name} (mtu {nets.cluster.mtu}); "
+            f"{nets.gvnic.prefix}-net {nets.gvnic.subnet_cidr}; "
             f"{nets.rdma.prefix}-net profile {env.rdma_profile} with {len(nets.rdma.subnet_cidrs)} subnets; "
             f"PSA range {nets.private_service_access.range_name} /{nets.private_service_access.prefix_length}",
             f"  cluster {env.cluster.name} ({env.cluster.release_channel}), system pool "
@@ -24,14 +25,16 @@ def describe(name: str, env: GcpEnvironment | LocalEnvironment) -> list[str]:
         ]
         for pool in env.gpu_pools:
             capacity = f"reservation {pool.reservation}" if pool.reservation else "spot"
-            lines.append(f"  gpu pool {pool.name}: {pool.machine_type} x {pool.accelerator.count} {pool.accelerator.type}, "
+            lines.append(f"  gpu pool {pool.name}: {pool.machine_type} x {pool.accelerator.count} "
+                         f"{pool.accelerator.type}, "
                          f"{capacity}, {pool.autoscaling.min_nodes}..{pool.autoscaling.max_nodes} nodes, "
                          f"{pool.ray_worker_replicas} Ray workers")
         lustre = env.lustre
         lines += [
             f"  lustre {lustre.name}: {lustre.capacity_gib} GiB at {lustre.throughput_mb_per_tib} MB/s/TiB, "
             f"filesystem {lustre.filesystem}, deletion policy {lustre.deletion_policy}",
-            f"  ray cluster {env.ray.cluster_name}: {env.ray.image} (Ray {env.ray.ray_version}), mounted at {env.ray.lustre_mount}",
+            f"  ray cluster {env.ray.cluster_name}: {env.ray.image} (Ray {env.ray.ray_version}), "
+            f"mounted at {env.ray.lustre_mount}",
         ]
     for recipe_name, recipe in env.recipes.items():
         allowed = ", ".join(recipe.allowed_overrides) or "nothing"

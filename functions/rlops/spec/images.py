@@ -3,7 +3,8 @@ registry, in the environment's region. No I/O.
 
 An image reference splits as Docker's reference grammar splits it (distribution/reference, normalize.go): the
 first component is a registry when it has a `.` or a `:` or is `localhost`; otherwise the image is Docker Hub's
-(the spec's image pattern asks for a path of two components at least, so `library/` is never implied). A remote repository serves the upstream's paths under its own:
+(the spec's image pattern asks for a path of two components at least, so `library/` is never implied). A remote
+repository serves the upstream's paths under its own:
 `REGION-docker.pkg.dev/PROJECT/REPOSITORY/PATH:TAG` (cloud.google.com/artifact-registry/docs/repositories/
 remote-repo, "Pull images"; Docker Hub's official images keep their `library/`).
 """

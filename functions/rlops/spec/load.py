@@ -22,8 +22,9 @@ from rlops.spec.source import Document, Problem, parse_text, read_document
 
 ENVIRONMENT_NAME = re.compile(r"^[a-z]([-a-z0-9]{0,28}[a-z0-9])?$")
 _ADAPTER = TypeAdapter(EnvironmentSpec)
-_EXPECTED = {"string_type": "a string", "int_type": "an integer", "float_type": "a number", "bool_type": "true or false",
-             "dict_type": "a mapping", "model_type": "a mapping", "model_attributes_type": "a mapping",
+_EXPECTED = {"string_type": "a string", "int_type": "an integer", "float_type": "a number",
+             "bool_type": "true or false", "dict_type": "a mapping", "model_type": "a mapping",
+             "model_attributes_type": "a mapping",
              "list_type": "a list", "none_required": "nothing (null)"}
 
 
@@ -85,8 +86,8 @@ def _check(doc: Document, name: str) -> Loaded:
         return Loaded(name, doc.file, None, doc.problems)
     for secret_path, kind in inline_secrets.find(doc.data):
         doc.problems.append(doc.problem(secret_path,
-                                        f"looks like an inline {kind}; a spec holds only references: store the value in "
-                                        "Secret Manager and name it under secrets:"))
+                                        f"looks like an inline {kind}; a spec holds only references: "
+                                        "store the value in Secret Manager and name it under secrets:"))
     environment = _validate(doc)
     notices = []
     if environment is not None:
@@ -186,7 +187,8 @@ def _message(item: dict, path: tuple, provider: Any) -> str:
             return f"unknown key; did you mean {close[0]}?"
         return f"unknown key; allowed here: {', '.join(allowed)}" if allowed else "unknown key; remove it"
     if kind == "string_pattern_mismatch":
-        return f"{_show(value)} is not valid; expected {PATTERN_HINTS.get(ctx.get('pattern'), 'a value matching ' + str(ctx.get('pattern')))}"
+        hint = PATTERN_HINTS.get(ctx.get("pattern"), "a value matching " + str(ctx.get("pattern")))
+        return f"{_show(value)} is not valid; expected {hint}"
     if kind == "literal_error":
         return f"{_show(value)} is not allowed; use {ctx.get('expected')}"
     if kind in _EXPECTED:
@@ -242,7 +244,8 @@ def _length(value: Any) -> str:
 def _yaml_kind(value: Any) -> str:
     if value is None:
         return "nothing (null)"
-    names = {bool: "a boolean", int: "an integer", float: "a number", str: "a string", list: "a list", dict: "a mapping"}
+    names = {bool: "a boolean", int: "an integer", float: "a number", str: "a string", list: "a list",
+             dict: "a mapping"}
     return names.get(type(value), type(value).__name__)
 
 

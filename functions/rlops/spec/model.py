@@ -7,7 +7,7 @@ it is about; this module holds shapes, single-field constraints and defaults.
 
 import math
 import re
-from typing import Annotated, Literal, Union
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr
 
@@ -41,14 +41,18 @@ JSONL_SOURCE = r"^(https://[^\s/]+/[^\s]*|/[^\x00\n]*)\.jsonl$"
 JSONL_PATH = r"^/[^\x00\n]*\.jsonl$"
 
 PATTERN_HINTS = {
-    GCP_NAME: "a GCP name: 1-63 lowercase letters, digits or hyphens, starting with a letter and not ending with a hyphen",
-    GCP_PREFIX: "a name prefix: 1-54 lowercase letters, digits or hyphens, starting with a letter (rlops appends -net, -sub-N, -internal)",
-    GKE_NAME: "a GKE name: 1-40 lowercase letters, digits or hyphens, starting with a letter and not ending with a hyphen",
+    GCP_NAME: "a GCP name: 1-63 lowercase letters, digits or hyphens, starting with a letter and not ending with a "
+              "hyphen",
+    GCP_PREFIX: "a name prefix: 1-54 lowercase letters, digits or hyphens, starting with a letter (rlops appends -net, "
+                "-sub-N, -internal)",
+    GKE_NAME: "a GKE name: 1-40 lowercase letters, digits or hyphens, starting with a letter and not ending with a "
+              "hyphen",
     DNS_LABEL: "a DNS label: 1-63 lowercase letters, digits or hyphens, not starting or ending with a hyphen",
     PROJECT_ID: "a project ID: 6-30 lowercase letters, digits or hyphens, starting with a letter",
     REGION: "a region such as us-central1",
     ZONE: "a zone such as us-central1-b",
-    BUCKET: "a bucket name: 3-63 lowercase letters, digits, '-', '_' or '.', starting and ending with a letter or digit",
+    BUCKET: "a bucket name: 3-63 lowercase letters, digits, '-', '_' or '.', starting and ending with a letter or "
+            "digit",
     CIDR: "an IPv4 CIDR such as 192.168.0.0/24",
     IPV4: "an IPv4 address such as 10.112.0.0",
     LUSTRE_FILESYSTEM: "a Lustre filesystem name: 1-8 letters or digits, starting with a letter (e.g. lustrefs)",
@@ -85,11 +89,11 @@ GcpPrefix = _text(GCP_PREFIX, 54)
 GkeName = _text(GKE_NAME, 40)
 DnsLabel = _text(DNS_LABEL, 63)
 Cidr = _text(CIDR)
-Quantity = Union[StrictInt, StrictFloat, _text(QUANTITY)]
+Quantity = StrictInt | StrictFloat | _text(QUANTITY)
 Duration = _text(DURATION)
 AbsolutePath = _text(ABSOLUTE_PATH, 4096)
 OverrideKey = _text(OVERRIDE_KEY, 200)
-Scalar = Union[StrictBool, StrictInt, StrictFloat, StrictStr, None]
+Scalar = StrictBool | StrictInt | StrictFloat | StrictStr | None
 
 
 def seconds(duration: str) -> int:
@@ -132,7 +136,8 @@ class GvnicNetwork(Spec):
     prefix: GcpPrefix = Field(description="Names are PREFIX-net, PREFIX-sub and PREFIX-internal.")
     subnet_cidr: Cidr = Field("192.168.0.0/24", description=_what("The range of the gVNIC subnet (PREFIX-sub), "
                               "where the GPU nodes' second NIC is", CIDR))
-    firewall_source_ranges: list[Cidr] = Field(default_factory=lambda: ["192.168.0.0/16"], min_length=1, description="Where the gVNIC network admits traffic from.")
+    firewall_source_ranges: list[Cidr] = Field(default_factory=lambda: ["192.168.0.0/16"], min_length=1,
+                                               description="Where the gVNIC network admits traffic from.")
     mtu: StrictInt = Field(8896, ge=1300, le=8896, description="The gVNIC network's MTU.")
 
 
@@ -145,12 +150,13 @@ class RdmaNetwork(Spec):
 
 class GpuNicNetworks(Spec):
     """GPUDirect-TCPX (A3 High) and -TCPXO (A3 Mega): a VPC of its own for each GPU NIC, as GKE's "Maximize GPU
-    network bandwidth" page creates them (cloud.google.com/kubernetes-engine/docs/how-to/gpu-bandwidth-gpudirect-tcpx)."""
+    network bandwidth" page creates them (cloud.google.com/kubernetes-engine/docs/how-to/gpu-bandwidth-gpudirect-tcpx)."""  # noqa: E501
 
     prefix: GcpPrefix = Field(description="Names are PREFIX-net-N, PREFIX-sub-N and PREFIX-internal-N, N from 1.")
     subnet_cidrs: list[Cidr] = Field(min_length=1, description="One subnet per GPU NIC, in NIC order (4 on A3 High, "
                                      "8 on A3 Mega).")
-    firewall_source_ranges: list[Cidr] = Field(default_factory=lambda: ["192.168.0.0/16"], min_length=1, description="Where the GPU NICs' networks admit traffic from.")
+    firewall_source_ranges: list[Cidr] = Field(default_factory=lambda: ["192.168.0.0/16"], min_length=1,
+                                               description="Where the GPU NICs' networks admit traffic from.")
     mtu: StrictInt = Field(8244, ge=1300, le=8896, description="8244, as GKE's TCPX(O) page sets it.")
 
 
@@ -202,7 +208,8 @@ class SystemPool(Spec):
 
 class ClusterAddons(Spec):
     ray_operator: StrictBool = Field(True, description="GKE's Ray operator add-on (KubeRay).")
-    lustre_csi_driver: StrictBool = Field(True, description="GKE's Managed Lustre CSI driver, which mounts the instance.")
+    lustre_csi_driver: StrictBool = Field(True,
+                                          description="GKE's Managed Lustre CSI driver, which mounts the instance.")
     lustre_legacy_port: StrictBool = Field(
         False, description="Deprecated by GKE (enableLegacyLustrePort): LNet on port 6988, needed on every node "
         "version to reach an existing Lustre instance made with gke_support; goes with lustre.gke_support.")
@@ -226,17 +233,21 @@ class Cluster(Spec):
     """The GKE cluster: its features, add-ons, system pool and the Ray pods' service account."""
 
     name: GkeName = Field(description=_what("The regional GKE cluster's name (in region)", GKE_NAME))
-    release_channel: Literal["RAPID", "REGULAR", "STABLE", "EXTENDED"] = Field("REGULAR", description="The GKE release channel the cluster follows.")
+    release_channel: Literal["RAPID", "REGULAR", "STABLE", "EXTENDED"] = Field(
+        "REGULAR", description="The GKE release channel the cluster follows.")
     version: _text(GKE_VERSION) | None = Field(None, description="Minimum version; unset takes the channel default.")
     workload_identity: StrictBool = Field(True, description="Workload Identity: pods act as Google service accounts.")
-    dataplane_v2: StrictBool = Field(True, description="GKE Dataplane V2 (ADVANCED_DATAPATH), which multi-networking needs.")
+    dataplane_v2: StrictBool = Field(True,
+                                     description="GKE Dataplane V2 (ADVANCED_DATAPATH), which multi-networking needs.")
     multi_networking: StrictBool = Field(True, description="GKE multi-networking, for the GPU NICs' extra networks.")
     ip_alias: StrictBool = Field(True, description="VPC-native (alias IP) pod addressing.")
     dns_endpoint: StrictBool = Field(True, description="Reach the control plane through its DNS endpoint with IAM.")
-    addons: ClusterAddons = Field(ClusterAddons(), description="GKE add-ons: the Ray operator and the Managed Lustre CSI driver.")
+    addons: ClusterAddons = Field(ClusterAddons(),
+                                  description="GKE add-ons: the Ray operator and the Managed Lustre CSI driver.")
     system_pool: SystemPool = Field(description="The CPU node pool the cluster is created with; it runs the Ray head "
                                     "and is never scaled down by the reaper.")
-    service_account: KubernetesServiceAccount = Field(KubernetesServiceAccount(), description="The Kubernetes service account the Ray pods run as.")
+    service_account: KubernetesServiceAccount = Field(
+        KubernetesServiceAccount(), description="The Kubernetes service account the Ray pods run as.")
 
 
 class Accelerator(Spec):
@@ -244,7 +255,8 @@ class Accelerator(Spec):
 
     type: AcceleratorType = Field(description="The accelerator, as GKE names it (e.g. nvidia-h200-141gb).")
     count: StrictInt = Field(8, ge=1, le=16, description="GPUs per node (the machine type's own count).")
-    driver_version: Literal["default", "latest", "disabled"] = Field("default", description="GKE's GPU driver installation: default, latest, or disabled (install it yourself).")
+    driver_version: Literal["default", "latest", "disabled"] = Field(
+        "default", description="GKE's GPU driver installation: default, latest, or disabled (install it yourself).")
 
 
 class PoolCost(Spec):
@@ -294,8 +306,10 @@ class Lustre(Spec):
 
     name: GcpName = Field(description=_what("The Managed Lustre instance's name (in zone); its volume is NAME-pv and "
                                             "claim NAME-pvc", GCP_NAME))
-    capacity_gib: StrictInt = Field(ge=9000, description="Capacity in GiB; it can only grow (a multiple of the tier's step).")
-    throughput_mb_per_tib: Literal[125, 250, 500, 1000] = Field(description="Throughput tier, MB/s per TiB; changing it replaces the instance.")
+    capacity_gib: StrictInt = Field(ge=9000,
+                                    description="Capacity in GiB; it can only grow (a multiple of the tier's step).")
+    throughput_mb_per_tib: Literal[125, 250, 500, 1000] = Field(
+        description="Throughput tier, MB/s per TiB; changing it replaces the instance.")
     filesystem: _text(LUSTRE_FILESYSTEM, 8) = Field(description=_what("The instance's Lustre filesystem name, which "
                                                     "the CSI driver mounts", LUSTRE_FILESYSTEM))
     gke_support: StrictBool = Field(
@@ -342,7 +356,8 @@ class Ray(Spec):
     nccl_installer_image: _text(IMAGE, 512) | None = Field(
         None, description="The NCCL plugin installer's image; unset: the image of the GPU catalog's pinned upstream "
         "installer manifest for the machine.")
-    nccl_tuner_config: dict[AcceleratorType, AbsolutePath] = Field(description="Per accelerator, the NCCL tuner file the GPU workers use.",
+    nccl_tuner_config: dict[AcceleratorType, AbsolutePath] = Field(
+        description="Per accelerator, the NCCL tuner file the GPU workers use.",
         default_factory=lambda: {m.accelerator: m.nccl_tuner_config for m in catalog.GPU_MACHINES.values()
                                  if m.nccl_tuner_config})
 
@@ -350,15 +365,18 @@ class Ray(Spec):
 class SecretRef(Spec):
     """Where a secret's value lives. The value itself never appears in a spec."""
 
-    secret_manager: _text(SECRET_VERSION) | None = Field(None, description="gcp: projects/P/secrets/NAME/versions/V, read at apply into the cluster's Secret.")
+    secret_manager: _text(SECRET_VERSION) | None = Field(
+        None, description="gcp: projects/P/secrets/NAME/versions/V, read at apply into the cluster's Secret.")
     env: _text(ENV_VAR) | None = Field(None, description="local only: an environment variable of the local processes")
     file: StrictStr | None = Field(None, min_length=1, description="local only: a file holding the value")
 
 
 class AllowedOverride(Spec):
     type: Literal["int", "float", "bool", "str"] = Field(description="The JSON type a train message's value must have.")
-    min: StrictInt | StrictFloat | None = Field(None, description="int and float only: the smallest value a message may set.")
-    max: StrictInt | StrictFloat | None = Field(None, description="int and float only: the largest value a message may set.")
+    min: StrictInt | StrictFloat | None = Field(
+        None, description="int and float only: the smallest value a message may set.")
+    max: StrictInt | StrictFloat | None = Field(
+        None, description="int and float only: the largest value a message may set.")
     pattern: StrictStr | None = Field(None, description="str only: a regular expression the whole value must match")
     max_length: StrictInt = Field(256, ge=1, le=4096, description="str only: the longest value a message may set, in "
                                   "characters.")
@@ -417,8 +435,11 @@ class DataStep(Spec):
 
 
 class Recipe(Spec):
-    runner: Literal["nemo-rl", "trl"] = Field(description="nemo-rl (NVIDIA NeMo RL's GRPO) or trl (TRL's GRPOTrainer, the local recipe).")
-    entrypoint: StrictStr = Field(min_length=1, max_length=512, description="The script the job runs (nemo-rl: inside the image, e.g. examples/run_grpo_math.py).")
+    runner: Literal["nemo-rl", "trl"] = Field(
+        description="nemo-rl (NVIDIA NeMo RL's GRPO) or trl (TRL's GRPOTrainer, the local recipe).")
+    entrypoint: StrictStr = Field(
+        min_length=1, max_length=512,
+        description="The script the job runs (nemo-rl: inside the image, e.g. examples/run_grpo_math.py).")
     config: StrictStr | None = Field(None, max_length=512, description="nemo-rl: config path inside the image.")
     model: StrictStr = Field(min_length=1, max_length=256, description="The model it trains (a Hugging Face id).")
     gpu_pool: GkeName | None = Field(None, description="The pool it runs on; needed when there are several.")
@@ -465,7 +486,8 @@ class IdlePolicy(Spec):
     timeout: Duration | Literal["auto"] = Field(
         "30m", description="auto: chosen from this environment's measured wakes and idle gaps (rlops reap "
         "--dry-run says which and why).")
-    scale_down: list[Literal["ray-workers", "node-pools"]] = Field(description="What scaling down stops: the RayCluster's GPU workers, the GPU node pools, or both.",
+    scale_down: list[Literal["ray-workers", "node-pools"]] = Field(
+        description="What scaling down stops: the RayCluster's GPU workers, the GPU node pools, or both.",
         default_factory=lambda: ["ray-workers", "node-pools"], min_length=1)
     scale_reserved: StrictBool = Field(
         False, description="Scale down pools that consume a reservation too: that saves nothing (a reservation "
@@ -484,7 +506,8 @@ class LocalCountsAs(Spec):
     region: _text(REGION, 63) = Field("us-central1", description=_what("The region whose list price is counted",
                                       REGION))
     spot: StrictBool = Field(False, description="Priced at the Spot rate.")
-    usd_per_node_hour: StrictFloat | StrictInt | None = Field(None, gt=0, le=100_000, description="A price per node-hour instead of the catalog's.")
+    usd_per_node_hour: StrictFloat | StrictInt | None = Field(
+        None, gt=0, le=100_000, description="A price per node-hour instead of the catalog's.")
 
 
 class LocalGpuPool(Spec):
@@ -493,7 +516,8 @@ class LocalGpuPool(Spec):
     name: DnsLabel = Field("gpu-pool", description=_what("The pool's name, which a recipe's gpu_pool may name",
                            DNS_LABEL))
     workers: StrictInt = Field(1, ge=0, le=8, description="Ray worker nodes in the pool when it is up.")
-    resource: _text(r"^[A-Za-z_][A-Za-z0-9_]*$", 64) = Field("gpu_pool", description="The Ray custom resource that stands in for a GPU.")
+    resource: _text(r"^[A-Za-z_][A-Za-z0-9_]*$", 64) = Field(
+        "gpu_pool", description="The Ray custom resource that stands in for a GPU.")
     per_worker: StrictInt = Field(1, ge=1, le=64, description="Units of the resource each worker carries (its GPUs).")
     cpus_per_worker: StrictInt = Field(1, ge=1, le=64, description="CPUs each worker offers Ray.")
     join_delay: Duration | None = Field(
@@ -526,7 +550,8 @@ class _Environment(Spec):
 
 
 class GcpEnvironment(_Environment):
-    provider: Literal["gcp"] = Field(description="gcp: GKE, Managed Lustre and the functions in a Google Cloud project.")
+    provider: Literal["gcp"] = Field(
+        description="gcp: GKE, Managed Lustre and the functions in a Google Cloud project.")
     project: Project = Field(description="The Google Cloud project the environment's resources are made in: its ID "
                              "and number.")
     region: _text(REGION, 63) = Field(description=_what("The region of the cluster, the subnets and the GPU list "
@@ -537,7 +562,8 @@ class GcpEnvironment(_Environment):
                                "family) and the private services access range Lustre is peered into.")
     cluster: Cluster = Field(description="The regional GKE cluster rlops creates: its features, add-ons, system pool "
                              "and the Ray pods' service account.")
-    gpu_pools: list[GpuPool] = Field(min_length=1, description="The GPU node pools; one stack of GPU networking for all.")
+    gpu_pools: list[GpuPool] = Field(min_length=1,
+                                     description="The GPU node pools; one stack of GPU networking for all.")
     lustre: Lustre = Field(description="The Managed Lustre instance that holds checkpoints, data and the Hugging Face "
                            "cache, mounted at ray.lustre_mount.")
     ray: Ray = Field(description="The RayCluster rlops applies: image, Ray version, head and worker pods, /dev/shm "
@@ -583,7 +609,7 @@ class LocalEnvironment(_Environment):
         return self.local.gpu_pool.workers
 
 
-EnvironmentSpec = Annotated[Union[GcpEnvironment, LocalEnvironment], Field(discriminator="provider")]
+EnvironmentSpec = Annotated[GcpEnvironment | LocalEnvironment, Field(discriminator="provider")]
 
 # The models an unknown key may be compared against, by the discriminator value.
 ROOT_MODELS: dict[str, type[Spec]] = {"gcp": GcpEnvironment, "local": LocalEnvironment}

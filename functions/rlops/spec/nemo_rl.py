@@ -139,7 +139,7 @@ def compose(tag: Tag, config_path: str, overrides: list[tuple[str, Any]]) -> Com
     result = Composition()
     try:
         cfg = load_config(tag, config_path)
-    except Exception as error:  # noqa: BLE001 - any failure to load is reported, as NeMo RL would fail
+    except Exception as error:  # any failure to load is reported, as NeMo RL would fail
         result.problems.append((None, f"{config_path} at {tag.name} does not load: {_first_line(error)}"))
         return result
     OmegaConf.set_struct(cfg, True)
@@ -152,14 +152,14 @@ def compose(tag: Tag, config_path: str, overrides: list[tuple[str, Any]]) -> Com
         try:
             ConfigLoaderImpl._apply_overrides_to_config(
                 overrides=parser.parse_overrides([f"{key}={hydra_value(value)}"]), cfg=cfg)
-        except Exception as error:  # noqa: BLE001 - Hydra's own refusal, reworded
+        except Exception as error:  # Hydra's own refusal, reworded
             result.problems.append((key, _hydra_problem(cfg, key, error, tag, config_path)))
     if result.problems:
         return result
     register_resolvers(tag)
     try:
         result.config = OmegaConf.to_container(cfg, resolve=True)
-    except Exception as error:  # noqa: BLE001
+    except Exception as error:
         result.problems.append((None, f"the composed config does not resolve: {_first_line(error)}"))
     return result
 
@@ -236,7 +236,7 @@ def _type_problem(cfg, key: str, value: Any) -> str | None:
         return None  # a new key; Hydra refuses it if it is not new
     try:
         current = OmegaConf.select(cfg, key, throw_on_missing=False)
-    except Exception:  # noqa: BLE001 - an interpolation that resolves only once the rest is composed
+    except Exception:  # an interpolation that resolves only once the rest is composed
         return None
     if current is None or value is None:
         return None
@@ -250,7 +250,8 @@ def _type_problem(cfg, key: str, value: Any) -> str | None:
 
 
 def _kind(value: Any) -> str:
-    return {bool: "a boolean", int: "an integer", float: "a decimal number", str: "a string"}.get(type(value), "a value")
+    kinds = {bool: "a boolean", int: "an integer", float: "a decimal number", str: "a string"}
+    return kinds.get(type(value), "a value")
 
 
 def _hydra_problem(cfg, key: str, error: Exception, tag: Tag, config_path: str) -> str:
@@ -389,8 +390,8 @@ def semantics(tag: Tag, recipe, config: dict, pool) -> list[tuple[tuple, str]]:
     if pool is not None:
         per_node, nodes = cluster.get("gpus_per_node"), cluster.get("num_nodes")
         if per_node != pool.accelerator.count:
-            problems.append((at("cluster.gpus_per_node"), f"{per_node} GPUs per node, but pool {pool.name}'s nodes "
-                                                           f"have {pool.accelerator.count}; set {pool.accelerator.count}"))
+            problems.append((at("cluster.gpus_per_node"), f"{per_node} GPUs per node, but pool {pool.name}'s "
+                             f"nodes have {pool.accelerator.count}; set {pool.accelerator.count}"))
         elif isinstance(nodes, int) and nodes > pool.ray_worker_replicas:
             problems.append((at("cluster.num_nodes"), f"{nodes} nodes × {per_node} GPUs, but pool {pool.name} has at "
                                                        f"most {pool.ray_worker_replicas} Ray workers; use at most "

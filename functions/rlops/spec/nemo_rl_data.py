@@ -13,8 +13,9 @@ Two layouts, read from each tag's code (paths and lines at the tag):
 """
 
 import difflib
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 # Flat layout: the keys each dataset_name reads besides those the base config has (v0.4.0
 # response_datasets/__init__.py; ResponseDataset's optional keys go through get_extra_kwargs).
@@ -41,7 +42,8 @@ _PER_DATASET_V06 = {
     "daily-omni": {"split", "split_validation_size", "seed"},  # daily_omni.py:36-42
     "general-conversation-jsonl": {"data_path", "media_data_dir", "split_validation_size", "seed"},  # :191-198
     "DAPOMath17K": set(), "DAPOMathAIME2024": set(), "DeepScaler": set(),  # dapo_math.py:25,54; deepscaler.py:25
-    "geometry3k": {"split"}, "HelpSteer3": {"split"}, "squad": {"split"},  # geometry3k.py:63 helpsteer3.py:30 squad.py:29
+    # geometry3k.py:63 helpsteer3.py:30 squad.py:29
+    "geometry3k": {"split"}, "HelpSteer3": {"split"}, "squad": {"split"},
     "open_assistant": {"split_validation_size", "seed"},  # oasst.py:97
     "OpenMathInstruct-2": {"output_key", "split", "split_validation_size", "seed"},  # openmathinstruct2.py:32-39
     "refcoco": {"split", "download_dir"},  # refcoco.py:174-178
@@ -118,8 +120,9 @@ def problems(tag: str, recipe, data: dict, at: Locate, examples: frozenset[str],
     for prompt in dict.fromkeys(prompts):
         if isinstance(prompt, str) and not prompt.startswith("/") and prompt not in examples:
             near = difflib.get_close_matches(prompt, sorted(examples), n=1, cutoff=0.6)
-            found.append((at("data.prompt_file"), f"{tag} has no {prompt} (relative to {workdir}); "
-                                                  + (f"did you mean {near[0]}?" if near else "name a file the image has")))
+            found.append((at("data.prompt_file"),
+                          f"{tag} has no {prompt} (relative to {workdir}); "
+                          + (f"did you mean {near[0]}?" if near else "name a file the image has")))
     return found
 
 
@@ -136,9 +139,9 @@ def _flat(tag: str, layout: DataLayout, recipe, data: dict, at: Locate) -> list[
                                           f"reads {', '.join(sorted(read)) or 'no extra keys'}); remove it, or pin an "
                                           "image whose loader does"))
     if dataset == "ResponseDataset" and "train_data_path" not in data:
-        found.append((at("data.dataset_name"), "ResponseDataset reads its rows from data.train_data_path, which is not "
-                                               "set; add +data.train_data_path (a .jsonl path or URL, or a Hugging Face "
-                                               "dataset with one config)"))
+        found.append((at("data.dataset_name"), "ResponseDataset reads its rows from data.train_data_path, which is "
+                                               "not set; add +data.train_data_path (a .jsonl path or URL, or a "
+                                               "Hugging Face dataset with one config)"))
     return found
 
 

@@ -28,9 +28,10 @@ module does not follow that reading yet, and says so rather than guess.
 
 import json
 import re
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, replace
 from functools import cache
-from typing import Any, Callable, Iterable
+from typing import Any
 
 from rlops.spec import nemo_rl
 
@@ -204,7 +205,7 @@ def reward(ground_truth: Any, response: str | None) -> float:
     try:
         score, _ = _metric()(["\\boxed{" + ground_truth + "}"], [response])
         return float(score)
-    except (Exception, TimeoutException):  # noqa: BLE001 - NeMo RL scores any failure 0.0, a timeout too
+    except (Exception, TimeoutException):  # NeMo RL scores any failure 0.0, a timeout too
         return 0.0
 
 
@@ -283,7 +284,7 @@ def score(check: Check, source: Source, rows: list[dict]) -> Verdict:
                                           "+data.output_key to the row's question and answer keys")
     published_columns = set().union(*rows) if rows else set()
     scored = []
-    for number, (row, as_read) in enumerate(zip(rows, read), 1):
+    for number, (row, as_read) in enumerate(zip(rows, read, strict=True), 1):
         problem, truth = _problem_and_truth(check, as_read, messages)
         _, published = _problem_and_truth(check, row, check.messages_column and "messages" in published_columns)
         reference = reference_answer(published)

@@ -6,8 +6,9 @@ section), checked at the target like any recipe, and the difference between the 
 the one it would get at the target. No I/O: the composition reads the shipped configs only.
 """
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import yaml
 
@@ -178,7 +179,8 @@ def diff(before: dict, after: dict) -> list[str]:
 
 def _leaves(config: Any, prefix: str = "") -> dict[str, Any]:
     if isinstance(config, dict) and config:
-        return {key: value for name, child in config.items() for key, value in _leaves(child, f"{prefix}{name}.").items()}
+        return {key: value for name, child in config.items()
+                for key, value in _leaves(child, f"{prefix}{name}.").items()}
     return {prefix.rstrip("."): config}
 
 

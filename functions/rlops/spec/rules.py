@@ -55,17 +55,21 @@ def cidrs_do_not_overlap(env: GcpEnvironment) -> Iterator[Finding]:
             else:
                 ranges.append((("networks", "private_service_access", "address"), network))
         else:
-            yield ("networks", "private_service_access", "address"), f"{psa.address} is not an IPv4 address; use e.g. 10.112.0.0"
+            yield ("networks", "private_service_access", "address"), (
+                f"{psa.address} is not an IPv4 address; use e.g. 10.112.0.0")
     if env.networks.cluster.auto_subnets:
         # First, so that an overlap is reported at the range the user typed rather than at auto_subnets.
-        ranges.insert(0, (("networks", "cluster", "auto_subnets"), ipaddress.IPv4Network(catalog.AUTO_MODE_SUBNET_RANGE)))
+        ranges.insert(0, (("networks", "cluster", "auto_subnets"),
+                          ipaddress.IPv4Network(catalog.AUTO_MODE_SUBNET_RANGE)))
     for (path_a, net_a), (path_b, net_b) in combinations(ranges, 2):
         if net_a.overlaps(net_b):
-            yield path_b, f"{net_b} overlaps {net_a} at {format_path(path_a)}; every pod and node range must be disjoint"
+            yield path_b, (f"{net_b} overlaps {net_a} at {format_path(path_a)}; "
+                           "every pod and node range must be disjoint")
     for name in ("gvnic", "gpu_nics"):
         for i, text in enumerate(getattr(getattr(nets, name), "firewall_source_ranges", [])):
             if not _loose(text):
-                yield ("networks", name, "firewall_source_ranges", i), f"{text} is not an IPv4 CIDR; use e.g. 192.168.0.0/16"
+                yield ("networks", name, "firewall_source_ranges", i), (
+                    f"{text} is not an IPv4 CIDR; use e.g. 192.168.0.0/16")
 
 
 def _loose(text: str) -> bool:
@@ -109,7 +113,8 @@ def gpu_networks(env: GcpEnvironment) -> Iterator[Finding]:
     profile = env.networks.rdma.profile if env.networks.rdma else None
     if profile is not None and profile != catalog.rdma_network_profile(env.zone):
         yield ("networks", "rdma", "profile"), (
-            f"profile {profile} is not the RDMA profile of zone {env.zone}; use {catalog.rdma_network_profile(env.zone)} or leave it unset")
+            f"profile {profile} is not the RDMA profile of zone {env.zone}; "
+            f"use {catalog.rdma_network_profile(env.zone)} or leave it unset")
 
 
 def accelerator_fits_machine(env: GcpEnvironment) -> Iterator[Finding]:
@@ -121,10 +126,12 @@ def accelerator_fits_machine(env: GcpEnvironment) -> Iterator[Finding]:
                 f"use {machine.accelerator}, or the machine type that carries {pool.accelerator.type}")
         if pool.accelerator.count != machine.accelerators_per_node:
             yield ("gpu_pools", i, "accelerator", "count"), (
-                f"{pool.machine_type} has exactly {machine.accelerators_per_node} GPUs; set count: {machine.accelerators_per_node}")
+                f"{pool.machine_type} has exactly {machine.accelerators_per_node} GPUs; "
+                f"set count: {machine.accelerators_per_node}")
         if pool.spot and not machine.spot:
             yield ("gpu_pools", i, "spot"), (
-                f"{pool.machine_type} is not offered as Spot VMs; it comes as {machine.capacity}: set reservation: NAME")
+                f"{pool.machine_type} is not offered as Spot VMs; it comes as {machine.capacity}: "
+                "set reservation: NAME")
 
 
 def pool_placement(env: GcpEnvironment) -> Iterator[Finding]:
@@ -146,7 +153,8 @@ def pool_placement(env: GcpEnvironment) -> Iterator[Finding]:
                 f"{pool.machine_type} offers placement {' or '.join(offered) or 'none'}, not {pool.placement}; use "
                 f"{' or '.join([*offered, 'none'])}")
         placement = pool.placement_used
-        nodes = placement.topology_gpus // machine.accelerators_per_node if placement and placement.topology_gpus else None
+        nodes = (placement.topology_gpus // machine.accelerators_per_node
+                 if placement and placement.topology_gpus else None)
         if nodes and pool.autoscaling.max_nodes > nodes:
             yield ("gpu_pools", i, "autoscaling", "max_nodes"), (
                 f"{pool.autoscaling.max_nodes} nodes, but the {placement.accelerator_topology} workload policy holds "
@@ -180,7 +188,8 @@ def pool_capacity(env: GcpEnvironment) -> Iterator[Finding]:
 
 def _autoscaling(scaling, path: tuple) -> Iterator[Finding]:
     if scaling.min_nodes > scaling.max_nodes:
-        yield path + ("min_nodes",), f"min_nodes {scaling.min_nodes} is above max_nodes {scaling.max_nodes}; make min <= max"
+        yield path + ("min_nodes",), (
+            f"min_nodes {scaling.min_nodes} is above max_nodes {scaling.max_nodes}; make min <= max")
 
 
 def cluster_features(env: GcpEnvironment) -> Iterator[Finding]:
@@ -193,11 +202,14 @@ def cluster_features(env: GcpEnvironment) -> Iterator[Finding]:
     if env.ray.multi_nic and not cluster.multi_networking and env.machine.transport.extra_networks != "none":
         yield ("ray", "multi_nic"), "multi-NIC pods need cluster.multi_networking: true"
     if not cluster.addons.ray_operator:
-        yield ("cluster", "addons", "ray_operator"), "rlops runs the RayCluster through GKE's RayOperator add-on; set ray_operator: true"
+        yield ("cluster", "addons", "ray_operator"), (
+            "rlops runs the RayCluster through GKE's RayOperator add-on; set ray_operator: true")
     if not cluster.addons.lustre_csi_driver:
-        yield ("cluster", "addons", "lustre_csi_driver"), "the Ray pods mount Lustre through the Lustre CSI driver; set lustre_csi_driver: true"
+        yield ("cluster", "addons", "lustre_csi_driver"), (
+            "the Ray pods mount Lustre through the Lustre CSI driver; set lustre_csi_driver: true")
     if not cluster.workload_identity:
-        yield ("cluster", "workload_identity"), "Ray pods reach Google APIs through workload identity; set workload_identity: true"
+        yield ("cluster", "workload_identity"), (
+            "Ray pods reach Google APIs through workload identity; set workload_identity: true")
 
 
 def one_namespace(env: GcpEnvironment) -> Iterator[Finding]:
@@ -217,7 +229,8 @@ def one_namespace(env: GcpEnvironment) -> Iterator[Finding]:
 
 def lustre_tier(env: GcpEnvironment) -> Iterator[Finding]:
     lustre = env.lustre
-    tier, capacity, speed = catalog.LUSTRE_TIERS[lustre.throughput_mb_per_tib], lustre.capacity_gib, lustre.throughput_mb_per_tib
+    tier = catalog.LUSTRE_TIERS[lustre.throughput_mb_per_tib]
+    capacity, speed = lustre.capacity_gib, lustre.throughput_mb_per_tib
     step = tier.step_at(capacity)
     if capacity < tier.minimum:
         yield ("lustre", "capacity_gib"), f"at {speed} MB/s/TiB the minimum is {tier.minimum} GiB; use {tier.minimum}"
@@ -243,18 +256,22 @@ def lustre_tier(env: GcpEnvironment) -> Iterator[Finding]:
 def ray_cluster(env: GcpEnvironment) -> Iterator[Finding]:
     ray = env.ray
     if ray.image.endswith(":latest"):
-        yield ("ray", "image"), "the image is not pinned; use a version tag such as nvcr.io/nvidia/nemo-rl:v0.5.0 or a digest"
+        yield ("ray", "image"), (
+            "the image is not pinned; use a version tag such as nvcr.io/nvidia/nemo-rl:v0.5.0 or a digest")
     shipped = catalog.NEMO_RL_IMAGE_RAY.get(ray.image)
     if shipped and shipped != ray.ray_version:
-        yield ("ray", "ray_version"), f"{ray.image} ships Ray {shipped}, not {ray.ray_version}; set ray_version: \"{shipped}\""
+        yield ("ray", "ray_version"), (
+            f"{ray.image} ships Ray {shipped}, not {ray.ray_version}; set ray_version: \"{shipped}\"")
     system = catalog.CPU_MACHINES.get(env.cluster.system_pool.machine_type)
     if system:
         yield from _fits(ray.head, system.vcpus, system.memory_gib, ("ray", "head"),
                          f"system pool machine {env.cluster.system_pool.machine_type}")
     for pool in env.gpu_pools:
         machine = catalog.GPU_MACHINES[pool.machine_type]
-        yield from _fits(ray.worker, machine.vcpus, machine.memory_gib, ("ray", "worker"), f"GPU machine {pool.machine_type}")
-    tuned = {pool.accelerator.type for pool in env.gpu_pools if catalog.GPU_MACHINES[pool.machine_type].nccl_tuner_config}
+        yield from _fits(ray.worker, machine.vcpus, machine.memory_gib, ("ray", "worker"),
+                         f"GPU machine {pool.machine_type}")
+    tuned = {pool.accelerator.type for pool in env.gpu_pools
+             if catalog.GPU_MACHINES[pool.machine_type].nccl_tuner_config}
     for accelerator in sorted(tuned - set(ray.nccl_tuner_config)):
         yield ("ray", "nccl_tuner_config"), f"no tuner config for {accelerator}; add {accelerator}: PATH"
 
@@ -263,10 +280,12 @@ def _fits(node, vcpus: int, memory_gib: float, path: tuple, where: str) -> Itera
     # GKE keeps back part of every node for itself, so a pod asking for the whole machine stays Pending.
     usable_cpus, usable_gib = vcpus - 2, int(memory_gib * 0.85)
     if quantity(node.cpu) > usable_cpus:
-        yield path + ("cpu",), f"{node.cpu} CPUs do not fit {where} ({vcpus} vCPUs, less GKE's reserve); ask for at most {usable_cpus}"
+        yield path + ("cpu",), (
+            f"{node.cpu} CPUs do not fit {where} ({vcpus} vCPUs, less GKE's reserve); ask for at most {usable_cpus}")
     if quantity(node.memory) > usable_gib * 2**30:
         yield path + ("memory",), (
-            f"{node.memory} does not fit {where} ({memory_gib:g} GiB, less GKE's reserve); ask for at most {usable_gib}Gi")
+            f"{node.memory} does not fit {where} ({memory_gib:g} GiB, less GKE's reserve); "
+            f"ask for at most {usable_gib}Gi")
 
 
 def recipes(env: GcpEnvironment | LocalEnvironment) -> Iterator[Finding]:
@@ -282,7 +301,8 @@ def recipes(env: GcpEnvironment | LocalEnvironment) -> Iterator[Finding]:
         if recipe.export.when == "every" and recipe.export.every is None:
             yield at + ("export", "when"), "when: every needs a count; add every: N to export every N-th checkpoint"
         elif recipe.export.when != "every" and recipe.export.every is not None:
-            yield at + ("export", "every"), f"every: N goes with when: every; remove it, or set when: every (this export is when: {recipe.export.when})"
+            yield at + ("export", "every"), ("every: N goes with when: every; remove it, or set when: every "
+                                             f"(this export is when: {recipe.export.when})")
         if recipe.runner == "nemo-rl":
             if not gcp:
                 yield at + ("runner",), "nemo-rl needs GPU nodes and its image; the local environment runs runner: trl"
@@ -310,7 +330,8 @@ def recipes(env: GcpEnvironment | LocalEnvironment) -> Iterator[Finding]:
                         f"{step.path} is not on Lustre ({env.ray.lustre_mount}); the gate writes it on the head pod, "
                         f"where it is lost with the pod. Use e.g. {mount}data/{step.path.rsplit('/', 1)[-1]}")
                 elif step.path in written:
-                    yield at + ("data_steps", index, "path"), f"an earlier data step writes {step.path}; name another file"
+                    yield at + ("data_steps", index, "path"), (
+                        f"an earlier data step writes {step.path}; name another file")
                 written.add(step.path)
             if recipe.gpu_pool is None and len(pools) > 1:
                 yield at, f"there are {len(pools)} GPU pools; set gpu_pool to one of {', '.join(pools)}"
@@ -380,9 +401,11 @@ def secrets_and_idle(env: GcpEnvironment | LocalEnvironment) -> Iterator[Finding
                 f"give exactly one of {'secret_manager' if gcp else 'env or file'}")
         elif gcp and sources != ["secret_manager"]:
             yield ("secrets", name, sources[0]), (
-                "a GCP environment reads secrets from Secret Manager only; use secret_manager: projects/P/secrets/NAME/versions/latest")
+                "a GCP environment reads secrets from Secret Manager only; "
+                "use secret_manager: projects/P/secrets/NAME/versions/latest")
         elif not gcp and sources == ["secret_manager"]:
-            yield ("secrets", name, "secret_manager"), "the local environment has no Secret Manager; use env: VAR or file: PATH"
+            yield ("secrets", name, "secret_manager"), (
+                "the local environment has no Secret Manager; use env: VAR or file: PATH")
     if not gcp and "node-pools" in env.idle.scale_down:
         yield ("idle", "scale_down"), "the local environment has no node pools; use [ray-workers]"
     if gcp and env.cluster.addons.lustre_multi_nic:
@@ -402,8 +425,8 @@ def secrets_and_idle(env: GcpEnvironment | LocalEnvironment) -> Iterator[Finding
 
 
 GCP_RULES: list[Callable] = [zone_in_region, cidrs_do_not_overlap, gpu_networks, accelerator_fits_machine,
-                             pool_placement, pool_capacity, cluster_features, one_namespace, lustre_tier, ray_cluster, recipes,
-                             secrets_and_idle]
+                             pool_placement, pool_capacity, cluster_features, one_namespace, lustre_tier, ray_cluster,
+                             recipes, secrets_and_idle]
 LOCAL_RULES: list[Callable] = [recipes, secrets_and_idle]
 
 

@@ -104,7 +104,8 @@ class _Walker:
             return None
         self.doc.value_marks[path] = self._at(node)
         if isinstance(node, (yaml.MappingNode, yaml.SequenceNode)) and node.tag not in _PLAIN_COLLECTION_TAGS:
-            self._fail(node, path, f"the tag {node.tag} is not allowed; use plain YAML mappings and lists, without tags")
+            self._fail(node, path,
+                       f"the tag {node.tag} is not allowed; use plain YAML mappings and lists, without tags")
             return None
         if isinstance(node, yaml.MappingNode):
             return self._mapping(node, path, ancestors | {id(node)})
@@ -212,7 +213,8 @@ def parse_text(text: str, doc: Document) -> Document:
     nodes = [node for node in nodes if node is not None and node.tag != "tag:yaml.org,2002:null"]
     if not nodes:
         doc.problems.append(Problem(doc.file, 1, 1, "",
-                                    "the file is empty; a spec is a mapping that starts with `provider: gcp` or `provider: local`"))
+                                    "the file is empty; a spec is a mapping that starts with `provider: gcp` or "
+                                    "`provider: local`"))
         return doc
     if len(nodes) > 1:
         line = nodes[1].start_mark.line + 1
@@ -223,14 +225,16 @@ def parse_text(text: str, doc: Document) -> Document:
     if not isinstance(root, yaml.MappingNode):
         kind = "a list" if isinstance(root, yaml.SequenceNode) else "a single value"
         doc.problems.append(Problem(doc.file, root.start_mark.line + 1, root.start_mark.column + 1, "",
-                                    f"the top level is {kind}; a spec is a mapping of keys such as provider, state, recipes"))
+                                    f"the top level is {kind}; a spec is a mapping of keys such as provider, state, "
+                                    "recipes"))
         return doc
     walker = _Walker(doc)
     try:
         doc.data = walker.walk(root, (), frozenset())
     except _TooLarge as error:
         doc.problems.append(Problem(doc.file, error.node.start_mark.line + 1, error.node.start_mark.column + 1, "",
-                                    f"more than {MAX_NODES} values (an alias expanding too far?); a spec is far smaller"))
+                                    f"more than {MAX_NODES} values (an alias expanding too far?); "
+                                    "a spec is far smaller"))
         doc.data = None
     except RecursionError:
         doc.problems.append(Problem(doc.file, 1, 1, "", "nesting is too deep; a spec is a few levels deep"))

@@ -19,14 +19,14 @@ import socket
 import threading
 import time
 import uuid
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from google.api_core import exceptions as gexc
 
 from rlops.errors import Failure
+from rlops.permissions import calls
 from rlops.state.bucket import write_json
 from rlops.state.layout import Layout
-from rlops.permissions import calls
 
 
 class LockHeld(Failure):
@@ -53,7 +53,7 @@ class Lock:
         self._refresher: threading.Thread | None = None
 
     def _content(self) -> dict:
-        now = datetime.now(timezone.utc)
+        now = datetime.now(UTC)
         return {"holder": self.holder, "operation": self.operation, "environment": self.environment,
                 "since": now.isoformat(timespec="seconds"), "token": self.token, "ttl_seconds": self.ttl,
                 "expires": (now + timedelta(seconds=self.ttl)).isoformat(timespec="seconds")}
@@ -80,7 +80,7 @@ class Lock:
                 if time.monotonic() >= deadline:
                     raise LockHeld(f"environment {self.environment} is locked by {held['holder']} "
                                    f"({held['operation']} since {held['since']}, expires {held['expires']}); "
-                                   f"if that process is dead: rlops unlock {self.environment} --force")
+                                   f"if that process is dead: rlops unlock {self.environment} --force") from None
                 on_wait(held)
                 time.sleep(poll_seconds)
         self._kept_at = time.monotonic()
@@ -110,7 +110,7 @@ class Lock:
                 self.generation, self._kept_at = generation, time.monotonic()  # our retried write had landed
                 return True
             self.lost = f"taken by {held['holder']} ({held['operation']})" if held else "removed (rlops unlock --force)"
-        except Exception as error:  # noqa: BLE001 - any failure to write: retried until the lock would expire
+        except Exception as error:  # any failure to write: retried until the lock would expire
             if time.monotonic() - self._kept_at < self.ttl:
                 return True
             self.lost = f"not refreshed for its TTL ({type(error).__name__}: {error})"

@@ -5,10 +5,10 @@ record's (`state.run_records`)."""
 
 from dataclasses import dataclass
 
+from rlops.permissions import calls
 from rlops.state.bucket import read_json, write_json_if
 from rlops.state.layout import Layout
 from rlops.state.run_records import plain, readable
-from rlops.permissions import calls
 
 VERSION = 2  # 2: `wakes`, each wake's phases (a version 1 record reads as having none)
 TRANSITIONS_KEPT = 2000  # a scale-down and a wake an hour for almost six weeks; `rlops cost` says what it knows from
@@ -55,7 +55,7 @@ class PoolStatus:
 
     def wake_times(self) -> list[float]:
         """When the pool was woken: each "up" after a "down"."""
-        return [at for (at, what), before in zip(self.transitions[1:], self.transitions)
+        return [at for (at, what), before in zip(self.transitions[1:], self.transitions, strict=False)
                 if what == "up" and before[1] == "down"]
 
     def wakes_waiting(self) -> list[float]:

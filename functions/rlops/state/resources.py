@@ -5,9 +5,9 @@ import threading
 from google.api_core import exceptions as gexc
 
 from rlops.errors import Failure
+from rlops.permissions import calls
 from rlops.state.bucket import read_json, write_json
 from rlops.state.layout import Layout
-from rlops.permissions import calls
 
 
 @calls("storage.objects.get", "storage.objects.insert")

@@ -18,9 +18,9 @@ from dataclasses import dataclass, field, fields
 from google.api_core import exceptions as gexc
 
 from rlops.environments import did_you_mean
+from rlops.permissions import calls
 from rlops.state.bucket import listed, read_json, write_json_if
 from rlops.state.layout import Layout
-from rlops.permissions import calls
 
 LOG_TAIL_BYTES = 256 * 1024
 VERSION = 1

@@ -4,8 +4,9 @@
 
 The model is built from a config and the tokenizer in code; the prompts are arithmetic word
 problems generated from the seed; the reward is 1 when the last number of the completion is the
-answer, with partial credit for form and closeness below that (`shaped_reward`). It saves `checkpoint-N/` every `save_steps` and, started again on the same directory,
-resumes from the newest one, as a preempted run must. Progress goes to stdout as
+answer, with partial credit for form and closeness below that (`shaped_reward`). It saves `checkpoint-N/` every
+`save_steps` and, started again on the same directory, resumes from the newest one, as a preempted run must.
+Progress goes to stdout as
 `[rlops] step=N reward=R loss=L seconds=S`, `[rlops] metrics step=N {JSON}` (TRL's other numbers for the step)
 and `[rlops] checkpoint step=N seconds=S` lines, which the watcher reads.
 
@@ -85,7 +86,7 @@ def shaped_reward(completions: list[str], answer: list[str], **_) -> list[float]
     zero and nothing is learned): up to 0.5 for form (the share of the completion that is digits) and up to
     0.4 for closeness of its last number to the answer."""
     rewards = []
-    for completion, expected in zip(completions, answer):
+    for completion, expected in zip(completions, answer, strict=True):
         numbers = re.findall(r"\d+", completion)
         if numbers and numbers[-1] == expected:
             rewards.append(1.0)
@@ -200,7 +201,8 @@ def train(output_dir: str, settings: dict) -> int:
                 print(f"[rlops] metrics step={state.global_step} {metrics_line(logs)}", flush=True)
 
         def on_save(self, args, state, control, **kwargs):
-            print(f"[rlops] checkpoint step={state.global_step} seconds={time.monotonic() - self.ended:.3f}", flush=True)
+            print(f"[rlops] checkpoint step={state.global_step} seconds={time.monotonic() - self.ended:.3f}",
+                  flush=True)
 
         def on_step_end(self, args, state, control, **kwargs):
             self.step_seconds = time.monotonic() - self.began
