@@ -4,7 +4,7 @@ PYTHON ?= python3
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test bench schema clean
+.PHONY: demo test test-fast test-reverse bench schema clean
 
 $(STAMP): requirements.txt requirements.lock requirements-local.txt requirements-dev.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -49,6 +49,15 @@ test: $(STAMP)
 	$(BIN)/lint-imports --no-cache
 	$(BIN)/ruff check functions tests bench tools
 	$(BIN)/python -m pytest -q --durations=15
+
+# The tier to run after every change: no server, no other process, nothing exhaustive (tests/conftest.py refuses
+# a test that starts one without the `servers` mark). `make test` runs everything.
+test-fast: $(STAMP)
+	RLOPS_TEST_FAST=1 $(BIN)/python -m pytest -q -m "not servers and not exhaustive" --durations=5
+
+# Every test in reverse order: each must pass alone and after any other.
+test-reverse: $(STAMP)
+	$(BIN)/python -m pytest -q --reverse
 
 bench: $(STAMP)
 	$(BIN)/python bench/validate.py

@@ -1,4 +1,7 @@
+import os
 import shutil
+import socket
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -8,6 +11,33 @@ from fakes.gcs_iam import GcsIam
 
 REPO = Path(__file__).resolve().parent.parent
 ENVIRONMENTS = REPO / "environments"
+# Set by `make test-fast`: the tier with no server and no other process, which this file enforces.
+FAST = os.environ.get("RLOPS_TEST_FAST") == "1"
+
+
+def pytest_addoption(parser):
+    parser.addoption("--reverse", action="store_true",
+                     help="run the tests in reverse order (make test-reverse): one that passes only after another fails")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Every test on the fake GCS server (the state bucket; the fake GCP and cluster stand on it) starts servers."""
+    for item in items:
+        if "gcs" in item.fixturenames:
+            item.add_marker("servers")
+    if config.getoption("reverse"):
+        items.reverse()
+
+
+def _refuse(what: str):
+    def refused(*args, **kwargs):
+        raise RuntimeError(f"this test {what}, which `make test-fast` runs without: mark it @pytest.mark.servers")
+    return refused
+
+
+if FAST:  # a test that starts one unmarked fails loudly instead of slowing the fast tier down
+    socket.socket.listen = _refuse("listens on a socket (a server)")
+    subprocess.Popen.__init__ = _refuse("starts a process")
 
 
 @pytest.fixture

@@ -8,9 +8,13 @@ import stat
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
 
+import pytest
+
 from rlops import cli
 from rlops.permissions import Scope
 from rlops.provision import accounts, bootstrap
+
+pytestmark = pytest.mark.servers
 
 REPOSITORY = "projects/my-proj/locations/us-central1/connections/c/repositories/envs"
 

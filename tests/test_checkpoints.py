@@ -17,6 +17,8 @@ from conftest import REPO
 from rlops import cli
 from rlops.checkpoints import manifest
 
+pytestmark = pytest.mark.servers
+
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory) -> Path:

@@ -108,6 +108,7 @@ def test_a_cluster_that_is_not_ready_in_time_fails_apply_naming_it_and_a_rerun_f
         "template)" in capsys.readouterr().out
 
 
+@pytest.mark.servers
 def test_the_dns_endpoint_is_reached_with_the_callers_google_token_and_no_kubeconfig(monkeypatch, tmp_path):
     """The real google-auth refresh against a local token endpoint; the client is aimed at the DNS endpoint."""
     from urllib.parse import parse_qs
@@ -595,6 +596,7 @@ def test_a_replacement_of_the_ray_cluster_is_held_while_a_job_runs_and_made_afte
         server.stop()
 
 
+@pytest.mark.servers
 def test_only_a_list_of_jobs_says_which_jobs_run(tmp_path):
     """Ray's GET /api/jobs/ answers a JSON list; every other answer is `JobsUnknown`, saying what came."""
     import socket

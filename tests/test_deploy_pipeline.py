@@ -30,7 +30,8 @@ from rlops.provision import accounts
 from test_least_privilege import PROJECT, Enforced, checked_roles
 from test_pipelines import fill, load, scripts
 
-pytestmark = pytest.mark.skipif(shutil.which("gcloud") is None, reason="google-cloud-cli is not installed")
+pytestmark = [pytest.mark.servers,
+              pytest.mark.skipif(shutil.which("gcloud") is None, reason="google-cloud-cli is not installed")]
 
 REGION = "us-central1"
 TARGETS = ("train", "watch", "snapshot", "reap")

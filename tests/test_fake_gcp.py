@@ -20,6 +20,8 @@ from googleapiclient.errors import HttpError
 from conftest import until
 from fakes.gcp import FakeGcp
 
+pytestmark = pytest.mark.servers
+
 P, PN, REGION, ZONE = "proj", 123456789012, "us-central1", "us-central1-b"
 SERVICE = "services/servicenetworking.googleapis.com"
 DONE = compute_v1.Operation.Status.DONE

@@ -15,6 +15,8 @@ import shutil
 from dataclasses import replace
 from pathlib import Path
 
+import pytest
+
 from conftest import ENVIRONMENTS
 from fakes.interleave import (
     MemoryBucket,
@@ -413,6 +415,7 @@ def explore_control_plane(seed: int, monkeypatch, tmp: Path) -> Scheduler:
     return scheduler
 
 
+@pytest.mark.exhaustive
 def test_train_watch_snapshot_reap_and_apply_in_any_order_with_crashes_keep_every_invariant():
     explored_without_violations(explore_control_plane, CONTROL_PLANE_SCHEDULES, distinct=0.75)
 

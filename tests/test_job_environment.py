@@ -176,6 +176,7 @@ def everything_ray_serves(dashboard: str, submission_id: str) -> dict[str, str]:
     return served
 
 
+@pytest.mark.servers
 def test_a_driver_that_copies_its_environment_into_its_actors_leaves_no_token_in_rays_state_api(ray_with_tokens):
     stack, tmp = ray_with_tokens
     dashboard = stack.dashboard_url()

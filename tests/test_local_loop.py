@@ -24,6 +24,8 @@ from rlops.cloud.base import Connection
 from rlops.endpoints import Endpoints
 from rlops.local import processes
 
+pytestmark = pytest.mark.servers
+
 RLOPS = str(Path(sys.executable).parent / "rlops")
 TOKEN = "hf_PLANTEDlocalTOKEN0123456789abcdefXYZ"
 LONG_RUN_STEPS = 120

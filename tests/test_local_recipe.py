@@ -18,6 +18,7 @@ def test_the_shaped_reward_gives_full_credit_to_the_answer_alone_and_ranks_the_r
     assert digits > letters, "form counts: a completion of digits beats one with letters"
 
 
+@pytest.mark.servers
 def test_the_local_recipe_learns_its_mean_reward_rises_within_the_demos_steps(tmp_path):
     done = subprocess.run([sys.executable, "-m", "rlops.workloads.trl_grpo", "--output-dir", str(tmp_path / "run"),
                            "max_steps=40", "num_generations=8", "save_steps=40", "seed=0"],

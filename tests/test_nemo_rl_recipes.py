@@ -60,6 +60,7 @@ def test_every_supported_tag_ships_its_configs_verbatim_with_their_source():
             assert hashlib.sha1(b"blob %d\0" % len(content) + content).hexdigest() == blob, path
 
 
+@pytest.mark.exhaustive
 def test_every_config_of_every_tag_composes_as_that_tags_own_loader_composes_it():
     """tests/golden/nemo_rl_composed.json: for every vendored file, the sha256 of what upstream's own
     `nemo_rl/utils/config.py` at the tag gives (`OmegaConf.to_container(load_config(path), resolve=False)`, JSON with

@@ -22,6 +22,8 @@ from conftest import REPO
 from fakes.github import FakeGitHub
 from rlops.cli import build_parser
 
+pytestmark = pytest.mark.servers
+
 PIPELINES = REPO / "cloudbuild"
 BUILT_IN = {"PROJECT_ID", "BUILD_ID", "PROJECT_NUMBER", "LOCATION", "TRIGGER_NAME", "COMMIT_SHA", "REVISION_ID",
             "SHORT_SHA", "REPO_NAME", "REPO_FULL_NAME", "BRANCH_NAME", "TAG_NAME", "REF_NAME",

@@ -9,6 +9,8 @@ import pytest
 from conftest import REPO
 from rlops import cli
 
+pytestmark = pytest.mark.servers
+
 
 @pytest.fixture
 def repo(tmp_path, monkeypatch):

@@ -6,11 +6,15 @@ only where `secretEnv` lists it."""
 import re
 import subprocess
 
+import pytest
+
 from conftest import REPO
 
 # `github` and `workspace` are test_pipelines' fixtures, imported so that pytest finds them here; the tests take them
 # as parameters, which the linter reads as redefinitions (F811).
 from test_pipelines import TOKEN, edit, gcloud_calls, git, github, load, run_plan, workspace  # noqa: F401
+
+pytestmark = pytest.mark.servers
 
 # What a step may run besides the base branch's rlops: bash's own words and the image's git and coreutils.
 SHELL = {"if", "then", "else", "fi", "for", "do", "done", "{", "}", "[", "!", "exit", "export", "set", "true", "echo",

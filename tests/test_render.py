@@ -195,6 +195,7 @@ def worker_start(tmp_path, nccl_env_script: str) -> subprocess.CompletedProcess:
     return subprocess.run(command, env=env, capture_output=True, text=True, timeout=30)
 
 
+@pytest.mark.servers
 def test_the_worker_starts_ray_with_the_gib_settings_and_not_at_all_when_they_fail(tmp_path):
     started = worker_start(tmp_path / "ok", "export NCCL_FROM_GIB=yes\n")
     assert started.returncode == 0, started.stderr
@@ -257,6 +258,7 @@ def test_render_offline_shows_no_token_in_any_containers_env_and_mounts_them_for
         assert {value.rsplit("/", 1)[1] for value in pointers.values()} <= set(secret["data"])
 
 
+@pytest.mark.servers
 def test_hugging_face_and_the_netrc_lookup_wandb_uses_read_the_tokens_from_the_secrets_files(tmp_path):
     """The files as the Secret volume lays them out, read the way each library reads them: huggingface_hub by
     HF_TOKEN_PATH (in a fresh interpreter: it reads the variable on import), W&B's key by requests' netrc lookup for
@@ -281,6 +283,7 @@ def test_hugging_face_and_the_netrc_lookup_wandb_uses_read_the_tokens_from_the_s
         assert requests.utils.get_netrc_auth("https://api.wandb.ai") == ("user", "5" * 40)
 
 
+@pytest.mark.servers
 def test_an_installed_rlops_renders_from_its_package_data(tmp_path):
     """Not only from a checkout: the base objects ship in the wheel, as a pip install would lay them out."""
     import shutil

@@ -7,11 +7,14 @@ import re
 import tempfile
 from pathlib import Path
 
+import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rlops import cli
+
+pytestmark = pytest.mark.exhaustive
 
 ENVIRONMENTS = Path(__file__).resolve().parent.parent / "environments"
 SPEC_TEXTS = [p.read_text() for p in sorted(ENVIRONMENTS.glob("*.yaml"))]
