@@ -17,7 +17,7 @@ FAST = os.environ.get("RLOPS_TEST_FAST") == "1"
 
 def pytest_addoption(parser):
     parser.addoption("--reverse", action="store_true",
-                     help="run the tests in reverse order (make test-reverse): one that passes only after another fails")
+                     help="run the tests in reverse order: one that passes only after another fails")
 
 
 def pytest_collection_modifyitems(config, items):
