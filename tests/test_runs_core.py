@@ -11,7 +11,7 @@ from rlops.cloud import ray_jobs
 from rlops.cloud.ray_jobs import JobView
 from rlops.runs import jobs, message, policy, progress
 from rlops.spec.load import load_or_raise
-from rlops.state.run_records import Attempt, AttemptFailure, RunRecord, UnknownVersion, new
+from rlops.state.run_records import Attempt, AttemptFailure, FailureKind, RunRecord, RunState, UnknownVersion, new
 
 LOCAL = load_or_raise(ENVIRONMENTS / "local.yaml")
 H200 = load_or_raise(ENVIRONMENTS / "h200.yaml")
@@ -325,6 +325,14 @@ def test_a_run_record_round_trips_its_versioned_json_and_refuses_a_newer_version
     assert RunRecord.from_json(unversioned) == record
     with pytest.raises(UnknownVersion, match="version 2; this rlops reads up to 1"):
         RunRecord.from_json({**stored, "version": 2})
+    loaded = RunRecord.from_json(stored)  # states and failure kinds read back as the enums, not strings
+    assert loaded.state is RunState.PENDING and loaded.history[0].state is RunState.PENDING
+    assert loaded.current.state is RunState.PENDING and loaded.current.failure.kind is FailureKind.NODE_LOST
+    with pytest.raises(UnknownVersion, match="attempt says 'node-vanished', which this rlops does not know"):
+        RunRecord.from_json({**stored, "attempts": [{**stored["attempts"][0], "failure": {
+            **stored["attempts"][0]["failure"], "kind": "node-vanished"}}]})
+    with pytest.raises(UnknownVersion, match="run record 'one' says 'PAUSED'"):
+        RunRecord.from_json({**stored, "state": "PAUSED"})
 
 
 def test_the_export_policy_asks_for_the_final_or_every_nth_checkpoint_once():

@@ -19,6 +19,7 @@ def _status(args) -> int:
     from rlops.runs.policy import TERMINAL
     from rlops.runs.report import set_aside_said
     from rlops.runs.train import refusals_shown
+    from rlops.state.run_records import RunState
 
     _, env_name, env = load_spec(args.environment)
     records = sites.run_records(env_name, env, args.endpoints)
@@ -60,7 +61,7 @@ def _status(args) -> int:
         print(records.unknown(args.run_name), file=sys.stderr)
         return Exit.ERROR
     # Following one run to its end: the exit code says how it ended (0 succeeded, 1 not).
-    return Exit.ERROR if args.follow and args.run_name and rows[0].state != "SUCCEEDED" else Exit.OK
+    return Exit.ERROR if args.follow and args.run_name and rows[0].state != RunState.SUCCEEDED else Exit.OK
 
 
 def _report(args) -> int:
@@ -192,6 +193,7 @@ def _logs(args) -> int:
 
 def _follow(site, run: str, attempt) -> int:
     from rlops.runs.follow import follow
+    from rlops.state.run_records import RunState
 
     def write(text: str) -> None:
         sys.stdout.write(text)
@@ -204,7 +206,7 @@ def _follow(site, run: str, attempt) -> int:
     except KeyboardInterrupt:
         return 130  # a shell's code for a command ended by SIGINT
     print(f"(attempt {attempt.attempt} of {run} ended: {ended})", file=sys.stderr)
-    return Exit.OK if ended == "SUCCEEDED" else Exit.ERROR
+    return Exit.OK if ended == RunState.SUCCEEDED else Exit.ERROR
 
 
 def _cancel(args) -> int:

@@ -14,7 +14,7 @@ from rlops.cloud.ray_jobs import ACTIVE, JobView
 from rlops.errors import Failure
 from rlops.logs import emit
 from rlops.sites import Site
-from rlops.state.run_records import CANCELLED, TERMINAL, HistoryEntry
+from rlops.state.run_records import TERMINAL, HistoryEntry, RunState
 
 STOP_WAIT_SECONDS = 30.0  # Ray sends SIGTERM, then SIGKILL 3 s later (RAY_JOB_STOP_WAIT_TIME_S): ended well before
 POLL_SECONDS = 0.5
@@ -46,11 +46,11 @@ def cancel(site: Site, run: str, requested_by: str) -> Cancellation:
             return Cancellation(run, current.attempt, current.submission_id, record.state, cancelled=False)
         found = site.ray.find(current.submission_id)
         job = JobView.of(found) if found is not None else None
-        if job is not None and job.status == "SUCCEEDED":  # ended before the watcher's tick recorded it
+        if job is not None and job.status == RunState.SUCCEEDED:  # ended before the watcher's tick recorded it
             return Cancellation(run, current.attempt, current.submission_id, job.status, cancelled=False)
         before, now = record.state, time.time()
-        record.state, record.waiting = CANCELLED, None
-        record.history.append(HistoryEntry(now, current.attempt, CANCELLED))
+        record.state, record.waiting = RunState.CANCELLED, None
+        record.history.append(HistoryEntry(now, current.attempt, RunState.CANCELLED))
         if site.records.replace(record, generation):
             break
     else:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from rlops.checkpoints import gate
 from rlops.cloud.ray_jobs import JobView
-from rlops.state.run_records import TERMINAL, Attempt, AttemptFailure, RunRecord
+from rlops.state.run_records import TERMINAL, Attempt, AttemptFailure, FailureKind, RunRecord, RunState
 
 NODE_DEATH_SLACK_MS = 60_000  # the driver notices a lost actor a little after the node is gone
 # Ray's job list may not show a job submitted a moment ago; after this, a job the head does not know is lost.
@@ -30,22 +30,22 @@ BACKOFF_SECONDS, BACKOFF_LIMIT_SECONDS = 30, 600  # doubled for each capacity fa
 class Transition:
     """What a run's current attempt goes through at one look: its new state, and what follows from it."""
 
-    state: str
+    state: RunState
     ended_at: float | None = None
     failure: AttemptFailure | None = None
     resubmit: bool = False        # a new attempt follows, resuming from the last checkpoint
     reason: str | None = None     # said in the state-changed event
 
 
-def failure_kind(job: JobView, nodes: list[dict], gate_said: bool = True) -> str:
-    """'node-lost', 'capacity', 'gate', 'data', 'code' or 'stopped' for a terminal, unsuccessful job; `gate_said`: its
+def failure_kind(job: JobView, nodes: list[dict], gate_said: bool = True) -> FailureKind:
+    """Why a terminal, unsuccessful job failed; `gate_said`: its
     output has the checkpoint gate's line (the workload started). From the output's last lines, which Ray's failure
     message carries: 'capacity', the GPUs did not come (the gate gave up waiting, or NeMo RL's check raised
     ResourceInsufficientError); 'data', the gate refused the recipe's data, which no retry changes."""
-    if job.status == "STOPPED":
-        return "stopped"
+    if job.status == RunState.STOPPED:
+        return FailureKind.STOPPED
     if job.error_type == "JOB_SUPERVISOR_ACTOR_DIED":
-        return "node-lost"
+        return FailureKind.NODE_LOST
     started = job.start_time or 0
     ended = (job.end_time or 0) + NODE_DEATH_SLACK_MS
     for node in nodes:
@@ -53,16 +53,16 @@ def failure_kind(job: JobView, nodes: list[dict], gate_said: bool = True) -> str
             continue
         died = node.get("end_time_ms") or 0
         if node["node_id"] == job.driver_node_id or started <= died <= ended:
-            return "node-lost"
+            return FailureKind.NODE_LOST
     if RESOURCE_INSUFFICIENT in (job.message or "") or gate.gave_up(job.message or ""):
-        return "capacity"
+        return FailureKind.CAPACITY
     if gate_said:
-        return "code"
-    return "data" if gate.REFUSED in (job.message or "") else "gate"
+        return FailureKind.CODE
+    return FailureKind.DATA if gate.REFUSED in (job.message or "") else FailureKind.GATE
 
 
-RETRIED = {"node-lost": "node lost", "gate": "the checkpoint gate failed",  # the kinds a new attempt follows
-           "capacity": "the GPUs did not come"}
+RETRIED = {FailureKind.NODE_LOST: "node lost", FailureKind.GATE: "the checkpoint gate failed",  # a new attempt follows
+           FailureKind.CAPACITY: "the GPUs did not come"}
 
 
 def backoff(record: RunRecord) -> int:
@@ -70,13 +70,13 @@ def backoff(record: RunRecord) -> int:
     BACKOFF_SECONDS after a capacity failure, doubled for each one before it in a row, at most BACKOFF_LIMIT_SECONDS."""
     failed = 0
     for attempt in reversed(record.attempts):
-        if attempt.failure is None or attempt.failure.kind != "capacity":
+        if attempt.failure is None or attempt.failure.kind != FailureKind.CAPACITY:
             break
         failed += 1
     return 0 if not failed else min(BACKOFF_SECONDS * 2 ** (failed - 1), BACKOFF_LIMIT_SECONDS)
 
 
-def resubmittable(record: RunRecord, kind: str, resume_budget: int) -> bool:
+def resubmittable(record: RunRecord, kind: FailureKind, resume_budget: int) -> bool:
     return kind in RETRIED and len(record.attempts) <= resume_budget
 
 
@@ -90,12 +90,12 @@ def forgotten(attempt: Attempt, now: float) -> JobView | None:
     is a failed one whose nodes went away; None while it may just not be listed yet."""
     if now - attempt.submitted_at < LISTING_GRACE_SECONDS:
         return None
-    return JobView(attempt.submission_id, "FAILED", FORGOTTEN, "JOB_SUPERVISOR_ACTOR_DIED")
+    return JobView(attempt.submission_id, RunState.FAILED, FORGOTTEN, "JOB_SUPERVISOR_ACTOR_DIED")
 
 
 def needs_nodes(record: RunRecord, job: JobView | None) -> bool:
     """Whether `advance` must know Ray's nodes: only to tell a lost node from a code failure."""
-    return job is not None and job.status == "FAILED" and record.current.state != "FAILED"
+    return job is not None and job.status == RunState.FAILED and record.current.state != RunState.FAILED
 
 
 def advance(record: RunRecord, job: JobView | None, nodes: list[dict], now: float, resume_budget: int | None) -> \
@@ -107,16 +107,17 @@ def advance(record: RunRecord, job: JobView | None, nodes: list[dict], now: floa
     if record.current.state in TERMINAL and record.state in TERMINAL:
         return None
     ended_at = (job.end_time or now * 1000) / 1000
-    if job.status == "SUCCEEDED":
-        return Transition("SUCCEEDED", ended_at)
-    if job.status not in ("FAILED", "STOPPED"):
-        return Transition(job.status)
+    status = RunState(job.status)
+    if status == RunState.SUCCEEDED:
+        return Transition(status, ended_at)
+    if status not in (RunState.FAILED, RunState.STOPPED):
+        return Transition(status)
     kind = failure_kind(job, nodes, gate_said=record.current.resume_point is not None)
     failure = AttemptFailure(kind, job.error_type, (job.message or "")[-500:])
     if resume_budget is not None and resubmittable(record, kind, resume_budget):
-        return Transition(job.status, ended_at, failure, resubmit=True)
+        return Transition(status, ended_at, failure, resubmit=True)
     reason = f"{RETRIED[kind]}, resume budget of {resume_budget or 0} spent" if kind in RETRIED else None
-    return Transition(job.status, ended_at, failure, reason=reason)
+    return Transition(status, ended_at, failure, reason=reason)
 
 
 def exports_due(record: RunRecord, manifested: list[int], export) -> list[int]:
@@ -125,8 +126,8 @@ def exports_due(record: RunRecord, manifested: list[int], export) -> list[int]:
     checkpoint, counted over the run's manifests."""
     if export.when == "final":
         last = max(manifested, default=None)
-        wanted = [last] if record.state == "SUCCEEDED" and last is not None and last >= (record.last_checkpoint or 0) \
-            else []
+        newest = last is not None and last >= (record.last_checkpoint or 0)
+        wanted = [last] if record.state == RunState.SUCCEEDED and newest else []
     elif export.when == "every":
         wanted = sorted(manifested)[export.every - 1::export.every]
     else:

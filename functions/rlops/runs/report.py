@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from rlops.state.run_records import TERMINAL, RunRecord
+from rlops.state.run_records import TERMINAL, RunRecord, RunState
 
 MAX_STEP_ROWS = 200
 # TensorBoard's smoothing: an exponential moving average, debiased at the start; 0.6 is its default weight.
@@ -449,7 +449,7 @@ def progress(record: RunRecord, now: float) -> Progress:
     ended = max((a.ended_at for a in record.attempts if a.ended_at), default=None)
     seconds = None if started is None else (ended if record.state in TERMINAL and ended else now) - started
     current, eta = record.current, None
-    if record.state == "RUNNING" and total and record.step and current.started_at is not None:
+    if record.state == RunState.RUNNING and total and record.step and current.started_at is not None:
         done = record.step - (current.first_step or 1) + 1  # steps this attempt made: a resumed one starts later
         if done > 0:
             eta = max(total - record.step, 0) * (now - current.started_at) / done

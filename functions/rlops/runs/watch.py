@@ -15,7 +15,7 @@ from rlops.logs import emit
 from rlops.reaper.reap import wake
 from rlops.runs import jobs, policy, progress
 from rlops.sites import Site
-from rlops.state.run_records import CANCELLED, Attempt, AttemptFailure, HistoryEntry, RunRecord, new
+from rlops.state.run_records import Attempt, AttemptFailure, HistoryEntry, RunRecord, RunState, new
 
 # NeMo RL prints a few dozen lines a step, its actors any number more: a step's banner the tail no longer shows is
 # the one the attempt keeps (`Attempt.banner`).
@@ -31,7 +31,8 @@ def tick(site: Site) -> list[dict]:
     stored = site.records.all()
     events, nodes = [], _Nodes(site)
     # Whose jobs Ray runs now: a job it holds PENDING on a pool that is up waits for them.
-    running = sorted(run for run, views in by_run.items() if any(view.status == "RUNNING" for view in views.values()))
+    running = sorted(run for run, views in by_run.items()
+                     if any(view.status == RunState.RUNNING for view in views.values()))
     for run in sorted(set(by_run) | set(stored)):
         record, generation = stored.get(run, (None, 0))
         attempts = by_run.get(run, {})
@@ -95,7 +96,7 @@ def _advance(site: Site, record: RunRecord, attempts: dict[int, JobView], nodes:
              others_running: list[str]) -> list[dict]:
     """Bring `record` up to date with Ray; the state changes it went through."""
     now = time.time()
-    if record.state == CANCELLED:
+    if record.state == RunState.CANCELLED:
         return _settle_cancelled(site, record, attempts, nodes, now)
     known = {a.attempt for a in record.attempts}
     closed = []
@@ -107,7 +108,7 @@ def _advance(site: Site, record: RunRecord, attempts: dict[int, JobView], nodes:
     recipe = site.env.recipes.get(record.recipe)
     settled = current.state in policy.TERMINAL and record.state in policy.TERMINAL
     text = None
-    if job is not None and not settled and job.status != "PENDING" and job.start_time:
+    if job is not None and not settled and job.status != RunState.PENDING and job.start_time:
         text = _update_progress(site, record, current, job, recipe.runner if recipe else "trl")
     transition = policy.advance(record, job, nodes.get() if policy.needs_nodes(record, job) else [], now,
                                 recipe.resume_budget if recipe else None)
@@ -131,9 +132,9 @@ def _advance(site: Site, record: RunRecord, attempts: dict[int, JobView], nodes:
         wake(site)  # as a train message does: a pool reaped since the attempt ended comes back for it
         jobs.submit(site, request, record.run)
         record.attempts.append(Attempt(number, request.submission_id, now))
-        record.state = "PENDING"
-        record.history.append(HistoryEntry(now, number, "RESUBMITTED"))
-        changes.append({"attempt": number, "state": "RESUBMITTED", "reason": transition.failure.kind})
+        record.state = RunState.PENDING
+        record.history.append(HistoryEntry(now, number, RunState.RESUBMITTED))
+        changes.append({"attempt": number, "state": RunState.RESUBMITTED, "reason": transition.failure.kind})
         emit("INFO", f"run resubmitted: {policy.RETRIED[transition.failure.kind]}", run=record.run, attempt=number,
              submission_id=request.submission_id)
     return changes
@@ -181,11 +182,11 @@ def _settle_cancelled(site: Site, record: RunRecord, attempts: dict[int, JobView
 def _end(record: RunRecord, attempt: Attempt, job: JobView, nodes: _Nodes, now: float) -> None:
     """The attempt ended as Ray says it ended (a job still listed as running counts as failed: it is superseded),
     with its failure's kind."""
-    state = job.status if job.status in policy.TERMINAL else "FAILED"
+    state = RunState(job.status) if job.status in policy.TERMINAL else RunState.FAILED
     attempt.state = state
     attempt.ended_at = (job.end_time or now * 1000) / 1000
-    if state != "SUCCEEDED" and attempt.failure is None:
-        kind = policy.failure_kind(job, nodes.get() if job.status == "FAILED" else [],
+    if state != RunState.SUCCEEDED and attempt.failure is None:
+        kind = policy.failure_kind(job, nodes.get() if job.status == RunState.FAILED else [],
                                    gate_said=attempt.resume_point is not None)
         attempt.failure = AttemptFailure(kind, job.error_type, (job.message or "")[-500:])
     record.history.append(HistoryEntry(now, attempt.attempt, state))
@@ -200,9 +201,9 @@ def _waiting(site: Site, record: RunRecord, job: JobView | None, transition, nod
     cause is only written to the record). Empty when nothing is to be said."""
     state = transition.state if transition is not None else (job.status if job is not None else record.current.state)
     cause = None
-    if state in ("PENDING", "RUNNING") and record.current.first_step is None:
+    if state in (RunState.PENDING, RunState.RUNNING) and record.current.first_step is None:
         cause = "; ".join(filter(None, (nodes.waiting(), workers_waiting.in_gate(gate.waits(text or ""))))) or None
-        if cause is None and state == "PENDING" and others_running:
+        if cause is None and state == RunState.PENDING and others_running:
             cause = workers_waiting.queued_behind(others_running)
     if cause == record.waiting:
         return []

@@ -14,6 +14,7 @@ import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
+from enum import StrEnum
 
 from google.api_core import exceptions as gexc
 
@@ -30,14 +31,36 @@ class UnknownVersion(ValueError):
     pass
 
 
-# A run's state only, never a Ray job's: `rlops cancel` ended it, and nothing resumes it.
-CANCELLED = "CANCELLED"
-TERMINAL = ("SUCCEEDED", "FAILED", "STOPPED", CANCELLED)  # a run or attempt in one of these has ended
+class RunState(StrEnum):
+    """A run's or an attempt's state: Ray's job statuses (ray.job_submission.JobStatus, whose values these are, so a
+    job's status compares equal to its state), and two of rlops's own."""
+
+    PENDING = "PENDING"
+    RUNNING = "RUNNING"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+    STOPPED = "STOPPED"
+    CANCELLED = "CANCELLED"      # a run's only: `rlops cancel` ended it, and nothing resumes it
+    RESUBMITTED = "RESUBMITTED"  # a history entry's only: a new attempt followed a failed one
+
+
+TERMINAL = frozenset({RunState.SUCCEEDED, RunState.FAILED, RunState.STOPPED, RunState.CANCELLED})  # ended
+
+
+class FailureKind(StrEnum):
+    """Why an attempt failed (runs.policy.failure_kind), which decides whether a new attempt follows."""
+
+    NODE_LOST = "node-lost"  # its nodes went away under it (a Spot preemption)
+    CAPACITY = "capacity"    # the GPUs did not come
+    GATE = "gate"            # it failed before its checkpoint gate said where it resumes
+    DATA = "data"            # the gate refused the recipe's data: no retry changes that
+    CODE = "code"            # the training code failed
+    STOPPED = "stopped"      # stopped (rlops cancel, or by hand)
 
 
 @dataclass
 class AttemptFailure:
-    kind: str                 # node-lost, gate, data, code or stopped (runs.policy.failure_kind)
+    kind: FailureKind
     error_type: str | None
     message: str
 
@@ -47,7 +70,7 @@ class Attempt:
     attempt: int
     submission_id: str
     submitted_at: float
-    state: str = "PENDING"
+    state: RunState = RunState.PENDING
     ended_at: float | None = None
     failure: AttemptFailure | None = None
     resumed_from: int | None = None   # the checkpoint step NeMo RL or the recipe said it resumed from
@@ -65,7 +88,7 @@ class Attempt:
 class HistoryEntry:
     at: float
     attempt: int
-    state: str               # a Ray job status, or RESUBMITTED
+    state: RunState
 
 
 @dataclass
@@ -80,7 +103,7 @@ class RunRecord:
     updated_at: float
     attempts: list[Attempt]
     history: list[HistoryEntry]
-    state: str = "PENDING"
+    state: RunState = RunState.PENDING
     step: int | None = None
     reward: float | None = None
     last_checkpoint: int | None = None
@@ -100,7 +123,11 @@ class RunRecord:
     def from_json(cls, content: dict) -> "RunRecord":
         values = readable(cls, content, f"run record {content.get('run')!r}", VERSION)
         values["attempts"] = [_attempt(a) for a in content.get("attempts", [])]
-        values["history"] = [HistoryEntry(**h) for h in content.get("history", [])]
+        what = f"run record {content.get('run')!r}"
+        values["history"] = [HistoryEntry(entry["at"], entry["attempt"], _known(RunState, entry["state"], what))
+                             for entry in content.get("history", [])]
+        if "state" in values:
+            values["state"] = _known(RunState, values["state"], what)
         return cls(**values)
 
 
@@ -154,8 +181,19 @@ def readable(cls, content: dict, what: str, version: int) -> dict:
 def _attempt(content: dict) -> Attempt:
     values = readable(Attempt, content, "attempt", VERSION)
     if values.get("failure"):
-        values["failure"] = AttemptFailure(**values["failure"])
+        failure = values["failure"]
+        values["failure"] = AttemptFailure(_known(FailureKind, failure["kind"], "attempt"), failure["error_type"],
+                                           failure["message"])
+    if "state" in values:
+        values["state"] = _known(RunState, values["state"], "attempt")
     return Attempt(**values)
+
+
+def _known(kind: type[StrEnum], value: str, what: str):
+    try:
+        return kind(value)
+    except ValueError:
+        raise UnknownVersion(f"{what} says {value!r}, which this rlops does not know: upgrade rlops") from None
 
 
 def new(job_meta: dict, submission_id: str, submitted_at: float) -> RunRecord:
@@ -165,7 +203,7 @@ def new(job_meta: dict, submission_id: str, submitted_at: float) -> RunRecord:
                      requested_by=job_meta["requested-by"], settings=json.loads(job_meta["settings"]),
                      checkpoint_dir=job_meta["checkpoint-dir"], created_at=submitted_at, updated_at=submitted_at,
                      attempts=[Attempt(number, submission_id, submitted_at)],
-                     history=[HistoryEntry(submitted_at, number, "PENDING")])
+                     history=[HistoryEntry(submitted_at, number, RunState.PENDING)])
 
 
 @calls("storage.objects.get", "storage.objects.insert", "storage.objects.list")
