@@ -2,6 +2,7 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -38,6 +39,15 @@ def _refuse(what: str):
 if FAST:  # a test that starts one unmarked fails loudly instead of slowing the fast tier down
     socket.socket.listen = _refuse("listens on a socket (a server)")
     subprocess.Popen.__init__ = _refuse("starts a process")
+
+
+@pytest.fixture(autouse=True)
+def _a_new_function_instance():
+    """Each test meets `functions/main.py` as a new Cloud Functions instance would: its endpoints are read once per
+    instance (a cache), and another test's instance points at that test's fakes."""
+    main = sys.modules.get("main")
+    if main is not None:
+        main._endpoints.cache_clear()
 
 
 @pytest.fixture
