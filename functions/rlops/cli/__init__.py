@@ -1,6 +1,6 @@
 """The `rlops` command line: the infrastructure (`infra.py`), the local stack and its ticks by hand (`stack.py`),
 sending a run (`train.py`), the runs once sent (`runs.py`), checkpoints (`checkpoints.py`), the pipelines' steps
-(`pipelines.py`). Exit codes: `common.Exit`.
+(`pipelines.py`), setting a project up (`setup.py`). Exit codes: `common.Exit`.
 
 A `Failure` (what the user can fix: a spec, a flag, a cloud error said with its hint) prints one line
 and exits 1; anything else is a bug in rlops or a library and keeps its traceback.
@@ -10,7 +10,7 @@ import sys
 
 from google.auth.exceptions import GoogleAuthError
 
-from rlops.cli import checkpoints, helptext, infra, pipelines, runs, stack, train
+from rlops.cli import checkpoints, helptext, infra, pipelines, runs, setup, stack, train
 from rlops.cli.common import Exit, Parser
 from rlops.endpoints import Endpoints
 from rlops.errors import Failure
@@ -26,6 +26,7 @@ def build_parser() -> Parser:
                              "text on a terminal, else JSON")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
     infra.add_commands(commands)
+    setup.add_commands(commands)
     stack.add_commands(commands)
     train.add_commands(commands)
     runs.add_commands(commands)
