@@ -246,7 +246,8 @@ def test_a_local_wake_is_measured_from_its_worker_process_ray_and_the_watchers_f
     scale = lambda down: None if down else starts.append(clock() + 4)  # noqa: E731 - the process starts 4 s later
     site = Site("local", env, endpoints, ray, bucket, lambda event: None, scale,
                 lambda scaled_down: waiting.on_local(ray.nodes(), scaled_down), str(tmp_path), {"gpu_pool": 1},
-                checkpoints_here=True, wake_phases=lambda at: waiting.local_phases(at, 1, starts))
+                checkpoints_here=True,
+                wake_phases=lambda wakes: {at: waiting.local_phases(at, 1, starts) for at in wakes})
     simulated = SimpleNamespace(time=clock, sleep=lambda seconds: None)
     for module in (reap, watch, train, run_records):
         monkeypatch.setattr(module, "time", simulated)

@@ -42,8 +42,8 @@ class Site:
     lustre_root: str
     entrypoint_resources: dict[str, float]
     checkpoints_here: bool  # /lustre is a directory of this machine (local), not only of the cluster (GKE)
-    # wake_phases(at): the phases of the wake at `at` so far, as the cloud reports them (rlops.waiting)
-    wake_phases: Callable[[float], list[tuple[str, float, float]]] | None = None
+    # wake_phases(wakes): {wake time: its phases so far}, as the cloud reports them (rlops.waiting), read once
+    wake_phases: Callable[[list[float]], dict[float, list[tuple[str, float, float]]]] | None = None
 
     @property
     def records(self) -> RunRecords:
@@ -131,7 +131,9 @@ def open_site(name: str, env: LocalEnvironment | GcpEnvironment, endpoints: Endp
         ray, project = RayJobs(stack.dashboard_url()), LOCAL_PROJECT
         scale = lambda down: stack.stop_pool() if down else stack.start_pool()  # noqa: E731
         waiting = lambda scaled_down: workers_waiting.on_local(ray.nodes(), scaled_down, stack.joining())  # noqa: E731
-        phases = lambda at: workers_waiting.local_phases(at, env.woken_workers, stack.pool_starts())  # noqa: E731
+        def phases(wakes: list[float]) -> dict[float, list[tuple[str, float, float]]]:
+            starts = stack.pool_starts()
+            return {at: workers_waiting.local_phases(at, env.woken_workers, starts) for at in wakes}
         publish = _publisher(project, endpoints, emulated=True)
     else:
         gke = GkeCluster(name, env, endpoints)
@@ -242,16 +244,16 @@ class GkeCluster:
 
 
     @requires(*kubernetes_needs(("pods", "events", "nodes"), "list"))
-    def wake_phases(self, at: float) -> list[tuple[str, float, float]]:
-        """The wake at `at` phase by phase so far, from the GPU pools' resize operations, their Node objects, the
-        worker pods and the kubelet's events about them (rlops.waiting.gke_phases)."""
+    def wake_phases(self, wakes: list[float]) -> dict[float, list[tuple[str, float, float]]]:
+        """Each wake phase by phase so far, from the GPU pools' resize operations, their Node objects, the worker
+        pods and the kubelet's events about them, read once (rlops.waiting.gke_phases)."""
         from rlops.kube.cluster import connect
         from rlops.kube.sync import RAY_CLUSTER_LABEL
 
         env = self.env
         endpoint = self._endpoint()
         if endpoint is None:
-            return []
+            return dict.fromkeys(wakes, [])
         api = connect(endpoint, self.endpoints)
         pools = [pool.name for pool in env.gpu_pools]
         nodes = [node for pool in pools for node in api.list_labelled("Node", {GKE_NODEPOOL_LABEL: pool})]
@@ -259,7 +261,7 @@ class GkeCluster:
                                          workers_waiting.NODE_TYPE_LABEL: "worker"}, env.ray.namespace)
         events = api.list_labelled("Event", {}, env.ray.namespace, fields={"involvedObject.kind": "Pod"})
         resizes = self.node_pools.resizes(pools) if "node-pools" in env.idle.scale_down else []
-        return workers_waiting.gke_phases(at, env.woken_workers, resizes, nodes, pods, events)
+        return {at: workers_waiting.gke_phases(at, env.woken_workers, resizes, nodes, pods, events) for at in wakes}
 
 
 GKE_NODEPOOL_LABEL = "cloud.google.com/gke-nodepool"  # on every GKE node: its node pool

@@ -130,16 +130,19 @@ def _note_phases(site: Site, state: PoolStatus, generation: int, now: float) -> 
     """Each recent wake phase by phase, as far as it got: what the environment reports (`Site.wake_phases`), then
     Ray's join (`ready`) and the job's first step (the first attempt submitted after it, its `first_step_at`).
     Rewritten each tick until the first step, so `rlops status` says which phase a wake is in."""
-    if site.wake_phases is None:
+    unmeasured = state.wakes_unmeasured(WAKES_KEPT)
+    if site.wake_phases is None or not unmeasured:
         return state, generation
     ready, wakes = dict(state.ready), state.wakes
-    for at in state.wakes_unmeasured(WAKES_KEPT):
-        phases = list(site.wake_phases(at))
+    reported = site.wake_phases(unmeasured)  # one read of the cloud and the cluster for every wake
+    stepped = [(a.submitted_at, a.first_step_at) for record, _ in site.records.all().values()
+               for a in record.attempts if a.first_step_at is not None]
+    for at in unmeasured:
+        phases = list(reported[at])
         last = max((end for _, _, end in phases), default=at)
         if at in ready:
             phases.append(("ray-join", min(last, ready[at]), ready[at]))
-        first = min((a.first_step_at for record, _ in site.records.all().values() for a in record.attempts
-                     if a.first_step_at is not None and a.submitted_at >= at), default=None)
+        first = min((step for submitted, step in stepped if submitted >= at), default=None)
         if first is not None and at in ready:
             phases.append(("first-step", ready[at], max(first, ready[at])))
         measured = Wake(at, tuple(phases), done=len(phases) > 0 and phases[-1][0] == "first-step"

@@ -13,10 +13,6 @@ import re
 from dataclasses import dataclass
 
 DOCKER_HUB = "DOCKER_HUB"  # RemoteRepositoryConfig.dockerRepository.publicRepository's value for Docker Hub
-# A repository ID: lowercase letters, digits and hyphens, starting with a letter and ending with a letter or
-# digit, at most 63 characters (cloud.google.com/artifact-registry/docs/repositories/create-repos, "Repository
-# names").
-REPOSITORY_ID = re.compile(r"[a-z]([-a-z0-9]{0,61}[a-z0-9])?")
 
 
 @dataclass(frozen=True)
