@@ -181,8 +181,11 @@ def destroy_plan(env: CloudEnvironment, live: dict[str, Live], delete_data: bool
 
 
 def _keep_shared_caches(env: CloudEnvironment, plan: Plan) -> None:
+    deleted = [c for c in plan.changes if c.kind == "remote_repository" and c.action == Action.DELETE]
+    if not deleted:  # the other specs are read only when a cache would go: most plans delete none
+        return
     shared = _repositories_used_elsewhere(env)
-    kept = [c for c in plan.changes if c.key in shared and c.action == Action.DELETE]
+    kept = [c for c in deleted if c.key in shared]
     plan.changes = [c for c in plan.changes if c not in kept]
     plan.kept += [f"kept: {c.key} (the image cache of {', '.join(shared[c.key])} too)" for c in kept]
 
