@@ -13,26 +13,31 @@ Each handler imports only what it needs when it runs, so a cold start stays smal
 import base64
 import json
 import os
+from collections.abc import Callable, Sized
 from functools import cache
+from typing import TYPE_CHECKING, Any
 
 import functions_framework
+from cloudevents.http import CloudEvent  # what functions_framework hands a cloud_event function
+
+from rlops.endpoints import Endpoints
+
+if TYPE_CHECKING:  # the handlers import rlops.sites when they run: it loads the Google clients
+    from rlops.sites import Site
 
 
 @cache
-def _endpoints():
-    from rlops.endpoints import Endpoints
-
+def _endpoints() -> Endpoints:
     return Endpoints.from_environment()
 
 
-def _message(cloud_event) -> dict | None:
+def _message(cloud_event: CloudEvent) -> dict[str, Any] | None:
     message = cloud_event.data.get("message") if isinstance(cloud_event.data, dict) else None
     return message if isinstance(message, dict) else None
 
 
-def _data(cloud_event) -> bytes | None:
-    """The Pub/Sub message's payload; None when the event carries none that decodes."""
-    message = _message(cloud_event)
+def _data(message: dict[str, Any] | None) -> bytes | None:
+    """The Pub/Sub message's payload; None when there is no message, or none that decodes."""
     try:
         return base64.b64decode(message.get("data", ""), validate=True) if message is not None else None
     except (ValueError, TypeError):
@@ -40,25 +45,26 @@ def _data(cloud_event) -> bytes | None:
 
 
 @functions_framework.cloud_event
-def train(cloud_event) -> None:
+def train(cloud_event: CloudEvent) -> None:
     from rlops.logs import emit
     from rlops.runs.train import handle
 
-    data = _data(cloud_event)
-    if data is None:
+    message = _message(cloud_event)
+    data = _data(message)
+    if message is None or data is None:
         emit("WARNING", "train message refused", reason="message.data: missing or not base64")
         return
-    message_id = _message(cloud_event).get("messageId")  # what a refusal is kept by, with the run's name
+    message_id = message.get("messageId")  # what a refusal is kept by, with the run's name
     handle(data, _endpoints(), message_id if isinstance(message_id, str) else None)
 
 
-def _each_environment(cloud_event, what: str, act) -> None:
+def _each_environment(cloud_event: CloudEvent, what: str, act: Callable[["Site"], Sized]) -> None:
     """A tick, `{"environment": NAME}` for one environment or `{}` for every deployed one: `act(site)` for each."""
     from rlops import sites
     from rlops.logs import emit
 
     try:
-        wanted = json.loads(_data(cloud_event) or b"{}").get("environment")
+        wanted = json.loads(_data(_message(cloud_event)) or b"{}").get("environment")
     except (ValueError, AttributeError, RecursionError):
         emit("WARNING", f"{what} tick refused: not a JSON object")
         return
@@ -73,7 +79,7 @@ def _each_environment(cloud_event, what: str, act) -> None:
 
 
 @functions_framework.cloud_event
-def watch(cloud_event) -> None:
+def watch(cloud_event: CloudEvent) -> None:
     """Run records, and resubmission of runs whose nodes went away."""
     from rlops.runs.watch import tick
 
@@ -81,7 +87,7 @@ def watch(cloud_event) -> None:
 
 
 @functions_framework.cloud_event
-def snapshot(cloud_event) -> None:
+def snapshot(cloud_event: CloudEvent) -> None:
     """Manifests of new complete checkpoints."""
     from rlops.runs.snapshot import tick
 
@@ -89,11 +95,11 @@ def snapshot(cloud_event) -> None:
 
 
 @functions_framework.cloud_event
-def reap(cloud_event) -> None:
+def reap(cloud_event: CloudEvent) -> None:
     """Scale an idle environment's GPU pool to zero."""
     from rlops.reaper.reap import reap as reap_site
 
-    def act(site) -> list:
+    def act(site: "Site") -> list[str]:
         decision, actions = reap_site(site)
         return actions if decision.scale_down else []
 

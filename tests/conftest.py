@@ -36,9 +36,17 @@ def _refuse(what: str):
     return refused
 
 
-if FAST:  # a test that starts one unmarked fails loudly instead of slowing the fast tier down
-    socket.socket.listen = _refuse("listens on a socket (a server)")
-    subprocess.Popen.__init__ = _refuse("starts a process")
+@pytest.fixture(scope="session", autouse=True)
+def _fast_tier_refuses_servers():
+    """Under `make test-fast` a test that starts a server or a process unmarked fails loudly instead of slowing the
+    fast tier down. Only while tests run: pytest-xdist's workers are processes the session itself starts."""
+    if not FAST:
+        yield
+        return
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(socket.socket, "listen", _refuse("listens on a socket (a server)"))
+        patch.setattr(subprocess.Popen, "__init__", _refuse("starts a process"))
+        yield
 
 
 @pytest.fixture(autouse=True)

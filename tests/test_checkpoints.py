@@ -454,6 +454,44 @@ def test_a_step_saved_again_after_a_resume_gets_the_manifest_of_its_new_save(tra
     assert snapshot.tick(site) == []
 
 
+def test_a_snapshot_job_that_failed_on_the_cluster_is_said_and_collected(gcs, tmp_path, capsys):
+    """A GKE snapshot tick collects its finished scan jobs: one that failed is said in a warning, with its Ray job,
+    and deleted from Ray (Ray's JobSubmissionClient.delete_job), so that a later tick can scan again. Its warning
+    once raised a TypeError instead: the job's message was passed as `emit`'s own."""
+    import uuid
+    from types import SimpleNamespace
+
+    from conftest import ENVIRONMENTS
+    from fakes.ray import Clock, SimulatedRay
+    from rlops import waiting
+    from rlops.cloud.ray_jobs import JobRequest
+    from rlops.endpoints import Endpoints
+    from rlops.runs import snapshot
+    from rlops.sites import Site
+    from rlops.spec.load import load_or_raise
+    from rlops.state.bucket import client
+
+    clock = Clock(1_000.0)
+    ray = SimulatedRay(clock)
+    scan_job = "rlops.local.snapshot.0123456789abcdef"
+    ray.jobs[scan_job] = (JobRequest(scan_job, "python -m rlops.checkpoints.scan",
+                                     {"rlops-environment": "local", "rlops-kind": "snapshot"}), clock())
+    ray.script(scan_job, start=1, steps=[], end=2, status="FAILED")
+    deleted = []
+    ray.client = SimpleNamespace(delete_job=deleted.append)
+    clock.now += 3
+    bucket = client("rlops-local", Endpoints.from_environment()).create_bucket(f"scan-{uuid.uuid4().hex[:12]}")
+    site = Site("local", load_or_raise(ENVIRONMENTS / "local.yaml"), Endpoints.from_environment(), ray, bucket,
+                lambda event: None, lambda down: None, lambda down: waiting.on_local([], down),
+                str(tmp_path / "lustre"), {"gpu_pool": 1}, checkpoints_here=False)
+
+    assert snapshot.tick(site) == []
+    assert deleted == [scan_job]
+    said = capsys.readouterr()
+    warning = next(line for line in (said.out + said.err).splitlines() if "snapshot job did not succeed" in line)
+    assert scan_job in warning and "FAILED" in warning
+
+
 def test_the_cluster_scan_manifests_a_known_step_again_only_when_it_was_saved_again(trained, capsys):
     from rlops.checkpoints import scan
 
@@ -471,7 +509,7 @@ def test_the_gate_keeps_set_aside_within_the_recipes_limit_and_says_what_it_dele
     report and `rlops status` show."""
     from rlops.checkpoints import gate, resume
     from rlops.runs import progress
-    from rlops.runs.report import set_aside_said
+    from rlops.runs.report_page import set_aside_said
 
     run = tmp_path / "run-k"
     size = sum(f.stat().st_size for f in (trained / "checkpoint-4").rglob("*") if f.is_file())

@@ -347,22 +347,22 @@ def _images(pod: dict) -> set[str]:
 def test_readiness_names_the_pods_still_on_an_older_template(fakes, capsys):
     """An older KubeRay keeps running pods when the template changes behind rlops's back (a console edit of
     a pod annotation rlops owns): apply restores the template, and readiness waits for pods made from it."""
-    from rlops.kube import sync
+    from rlops.kube import readiness
 
     gcp, kube = fakes
     kube.kuberay = "v1.5.2"
     assert cli.main(["apply", "--yes", "h200"]) == 0
     cluster = kube.get("rayclusters", "ray-cluster", "default")
     pods = kube.pods("ray-cluster")
-    assert sync.pods_current(cluster, pods).ready
+    assert readiness.pods_current(cluster, pods).ready
 
     def stamp(obj):
         obj["spec"]["headGroupSpec"]["template"]["metadata"]["annotations"]["rlops-pod-template"] = "edited"
 
     kube.edit("rayclusters", "ray-cluster", stamp, namespace="default")
     edited = kube.get("rayclusters", "ray-cluster", "default")
-    readiness = sync.pods_current(edited, kube.pods("ray-cluster"))
-    assert not readiness.ready and readiness.what.startswith("3 of 3 pods still run an older template")
+    current = readiness.pods_current(edited, kube.pods("ray-cluster"))
+    assert not current.ready and current.what.startswith("3 of 3 pods still run an older template")
 
 
 def test_a_namespace_of_its_own_is_applied_first_never_pruned_and_deleted_by_destroy(fakes, specs, capsys):

@@ -137,7 +137,7 @@ def test_the_accounting_splits_time_between_runs_running_at_once_and_knows_nothi
 
 
 def test_prices_come_from_the_dated_table_the_spec_overrides_them_and_a_reservation_bills_when_down():
-    from rlops.spec.model import PoolCost
+    from rlops.spec.gcp_sections import PoolCost
 
     h200, b200 = load_or_raise(ENVIRONMENTS / "h200.yaml"), load_or_raise(ENVIRONMENTS / "b200-spot.yaml")
     (rate,) = costs.rates(h200)

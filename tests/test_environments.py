@@ -32,6 +32,20 @@ def test_validate_with_no_arguments_checks_every_environment(monkeypatch, capsys
 
 
 @pytest.mark.parametrize("path", SPECS, ids=lambda p: p.name)
+def test_describe_summarises_each_environment(path, capsys):
+    # Each machine family has its own GPU NIC networks (or none): the summary names those the spec has.
+    assert cli.main(["validate", str(path), "--describe"]) == 0
+    out = capsys.readouterr().out
+    assert f"environment {path.stem} (" in out
+    env = load(path).environment
+    if isinstance(env, GcpEnvironment):
+        (networks,) = [line for line in out.splitlines() if line.startswith("  networks: ")]
+        named = {name for name in ("gvnic", "rdma", "gpu_nics") if getattr(env.networks, name)}
+        assert ("gvnic-net" in networks, "rdma-net" in networks, "one per GPU NIC" in networks) == (
+            "gvnic" in named, "rdma" in named, "gpu_nics" in named)
+
+
+@pytest.mark.parametrize("path", SPECS, ids=lambda p: p.name)
 def test_each_environment_starts_with_the_schema_line(path):
     assert path.read_text().splitlines()[0] == "# yaml-language-server: $schema=./schema.json"
 

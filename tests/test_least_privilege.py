@@ -21,8 +21,10 @@ from rlops.checkpoints import manifest
 from rlops.cloud import base, compute
 from rlops.endpoints import Endpoints
 from rlops.errors import Failure
+from rlops.kube.gke_cluster import GkeCluster
 from rlops.permissions import Scope, roles
 from rlops.provision import accounts, bootstrap
+from rlops.provision.service import target_of
 from rlops.reaper import reap
 from rlops.runs import exports, message, train, watch
 from rlops.state.bucket import of_environment, write_json
@@ -138,7 +140,7 @@ class Functions:
         self.member = self.enforced.act_as(key, without)
         endpoints = Endpoints.from_environment()
         env = sites.load_environment("h200")
-        cluster = sites.GkeCluster("h200", env, endpoints)
+        cluster = GkeCluster(target_of("h200", env), env, endpoints)
         lustre_root, resources = sites.placement(env)
         self.cluster = cluster
         return sites.Site("h200", env, endpoints, self.ray, of_environment(env, endpoints), self.events.append,

@@ -1028,9 +1028,9 @@ def test_a_tick_for_every_environment_covers_the_applied_gcp_ones_only(h200_on_l
 def test_a_gke_environments_idle_pool_is_reaped_at_once_and_woken_by_a_train_message(local, h200_on_local_ray, specs,
                                                                                      capsys):
     from rlops import cli, sites
+    from rlops.kube.gke_cluster import ScaleFailed
     from rlops.reaper.reap import reap
     from rlops.runs import train
-    from rlops.sites import ScaleFailed
 
     gcp, kube = h200_on_local_ray
     spec = specs / "h200.yaml"

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from rlops.runs import report
+from rlops.runs import readable, report_figures, report_page
 
 T0 = 1_700_000_000.0  # 2023-11-14 22:13:20 UTC
 
@@ -35,7 +35,7 @@ def two_attempts() -> tuple[dict, dict, list]:
 
 def test_two_attempts_are_drawn_from_their_own_series_and_tabled(tmp_path):
     record, series, checkpoints = two_attempts()
-    result = report.write(tmp_path / "a", record, series, checkpoints)
+    result = report_page.write(tmp_path / "a", record, series, checkpoints)
 
     assert [p.name for p in result.plots] == ["reward.png", "step-time.png", "checkpoints.png", "loss.png"]
     for plot in result.plots:
@@ -44,10 +44,10 @@ def test_two_attempts_are_drawn_from_their_own_series_and_tabled(tmp_path):
 
     # The same run renders the same bytes; a run with other numbers renders other bytes, so each image
     # depends on the series and not only on its axes and labels.
-    again = report.write(tmp_path / "b", record, series, checkpoints)
+    again = report_page.write(tmp_path / "b", record, series, checkpoints)
     changed = {n: {"steps": [[s, -r, 2 * loss, 2 * t] for s, r, loss, t in d["steps"]],
                    "saves": [[s, 3 * t] for s, t in d["saves"]]} for n, d in series.items()}
-    other = report.write(tmp_path / "c", record, changed, checkpoints)
+    other = report_page.write(tmp_path / "c", record, changed, checkpoints)
     for plot, same, different in zip(result.plots, again.plots, other.plots, strict=True):
         assert plot.read_bytes() == same.read_bytes(), plot.name
         assert plot.read_bytes() != different.read_bytes(), plot.name
@@ -76,8 +76,8 @@ def test_two_attempts_are_drawn_from_their_own_series_and_tabled(tmp_path):
 def test_resume_line_is_labelled_with_the_lost_attempts_failure():
     record, _, _ = two_attempts()
     first, second = record["attempts"]
-    assert report._boundary(second, first) == (5, "attempt 2 resumed from step 4 (node-lost)")
-    assert report._boundary({**second, "first_step": None}, first)[0] == 4
+    assert report_figures._boundary(second, first) == (5, "attempt 2 resumed from step 4 (node-lost)")
+    assert report_figures._boundary({**second, "first_step": None}, first)[0] == 4
 
 
 def test_a_long_run_is_thinned_evenly_to_200_rows(tmp_path):
@@ -86,7 +86,7 @@ def test_a_long_run_is_thinned_evenly_to_200_rows(tmp_path):
               "attempts": [{"attempt": 1, "submission_id": "s", "state": "SUCCEEDED", "submitted_at": T0,
                             "ended_at": T0 + 1, "failure": None, "resumed_from": None, "first_step": 1}]}
     series = {1: {"steps": [[s, s / 10_000, None, 1.5] for s in range(1, 10_001)], "saves": []}}
-    md = report.write(tmp_path, record, series, []).markdown.read_text()
+    md = report_page.write(tmp_path, record, series, []).markdown.read_text()
 
     table = md[md.index("| step | reward | loss | seconds |"):].splitlines()[2:]
     steps = [int(row.split(" | ")[0].lstrip("| ")) for row in table]
@@ -104,7 +104,7 @@ def test_a_run_without_rewards_writes_a_page_and_no_reward_plot(tmp_path):
               "reward": None, "created_at": T0,
               "attempts": [{"attempt": 1, "submission_id": "s", "state": "RUNNING", "submitted_at": T0,
                             "ended_at": None, "failure": None, "resumed_from": None, "first_step": None}]}
-    result = report.write(tmp_path / "new" / "dir", record, {}, [])
+    result = report_page.write(tmp_path / "new" / "dir", record, {}, [])
 
     assert result.plots == []
     assert list(result.markdown.parent.iterdir()) == [result.markdown]
@@ -118,7 +118,7 @@ def test_idle_before_reaped_and_the_runs_cost(tmp_path):
     record, series, checkpoints = two_attempts()
     ended = record["attempts"][-1]["ended_at"]
 
-    md = report.write(tmp_path / "a", record, series, checkpoints,
+    md = report_page.write(tmp_path / "a", record, series, checkpoints,
                       pool={"scaled_down": True, "since": ended + 150},
                       cost="1.50 GPU-hours running").markdown.read_text()
     assert "- idle before reaped: 2.5 min" in md
@@ -126,7 +126,7 @@ def test_idle_before_reaped_and_the_runs_cost(tmp_path):
 
     for pool in ({"scaled_down": False, "since": ended + 150}, {"scaled_down": True, "since": ended - 1},
                  {"scaled_down": True}, None):
-        md = report.write(tmp_path / "b", record, series, checkpoints, pool=pool).markdown.read_text()
+        md = report_page.write(tmp_path / "b", record, series, checkpoints, pool=pool).markdown.read_text()
         assert "idle" not in md, pool
 
 
@@ -149,7 +149,7 @@ def test_the_page_carries_the_runs_metadata_and_every_logged_metric(tmp_path):
     record, series, checkpoints = with_metrics()
     about = {"image": "nvcr.io/nvidia/nemo-rl:v0.5.0", "spec commit": "not recorded",
              "W&B": "https://wandb.ai/acme/math/runs/math-7b-1a2b3c4d"}
-    result = report.write(tmp_path, record, series, checkpoints, about=about)
+    result = report_page.write(tmp_path, record, series, checkpoints, about=about)
 
     names = [p.name for p in result.plots]
     assert names[4:] == ["metric-completions-mean_length.png", "metric-entropy.png", "metric-grad_norm.png"]
@@ -170,34 +170,35 @@ def test_the_page_carries_the_runs_metadata_and_every_logged_metric(tmp_path):
 
     # A metric's plot depends on its own numbers.
     series[2]["metrics"][-1][1]["entropy"] = -1.0
-    again = report.write(tmp_path / "b", record, series, checkpoints, about=about)
+    again = report_page.write(tmp_path / "b", record, series, checkpoints, about=about)
     changed = {p.name for p, q in zip(result.plots, again.plots, strict=True) if p.read_bytes() != q.read_bytes()}
     assert changed == {"metric-entropy.png"}
 
 
 def test_a_record_without_settings_or_metrics_says_so(tmp_path):
     record, series, checkpoints = two_attempts()
-    md = report.write(tmp_path, record, series, checkpoints).markdown.read_text()
+    md = report_page.write(tmp_path, record, series, checkpoints).markdown.read_text()
     assert "- requested by: -" in md and "## Settings\n\nnone\n" in md and "## Metrics" not in md
 
 
 def test_smoothing_is_tensorboards_debiased_moving_average():
-    assert report.SMOOTHING == 0.6 and "weight 0.6" in report.SMOOTHED
+    assert report_figures.SMOOTHING == 0.6 and "weight 0.6" in report_figures.SMOOTHED
     # Debiased: a constant stays itself from the first point on, not pulled towards zero.
-    assert report.smoothed([3.0, 3.0, 3.0]) == pytest.approx([3.0, 3.0, 3.0], abs=1e-12)
-    first, second, third = report.smoothed([0.0, 1.0, 1.0])
+    assert report_figures.smoothed([3.0, 3.0, 3.0]) == pytest.approx([3.0, 3.0, 3.0], abs=1e-12)
+    first, second, third = report_figures.smoothed([0.0, 1.0, 1.0])
     assert first == 0.0
     assert abs(second - 0.4 / 0.64) < 1e-12           # (0.6*0 + 0.4*1) / (0.6*0.4 + 0.4)
     assert abs(third - 0.64 / 0.784) < 1e-12          # (0.6*0.4 + 0.4*1) / (0.6*0.64 + 0.4)
-    assert report.smoothed([0.0, 1.0], weight=0.0) == [0.0, 1.0]
+    assert report_figures.smoothed([0.0, 1.0], weight=0.0) == [0.0, 1.0]
 
 
 def test_sizes_and_numbers_read_as_a_person_reads_them():
-    assert [report.size(n) for n in (None, 0, 812, 1024, 812 * 1024, 9.5 * 2**20, 10**9, 1.25 * 2**30, 3 * 2**40)] == [
+    sizes = (None, 0, 812, 1024, 812 * 1024, 9.5 * 2**20, 10**9, 1.25 * 2**30, 3 * 2**40)
+    assert [readable.size(n) for n in sizes] == [
         "-", "0 B", "812 B", "1.00 KiB", "812 KiB", "9.50 MiB", "954 MiB", "1.25 GiB", "3.00 TiB"]
-    assert [report.number(v) for v in (None, 0.1234567891234567, 1.2345678e-05, 1234.5678, 123456.0, 3, -0.5)] == [
+    assert [readable.number(v) for v in (None, 0.1234567891234567, 1.2345678e-05, 1234.5678, 123456.0, 3, -0.5)] == [
         "-", "0.1235", "1.235e-05", "1235", "123456", "3", "-0.5"]
-    aside = report.set_aside_said([{"attempt": 1, "resume_point": {"kept": [2, 812 * 1024]}}])
+    aside = report_page.set_aside_said([{"attempt": 1, "resume_point": {"kept": [2, 812 * 1024]}}])
     assert aside == "set aside: 2 checkpoint(s), 812 KiB"
     # `rlops checkpoints list`: a manifest's metrics as JSON keeps every digit; the table rounds them.
     from rlops.cli import checkpoints as cli_checkpoints
@@ -224,7 +225,7 @@ def test_runs_compared_share_a_figure_per_metric_and_a_table_of_final_values(tmp
                     "metrics": [[s, {"entropy": 1.0 - 0.1 * s}] for s in range(1, 5)]}}
     series_b = {1: {"steps": [[s, 0.3 if s == 2 else 0.1, None, 3.0] for s in range(1, 4)], "saves": [],
                     "metrics": [[s, {"entropy": 0.5, "clip_ratio/low_mean": 0.01 * s}] for s in range(1, 4)]}}
-    result = report.compare(tmp_path, [(a, series_a), (b, series_b)], now=T0 + 10_000)
+    result = report_page.compare(tmp_path, [(a, series_a), (b, series_b)], now=T0 + 10_000)
 
     assert [p.name for p in result.plots] == ["reward.png", "step-time.png", "loss.png",
                                               "metric-clip_ratio-low_mean.png", "metric-entropy.png"]

@@ -490,7 +490,7 @@ def test_the_tick_and_checkpoint_commands_report_as_json_for_a_program(simulated
 def test_status_says_step_of_total_when_it_started_how_long_it_ran_and_the_time_left(simulated, monkeypatch):
     """Issue 39, 4: while RUNNING, the step out of the recipe's total, the start, the duration and an ETA at the
     attempt's pace so far; once ended, the duration to its end and no ETA."""
-    from rlops.runs.report import Progress, progress
+    from rlops.runs.pace import Progress, progress
 
     sim = simulated
     submitted(sim, "eta", 10, [(20, 1), (30, 2), (40, 3)], 70)  # 6 steps (the local recipe's max_steps)

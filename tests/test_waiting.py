@@ -63,11 +63,13 @@ def test_a_scheduled_worker_waiting_for_the_nccl_installer_and_a_group_kuberay_h
 def h200(cloud_fakes, specs, monkeypatch):
     """The h200 seed applied to the fake GCP and cluster (one reservation-backed pool of two GPU workers)."""
     from rlops import cli, sites
+    from rlops.kube.gke_cluster import GkeCluster
+    from rlops.provision.service import target_of
 
     monkeypatch.setattr(base, "RETRY", base.RetryPolicy(attempts=10, base_seconds=0.02, cap_seconds=0.2))
     assert cli.main(["apply", "--yes", "h200", "--skip-doctor"]) == 0
     env = sites.load_environment("h200")
-    return cloud_fakes, sites.GkeCluster("h200", env, Endpoints.from_environment())
+    return cloud_fakes, GkeCluster(target_of("h200", env), env, Endpoints.from_environment())
 
 
 PLANTED = {

@@ -15,7 +15,7 @@ from rlops import cli, waiting
 from rlops.cloud import base
 from rlops.endpoints import Endpoints
 from rlops.reaper import reap
-from rlops.runs import costing, message, report, train, watch
+from rlops.runs import costing, message, report_page, train, watch
 from rlops.sites import Site
 from rlops.state import run_records
 from rlops.state.pool import PoolStatus
@@ -29,6 +29,8 @@ def woken(cloud_fakes, specs, monkeypatch):
     """The h200 seed applied with `idle.timeout: auto` and its reserved pool reapable, then everything on one
     simulated clock: the fake GKE's operations, the fake API server's, Ray's, and rlops's own sleeps and reads."""
     from rlops import sites
+    from rlops.kube.gke_cluster import GkeCluster
+    from rlops.provision.service import target_of
 
     gcp, kube = cloud_fakes
     text = (specs / "h200.yaml").read_text().replace("  timeout: 30m\n", "  timeout: auto\n  scale_reserved: true\n")
@@ -37,7 +39,7 @@ def woken(cloud_fakes, specs, monkeypatch):
     assert cli.main(["apply", "--yes", "h200", "--skip-doctor"]) == 0
     env = sites.load_environment("h200")
     endpoints = Endpoints.from_environment()
-    cluster = sites.GkeCluster("h200", env, endpoints)
+    cluster = GkeCluster(target_of("h200", env), env, endpoints)
 
     clock = Clock(T0)
     gcp.clock, gcp.operation_kind_seconds = clock, {"SET_NODE_POOL_SIZE": RESIZE}
@@ -139,7 +141,7 @@ def test_a_wake_on_the_fake_gke_is_measured_phase_by_phase_in_the_record_status_
         pulled[0]["message"].endswith(" in 7m0s (7m0s including waiting). Image size: 21000000000 bytes.")
 
     record, _ = w.site.records.get("a")
-    page = report.write(tmp_path / "report", record.to_json(), {}, [], state.to_json()).markdown.read_text()
+    page = report_page.write(tmp_path / "report", record.to_json(), {}, [], state.to_json()).markdown.read_text()
     took = lambda seconds: f"{int(seconds) // 60}m{int(seconds) % 60:02d}s"  # noqa: E731
     assert f"- the GPU pool woke for attempt 1 in {took(stepped - wake)}: resize 1m30s, boot 1m10s, node-ready 45s, " \
            f"scheduling 1s, image-pull 7m00s, container-start 20s, ray-join 9s, first-step " \

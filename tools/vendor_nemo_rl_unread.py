@@ -4,7 +4,7 @@
 
 (the git directory of a checkout of https://github.com/NVIDIA-NeMo/RL; every tag rlops ships configs of by default)
 writes functions/rlops/spec/nemo_rl_configs/TAG/UNREAD.json, which `rlops validate` reads to warn on a recipe's
-override of such a key (`spec.nemo_rl.unread_overrides`).
+override of such a key (`spec.nemo_rl_unread.unread_overrides`).
 
 A key A.B.K of a config under examples/ counts as read by no code of the tag when all of these hold:
 - its section A.B is typed: following NeMo RL's TypedDicts from the `MasterConfig`s' fields down the path, every

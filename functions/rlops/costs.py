@@ -24,6 +24,7 @@ price (a reservation without a commitment bills at on-demand rates); scaling it 
 from dataclasses import dataclass, field
 
 from rlops.spec import catalog
+from rlops.spec.model import GcpEnvironment, LocalEnvironment
 
 
 @dataclass(frozen=True)
@@ -41,15 +42,15 @@ def _listed(machine_type: str, region: str, spot: bool) -> tuple[float | None, s
     kind = "spot" if spot else "on-demand"
     row = catalog.GPU_MACHINES[machine_type].prices.get(region)
     price = None if row is None else row.spot if spot else row.on_demand
-    if price is None:
+    if row is None or price is None:
         return None, f"no {kind} list price for {machine_type} in {region} (prices as of {catalog.PRICES_AS_OF})"
     return float(price), f"list price as of {catalog.PRICES_AS_OF} ({kind}, {region}; {row.source})"
 
 
-def rates(env) -> list[PoolRate]:
+def rates(env: GcpEnvironment | LocalEnvironment) -> list[PoolRate]:
     """Each GPU pool's size while up, GPUs and price per node-hour, with where the price comes from."""
-    local = getattr(env, "local", None)
-    if local is not None:
+    if isinstance(env, LocalEnvironment):
+        local = env.local
         counts = local.gpu_pool.counts_as
         price, source = (counts.usd_per_node_hour, "the spec's local.gpu_pool.counts_as") \
             if counts.usd_per_node_hour else _listed(counts.machine_type, counts.region, counts.spot)
@@ -216,7 +217,7 @@ def cpu_price(machine_type: str, region: str) -> tuple[float | None, str]:
     return price, f"{size.vcpus} vCPU, {size.memory_gib:g} GiB at {region}'s {family.upper()} rates ({row['source']})"
 
 
-def lustre_price(tier: int, region: str) -> tuple[float | None, str]:
+def lustre_price(tier: int | None, region: str) -> tuple[float | None, str]:
     """Managed Lustre's list price per GiB-month of capacity in `tier` (MB/s per TiB)."""
     row = catalog.PLATFORM_PRICES["lustre"].get(tier, {}).get(region)
     if row is None:
@@ -240,7 +241,7 @@ def resource_rate(key: str, fields: dict, hint: PoolHint | None = None) -> Rate 
                     None if per_gib is None else capacity * per_gib / HOURS_PER_MONTH, "always", source)
     if kind != "node_pool":
         return None
-    machine = fields.get("machine_type")
+    machine = fields["machine_type"]
     region = _region_of((fields.get("node_locations") or ["?-?"])[0])
     zones = len(fields.get("node_locations") or [None])
     if machine in catalog.GPU_MACHINES:

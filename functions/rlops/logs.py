@@ -17,7 +17,7 @@ def to_stderr(log_format: str = "auto") -> None:
     _as_text = log_format == "text" or (log_format == "auto" and sys.stderr.isatty())
 
 
-def emit(severity: str, message: str, **fields) -> None:
+def emit(severity: str, message: str, **fields: object) -> None:
     # sys.stderr and sys.stdout are looked up at each line: whoever replaced them since (a test's capture) is
     # written to, never a stream closed since.
     if _to_stderr and _as_text:

@@ -99,7 +99,7 @@ def requires(*needs: Need) -> Callable:
     return calls(also=needs)
 
 
-def declared(*things) -> tuple[Need, ...]:
+def declared(*things: type | Callable | tuple[type, str]) -> tuple[Need, ...]:
     """The needs declared by these functions, by (class, method name) pairs, and by these classes: on the class
     itself (an adapter whose every method shares a few calls, as the state bucket's) and on each of its functions
     (their own and inherited)."""

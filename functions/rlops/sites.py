@@ -7,18 +7,24 @@ and GPU pool scaler. The functions (`runs/train.py`, `runs/watch.py`, `runs/snap
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
+
+from google.cloud import storage
 
 from rlops import environments, paths
 from rlops import waiting as workers_waiting
+from rlops.cloud import pubsub
 from rlops.cloud.ray_jobs import RayJobs
 from rlops.endpoints import Endpoints
 from rlops.errors import Failure
-from rlops.kube.cluster import kubernetes_needs
+from rlops.local.stack import LOCAL_PROJECT, Stack, lustre_directory
 from rlops.logs import emit
-from rlops.permissions import requires
+from rlops.spec.load import load
 from rlops.spec.model import GcpEnvironment, LocalEnvironment
+from rlops.state.bucket import client, of_environment
 from rlops.state.lock import Lock
 from rlops.state.pool import PoolState
+from rlops.state.resources import ResourceRecord
 from rlops.state.run_records import RunRecords
 
 
@@ -34,8 +40,8 @@ class Site:
     env: LocalEnvironment | GcpEnvironment
     endpoints: Endpoints  # a local environment's with its emulators
     ray: RayJobs
-    bucket: object  # google.cloud.storage.Bucket
-    publish: Callable[[dict], None]
+    bucket: storage.Bucket
+    publish: Callable[[dict[str, Any]], None]
     scale: Callable[[bool], None]  # scale(down): the GPU pool down to zero, or back to the spec's sizes
     # waiting(pool_scaled_down): why the GPU workers are not all up, in one line; None when they are
     waiting: Callable[[bool], str | None]
@@ -59,8 +65,6 @@ class Site:
 
 def load_environment(name: str) -> LocalEnvironment | GcpEnvironment:
     """The spec of environment NAME from the environments directory."""
-    from rlops.spec.load import load
-
     try:  # a tick's message names it: data, confined to the environments directory
         path = paths.within(environments.directory(), f"{name}.yaml", "environment")
     except paths.OutsideDirectory as refused:
@@ -94,10 +98,8 @@ def ticked_environments(wanted: str | None, what: str, endpoints: Endpoints, own
     return ticked
 
 
-def _has_cloud_resources(name: str, env, endpoints: Endpoints, own_project: str | None) -> bool:
-    from rlops.state.bucket import of_environment
-    from rlops.state.resources import ResourceRecord
-
+def _has_cloud_resources(name: str, env: LocalEnvironment | GcpEnvironment, endpoints: Endpoints,
+                         own_project: str | None) -> bool:
     if isinstance(env, LocalEnvironment):
         return False
     if own_project and env.project.id != own_project:
@@ -113,19 +115,15 @@ def _has_cloud_resources(name: str, env, endpoints: Endpoints, own_project: str 
     return bool(resources.resources)
 
 
-def placement(env) -> tuple[str, dict[str, float]]:
+def placement(env: LocalEnvironment | GcpEnvironment) -> tuple[str, dict[str, float]]:
     """Where /lustre is for this environment's jobs, and the Ray resources a run's driver asks for."""
     if isinstance(env, LocalEnvironment):
-        from rlops.local.stack import lustre_directory
-
         return str(lustre_directory(env)), {env.local.gpu_pool.resource: 1}
     return "/lustre", {}
 
 
 def open_site(name: str, env: LocalEnvironment | GcpEnvironment, endpoints: Endpoints) -> Site:
     if isinstance(env, LocalEnvironment):
-        from rlops.local.stack import LOCAL_PROJECT, Stack
-
         stack = Stack(name, env, lambda line: emit("INFO", line))
         endpoints = stack.endpoints(endpoints)
         ray, project = RayJobs(stack.dashboard_url()), LOCAL_PROJECT
@@ -136,7 +134,10 @@ def open_site(name: str, env: LocalEnvironment | GcpEnvironment, endpoints: Endp
             return {at: workers_waiting.local_phases(at, env.woken_workers, starts) for at in wakes}
         publish = _publisher(project, endpoints, emulated=True)
     else:
-        gke = GkeCluster(name, env, endpoints)
+        from rlops.kube.gke_cluster import GkeCluster  # noqa: PLC0415 cold start: Kubernetes' and GKE's clients
+        from rlops.provision.service import target_of  # noqa: PLC0415 cold start: the Google API clients
+
+        gke = GkeCluster(target_of(name, env), env, endpoints)
         ray, project, scale, waiting = RayJobs(*gke.dashboard()), env.project.id, gke.scale, gke.waiting
         phases = gke.wake_phases
         publish = _publisher(project, endpoints, emulated=False)
@@ -145,15 +146,11 @@ def open_site(name: str, env: LocalEnvironment | GcpEnvironment, endpoints: Endp
                 resources, checkpoints_here=isinstance(env, LocalEnvironment), wake_phases=phases)
 
 
-def state_bucket(name: str, env: LocalEnvironment | GcpEnvironment, endpoints: Endpoints):
+def state_bucket(name: str, env: LocalEnvironment | GcpEnvironment, endpoints: Endpoints) -> storage.Bucket:
     """The environment's state bucket, as its functions reach it: a local environment's in its stack's storage
     emulator, which must be running (anywhere else would be a real bucket of the same name)."""
-    from rlops.state.bucket import client
-
     if isinstance(env, GcpEnvironment):
         return client(env.project.id, endpoints).bucket(env.state.bucket)
-    from rlops.local.stack import LOCAL_PROJECT, Stack
-
     stack = Stack(name, env, lambda line: emit("INFO", line))
     if "storage" not in stack.processes():
         raise Failure(f"the local environment {name} is not up; run `rlops up {name}`")
@@ -165,116 +162,8 @@ def run_records(name: str, env: LocalEnvironment | GcpEnvironment, endpoints: En
     return RunRecords(state_bucket(name, env, endpoints), env.state.prefix, name)
 
 
-class GkeCluster:
-    """A GKE environment's cluster, as the functions reach it: the API server (through its DNS endpoint,
-    with the caller's Google token), the Ray head through the API server's service proxy, the node pools."""
-
-    RESIZE_TIMEOUT_SECONDS = 400.0  # a tick runs in a function with 540 s; a longer resize is finished next tick
-
-    def __init__(self, name: str, env: GcpEnvironment, endpoints: Endpoints):
-        from rlops.cloud.base import Connection
-        from rlops.cloud.container import Clusters, NodePools
-        from rlops.provision.service import target_of
-
-        self.name, self.env, self.endpoints = name, env, endpoints
-        target, self.connection = target_of(name, env), Connection.to(endpoints)
-        self.clusters, self.node_pools = Clusters(target, self.connection), NodePools(target, self.connection)
-
-    def _endpoint(self) -> str | None:
-        """The API server's DNS endpoint; None while the cluster does not exist."""
-        cluster = self.clusters.read("cluster", self.env.cluster.name, {})
-        return None if cluster is None else cluster.fields.get("dns_endpoint_host")
-
-    def dashboard(self) -> tuple[str, dict[str, str]]:
-        from rlops.kube.cluster import ray_dashboard
-
-        endpoint = self._endpoint()
-        if endpoint is None:
-            raise Failure(f"environment {self.name}: cluster {self.env.cluster.name} does not exist; "
-                          f"run `rlops apply {self.name}`")
-        return ray_dashboard(endpoint, self.env.ray.namespace, self.env.ray.cluster_name, self.endpoints)
-
-    def scale(self, down: bool) -> None:
-        """The RayCluster's GPU worker groups and the GPU node pools, as the spec's `idle.scale_down` says."""
-        from rlops.kube.cluster import connect
-        from rlops.kube.objects import Ref
-
-        env = self.env
-        endpoint = self._endpoint()
-        if "ray-workers" in env.idle.scale_down and endpoint is not None:
-            sizes = {p.name: 0 if down else p.ray_worker_replicas for p in env.reapable_pools}
-            ray_cluster = Ref("RayCluster", env.ray.cluster_name, env.ray.namespace)
-            connect(endpoint, self.endpoints).set_worker_replicas(ray_cluster, sizes)
-        if "node-pools" in env.idle.scale_down:
-            for pool in env.reapable_pools:  # one at a time: GKE refuses a second operation on a cluster at once
-                size = 0 if down else pool.awake_nodes
-                error = self.node_pools.resize(pool.name, size).wait(self.RESIZE_TIMEOUT_SECONDS)
-                if error:
-                    raise ScaleFailed(f"node pool {pool.name}: resize to {size} nodes failed: {error}")
-
-    @requires(*kubernetes_needs(("pods", "events"), "list"))
-    def waiting(self, pool_scaled_down: bool) -> str | None:
-        """Why the RayCluster's GPU workers are not all up, from the pods, their events, the node pools and their
-        reservations (each read only when a worker is missing); None when they are up, or there is no cluster."""
-        from rlops.cloud import compute
-        from rlops.kube.cluster import connect
-        from rlops.kube.sync import RAY_CLUSTER_LABEL
-
-        env = self.env
-        endpoint = self._endpoint()
-        if endpoint is None:
-            return None
-        api = connect(endpoint, self.endpoints)
-        workers = workers_waiting.GkeWorkers(
-            wanted={pool.name: pool.ray_worker_replicas for pool in env.gpu_pools},
-            pods=api.list_labelled("Pod", {RAY_CLUSTER_LABEL: env.ray.cluster_name,
-                                           workers_waiting.NODE_TYPE_LABEL: "worker"}, env.ray.namespace),
-            pool_scaled_down=pool_scaled_down)
-        if pool_scaled_down or not workers_waiting.missing(workers):
-            return workers_waiting.on_gke(workers)
-        workers.events = api.list_labelled("Event", {}, env.ray.namespace, fields={"involvedObject.kind": "Pod"})
-        workers.pool_problems = self.node_pools.problems([pool.name for pool in env.gpu_pools])
-        for pool in env.gpu_pools:
-            if pool.reservation and (found := compute.reservation(self.connection, env.project.id, env.zone,
-                                                                  pool.reservation)):
-                reserved = found.specific_reservation
-                workers.reservations[pool.name] = (pool.reservation, reserved.count - reserved.in_use_count,
-                                                   reserved.count)
-        return workers_waiting.on_gke(workers)
-
-
-    @requires(*kubernetes_needs(("pods", "events", "nodes"), "list"))
-    def wake_phases(self, wakes: list[float]) -> dict[float, list[tuple[str, float, float]]]:
-        """Each wake phase by phase so far, from the GPU pools' resize operations, their Node objects, the worker
-        pods and the kubelet's events about them, read once (rlops.waiting.gke_phases)."""
-        from rlops.kube.cluster import connect
-        from rlops.kube.sync import RAY_CLUSTER_LABEL
-
-        env = self.env
-        endpoint = self._endpoint()
-        if endpoint is None:
-            return dict.fromkeys(wakes, [])
-        api = connect(endpoint, self.endpoints)
-        pools = [pool.name for pool in env.gpu_pools]
-        nodes = [node for pool in pools for node in api.list_labelled("Node", {GKE_NODEPOOL_LABEL: pool})]
-        pods = api.list_labelled("Pod", {RAY_CLUSTER_LABEL: env.ray.cluster_name,
-                                         workers_waiting.NODE_TYPE_LABEL: "worker"}, env.ray.namespace)
-        events = api.list_labelled("Event", {}, env.ray.namespace, fields={"involvedObject.kind": "Pod"})
-        resizes = self.node_pools.resizes(pools) if "node-pools" in env.idle.scale_down else []
-        return {at: workers_waiting.gke_phases(at, env.woken_workers, resizes, nodes, pods, events) for at in wakes}
-
-
-GKE_NODEPOOL_LABEL = "cloud.google.com/gke-nodepool"  # on every GKE node: its node pool
-
-
-class ScaleFailed(Failure):
-    pass
-
-
-def _publisher(project: str, endpoints: Endpoints, emulated: bool) -> Callable[[dict], None]:
-    from rlops.cloud import pubsub
-
-    def publish(event: dict) -> None:
+def _publisher(project: str, endpoints: Endpoints, emulated: bool) -> Callable[[dict[str, Any]], None]:
+    def publish(event: dict[str, Any]) -> None:
         if emulated and not endpoints.pubsub:
             emit("INFO", "event (no Pub/Sub emulator to publish it to)", event=event)
             return

@@ -7,8 +7,10 @@ installer. Each says something different; the most specific one that applies is 
 
 import re
 import time
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any, TypeGuard
 
 REAPED = "the reaper scaled the GPU pool down and no train message has woken it yet"
 # The events the scheduler and the autoscaler write about a waiting pod, most telling first: a cloud refusal
@@ -17,9 +19,11 @@ EVENT_ORDER = ("FailedScaleUp", "NotTriggerScaleUp", "TriggeredScaleUp", "Failed
 NCCL_INIT_CONTAINER = "wait-for-gib"  # kube/manifests/worker-rdma.yaml
 # The labels KubeRay puts on every pod it makes (ray-operator utils/constant.go).
 NODE_TYPE_LABEL, GROUP_LABEL = "ray.io/node-type", "ray.io/group"
+# A Kubernetes object or a Ray node as its API gives it, read only (kube.objects.Manifest is one).
+Json = Mapping[str, Any]
 
 
-def on_local(nodes: list[dict], pool_scaled_down: bool, joining: dict[str, float] | None = None) -> str | None:
+def on_local(nodes: Sequence[Json], pool_scaled_down: bool, joining: dict[str, float] | None = None) -> str | None:
     """A local run waits when no GPU-pool node (a non-head Ray node) is alive. `joining`: the GPU-pool workers
     started but told to join later (`local.gpu_pool.join_delay`), with when they join."""
     if any(node["state"] == "ALIVE" and not node.get("is_head_node") for node in nodes):
@@ -59,8 +63,8 @@ class GkeWorkers:
     """What GKE and Kubernetes say of an environment's GPU workers, read at one tick."""
 
     wanted: dict[str, int]                  # GPU pool (the worker group) -> Ray worker pods the spec asks for
-    pods: list[dict]                        # the RayCluster's worker pods, as the API server has them
-    events: list[dict] = field(default_factory=list)          # events about those pods
+    pods: Sequence[Json]                        # the RayCluster's worker pods, as the API server has them
+    events: Sequence[Json] = field(default_factory=list)          # events about those pods
     pool_problems: dict[str, str] = field(default_factory=dict)  # pool -> what GKE says is wrong with it
     reservations: dict[str, tuple[str, int, int]] = field(default_factory=dict)  # pool -> (name, unused, count)
     pool_scaled_down: bool = False
@@ -85,7 +89,7 @@ def on_gke(workers: GkeWorkers) -> str | None:
                             for pool, count in sorted(short.items()))
 
 
-def _pool_cause(workers: GkeWorkers, pool: str, short: int, pods: list[dict]) -> str:
+def _pool_cause(workers: GkeWorkers, pool: str, short: int, pods: Sequence[Json]) -> str:
     if pool in workers.reservations:
         name, unused, count = workers.reservations[pool]
         if unused < short:
@@ -111,21 +115,21 @@ def _pool_cause(workers: GkeWorkers, pool: str, short: int, pods: list[dict]) ->
     return "; ".join(causes) or "worker pods starting (the image pull, then Ray joins)"
 
 
-def _groups(pods: list[dict]) -> dict[str, list[dict]]:
+def _groups(pods: Sequence[Json]) -> dict[str, list[Json]]:
     """The pods of each worker group (a group is named after its GPU pool: kube/render.py)."""
-    groups: dict[str, list[dict]] = {}
+    groups: dict[str, list[Json]] = {}
     for pod in pods:
         groups.setdefault(pod["metadata"].get("labels", {}).get(GROUP_LABEL, ""), []).append(pod)
     return groups
 
 
-def _ready(pod: dict) -> bool:
+def _ready(pod: Json) -> bool:
     status = pod.get("status") or {}
     return status.get("phase") == "Running" and any(
         c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions", []))
 
 
-def _in_init(pod: dict, container: str) -> bool:
+def _in_init(pod: Json, container: str) -> bool:
     return any(s.get("name") == container and "running" in (s.get("state") or {})
                for s in (pod.get("status") or {}).get("initContainerStatuses", []))
 
@@ -160,8 +164,8 @@ def rfc3339(text: str | None) -> float | None:
     return None if not text else datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
 
 
-def gke_phases(at: float, wanted: int, resizes: list[tuple[float, float | None]], nodes: list[dict], pods: list[dict],
-               events: list[dict]) -> list[tuple[str, float, float]]:
+def gke_phases(at: float, wanted: int, resizes: list[tuple[float, float | None]], nodes: Sequence[Json],
+               pods: Sequence[Json], events: Sequence[Json]) -> list[tuple[str, float, float]]:
     """A GKE wake at `at` phase by phase, as far as it got: (phase, start, end) of GKE_PHASES.
 
     A phase ends when the last of the `wanted` workers the wake brings back has passed it: Ray's job waits for all
@@ -169,7 +173,10 @@ def gke_phases(at: float, wanted: int, resizes: list[tuple[float, float | None]]
     node pools' resize operations (start, end or None while running); `nodes`: the GPU pools' Node objects; `pods`:
     the RayCluster's worker pods; `events`: the events about them. Only what started at or after the wake counts
     (timestamps are whole seconds: a second's grace)."""
-    after = lambda t: t is not None and t >= at - 1  # noqa: E731
+
+    def after(t: float | None) -> TypeGuard[float]:
+        return t is not None and t >= at - 1
+
     wanted = max(1, wanted)
     mine = [pod for pod in pods if after(rfc3339(pod["metadata"].get("creationTimestamp")))]
     names = {pod["metadata"]["name"] for pod in mine}
@@ -181,15 +188,15 @@ def gke_phases(at: float, wanted: int, resizes: list[tuple[float, float | None]]
         if found and pod in names and after(end):
             pulls.setdefault(pod, []).append((end - go_duration(found.group(1)), end))
 
-    def last(times) -> float | None:
+    def last(times: Iterable[float | None]) -> float | None:
         """When the `wanted`-th worker got there; None while fewer have."""
         reached = sorted(t for t in times if after(t))
         return reached[wanted - 1] if len(reached) >= wanted else None
 
     mine_resized = [(start, end) for start, end in resizes if after(start)]
+    resized = [end for _, end in mine_resized if end is not None]
     ends = {
-        "resize": max((end for _, end in mine_resized), default=None)
-        if mine_resized and all(end is not None for _, end in mine_resized) else None,
+        "resize": max(resized) if mine_resized and len(resized) == len(mine_resized) else None,
         "boot": last(rfc3339(node["metadata"].get("creationTimestamp")) for node in nodes),
         "node-ready": last(rfc3339(c.get("lastTransitionTime")) for node in nodes
                            for c in (node.get("status") or {}).get("conditions", [])
@@ -242,12 +249,12 @@ def _span(seconds: float) -> str:
     return f"{minutes} min {rest:02d} s" if minutes else f"{rest} s"
 
 
-def _condition(obj: dict, kind: str) -> float | None:
+def _condition(obj: Json, kind: str) -> float | None:
     return next((rfc3339(c.get("lastTransitionTime")) for c in (obj.get("status") or {}).get("conditions", [])
                  if c.get("type") == kind and c.get("status") == "True"), None)
 
 
-def _started(pod: dict) -> float | None:
+def _started(pod: Json) -> float | None:
     """When the Ray container started (its running state), else when the pod's containers were all ready."""
     for status in (pod.get("status") or {}).get("containerStatuses", []):
         running = (status.get("state") or {}).get("running")

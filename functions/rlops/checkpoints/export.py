@@ -11,6 +11,8 @@ import json
 import shutil
 from pathlib import Path
 
+from google.cloud import storage
+
 from rlops import paths
 from rlops.checkpoints import manifest
 from rlops.permissions import calls
@@ -34,7 +36,7 @@ def differences(listed: dict[str, tuple[int, str]], content: dict) -> dict[str, 
 
 
 @calls("storage.objects.insert")
-def upload(bucket, destination: str, checkpoint: Path, content: dict) -> None:
+def upload(bucket: storage.Bucket, destination: str, checkpoint: Path, content: dict) -> None:
     """Every file of the manifest; the client checks each upload's crc32c."""
     prefix = objects_prefix(destination, content["step"])
     sources = [(entry["path"], _inside(checkpoint, entry["path"])) for entry in content["files"]]
@@ -43,13 +45,13 @@ def upload(bucket, destination: str, checkpoint: Path, content: dict) -> None:
 
 
 @calls("storage.objects.insert")
-def upload_manifest(bucket, destination: str, content: dict) -> None:
+def upload_manifest(bucket: storage.Bucket, destination: str, content: dict) -> None:
     bucket.blob(manifest_object(destination, content["step"])).upload_from_string(
         json.dumps(content, indent=1, sort_keys=True), content_type="application/json")
 
 
 @calls("storage.objects.get")
-def download(bucket, destination: str, content: dict, target: Path) -> None:
+def download(bucket: storage.Bucket, destination: str, content: dict, target: Path) -> None:
     """The export of `content`'s step into the directory `target`, which appears only once every file is there and
     matches the manifest: the files land in `target`'s sibling `.importing-NAME` first, renamed into place at
     the end, so that no reader takes a half-copied checkpoint for a complete one."""
@@ -71,7 +73,7 @@ def download(bucket, destination: str, content: dict, target: Path) -> None:
 
 
 @calls("storage.objects.list")
-def verify(bucket, destination: str, content: dict) -> dict[str, list[str]]:
+def verify(bucket: storage.Bucket, destination: str, content: dict) -> dict[str, list[str]]:
     """The export of `content`'s step under `destination`, against it: one listing, no download."""
     prefix = objects_prefix(destination, content["step"])
     listed = {blob.name[len(prefix):]: (blob.size, blob.crc32c) for blob in bucket.list_blobs(prefix=prefix)}

@@ -31,13 +31,16 @@ import argparse
 import dataclasses
 import importlib.util
 import json
+import logging
 import os
 import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.request import urlopen
 
 from rlops.checkpoints import manifest, resume
+from rlops.spec import nemo_rl_reward as reward
 
 PREFIX = "[rlops-resume] "
 WAITING = "[rlops-wait] "
@@ -75,9 +78,9 @@ def _capacity(resource: str, needed: float, seconds: float, every: float = 15.0)
     a preemption take minutes (boot, the image, gIB, Ray's join). So the attempt waits here first, within the
     recipe's bound, and an attempt that did not get them ends before its workload, which the watcher resubmits as a
     capacity failure (`gave_up`), never as the recipe's own failure."""
-    import ray
+    import ray  # noqa: PLC0415 cold start: the watcher imports this module for its constants, and needs no Ray
 
-    ray.init(address="auto", logging_level="ERROR", log_to_driver=False)
+    ray.init(address="auto", logging_level=logging.ERROR, log_to_driver=False)
     try:
         began, until = time.monotonic(), time.time() + seconds
         while True:
@@ -110,8 +113,6 @@ def gave_up(output: str) -> bool:
 def _lines(source: str) -> Iterator[str]:
     """A data file's lines, from an https:// URL or a path."""
     if source.startswith("https://"):
-        from urllib.request import urlopen
-
         with urlopen(source, timeout=60) as response:  # https only (the spec's pattern)
             for line in response:
                 yield line.decode()
@@ -131,8 +132,6 @@ def _write_rows(path: Path, rows: list[dict]) -> None:
 def _data(plan: dict) -> bool:
     """The recipe's data steps, then the check of its reward on the real data; False when the gold answers do not
     earn it."""
-    from rlops.spec import nemo_rl_reward as reward
-
     published: dict[str, list[dict]] = {}
     said: dict = {"steps": [], "checks": []}
     refusals = []

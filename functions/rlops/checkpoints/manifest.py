@@ -116,6 +116,7 @@ def _hash(path: Path, buffer: bytearray) -> tuple[int, str]:
             if extend is not None:
                 checksum = extend(checksum, address, count)
             else:
+                assert google_crc32c is not None  # `_native_extend` raised otherwise
                 checksum = google_crc32c.extend(checksum, bytes(view[:count]))
             size += count
     return size, base64.b64encode(struct.pack(">I", checksum)).decode()

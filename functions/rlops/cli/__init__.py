@@ -10,6 +10,7 @@ import sys
 
 from google.auth.exceptions import GoogleAuthError
 
+from rlops import __version__, logs
 from rlops.cli import checkpoints, helptext, infra, pipelines, runs, setup, stack, train
 from rlops.cli.common import Exit, Parser
 from rlops.endpoints import Endpoints
@@ -17,8 +18,6 @@ from rlops.errors import Failure
 
 
 def build_parser() -> Parser:
-    from rlops import __version__
-
     parser = Parser(prog="rlops", description="GitOps for GRPO post-training on GKE.")
     parser.add_argument("--version", action="version", version=f"rlops {__version__}")
     parser.add_argument("--log-format", choices=("auto", "text", "json"), default="auto",
@@ -37,8 +36,6 @@ def build_parser() -> Parser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from rlops import logs
-
     logs.to_stderr()  # before the arguments are read: a bad one is said on stderr, never on stdout
     args = build_parser().parse_args(argv)
     logs.to_stderr(args.log_format)

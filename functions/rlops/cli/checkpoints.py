@@ -3,12 +3,19 @@
 import argparse
 import json
 import sys
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-from rlops.cli.common import Exit, format_option, open_site, print_json, run_name
+from rlops.cli.common import Commands, Exit, format_option, open_site, print_json, run_name
 from rlops.errors import Failure
 
+if TYPE_CHECKING:
+    from google.cloud import storage
 
-def _checkpoint_manifest(args) -> int:
+    from rlops.sites import Site
+
+
+def _checkpoint_manifest(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from rlops.checkpoints import manifest
@@ -20,7 +27,7 @@ def _checkpoint_manifest(args) -> int:
     return Exit.OK
 
 
-def _checkpoint_verify(args) -> int:
+def _checkpoint_verify(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from rlops.checkpoints import manifest
@@ -37,7 +44,7 @@ def _checkpoint_verify(args) -> int:
     return Exit.OK if same else Exit.ERROR
 
 
-def _gs(site, url: str, flag: str) -> tuple[object, str]:
+def _gs(site: "Site", url: str, flag: str) -> "tuple[storage.Bucket, str]":
     """(bucket, prefix) of a gs:// URL, reached as the environment reaches Cloud Storage (for a local one: the
     emulator of the local environment whose state bucket it is, else its own)."""
     bucket, _, prefix = url.removeprefix("gs://").partition("/")
@@ -53,10 +60,10 @@ def _gs(site, url: str, flag: str) -> tuple[object, str]:
     return client(None, endpoints).bucket(bucket), prefix.strip("/")
 
 
-def _export_checkpoint(args) -> int:
+def _export_checkpoint(args: argparse.Namespace) -> int:
     from rlops.checkpoints.manifest import ManifestError
     from rlops.runs.exports import export_checkpoint
-    from rlops.runs.report import size
+    from rlops.runs.readable import size
 
     site = open_site(args.environment, args.endpoints)
     destination = _gs(site, args.to, "--to") if args.to else None
@@ -70,10 +77,10 @@ def _export_checkpoint(args) -> int:
     return Exit.OK
 
 
-def _import_checkpoint(args) -> int:
+def _import_checkpoint(args: argparse.Namespace) -> int:
     from rlops.checkpoints.manifest import ManifestError
     from rlops.runs.exports import import_checkpoint
-    from rlops.runs.report import size
+    from rlops.runs.readable import size
 
     site = open_site(args.environment, args.endpoints)
     recipe = args.recipe or (next(iter(site.env.recipes)) if len(site.env.recipes) == 1 else None)
@@ -95,9 +102,9 @@ def _progress(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
-def _list_checkpoints(args) -> int:
+def _list_checkpoints(args: argparse.Namespace) -> int:
     from rlops.runs import snapshot
-    from rlops.runs.report import size
+    from rlops.runs.readable import size
 
     environment, run = args.environment, args.run_name
     site = open_site(environment, args.endpoints)
@@ -118,7 +125,7 @@ def _list_checkpoints(args) -> int:
 def _metrics(said: str) -> str:
     """A checkpoint's metrics (JSON, as the manifest has them) as `reward=0.4123 loss=0.01235`: rounded for the
     table; `--format json` keeps the numbers whole."""
-    from rlops.runs.report import number
+    from rlops.runs.readable import number
 
     if said == "-":
         return said
@@ -126,11 +133,11 @@ def _metrics(said: str) -> str:
                     for name, value in json.loads(said).items())
 
 
-def add_commands(commands) -> None:
+def add_commands(commands: Commands) -> None:
     checkpoints = commands.add_parser("checkpoints", help="checkpoint manifests: list a run's, build one, verify one")
     verbs = checkpoints.add_subparsers(dest="verb", required=True, metavar="VERB")
 
-    def of_a_run(verb: str, run, help: str) -> argparse.ArgumentParser:
+    def of_a_run(verb: str, run: Callable[[argparse.Namespace], int], help: str) -> argparse.ArgumentParser:
         parser = verbs.add_parser(verb, help=help)
         parser.add_argument("environment", metavar="ENV")
         parser.add_argument("run_name", type=run_name, metavar="RUN")

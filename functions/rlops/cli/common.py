@@ -1,12 +1,24 @@
 """What every command shares: the exit codes, the one way to load an environment's spec, printing."""
 
 import argparse
+import json
+import re
 import sys
+from collections.abc import Callable, Sequence
 from enum import IntEnum
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NoReturn, TypeAlias
 
 from rlops import environments
 from rlops.endpoints import Endpoints
 from rlops.errors import Failure
+
+if TYPE_CHECKING:  # each command imports these when it runs: `rlops validate` and `--help` go without them
+    from google.cloud import storage
+
+    from rlops.provision.service import CloudEnvironment
+    from rlops.sites import Site
+    from rlops.spec.model import GcpEnvironment, LocalEnvironment
 
 
 class Exit(IntEnum):
@@ -22,23 +34,27 @@ class Exit(IntEnum):
 
 
 class Parser(argparse.ArgumentParser):
-    def parse_known_args(self, args=None, namespace=None):
-        parsed, extras = super().parse_known_args(args, namespace)
+    def parse_known_args(self, args: Sequence[str] | None = None,
+                         namespace: argparse.Namespace | None = None) -> tuple[argparse.Namespace, list[str]]:
+        parsed, extras = super().parse_known_args(args, namespace if namespace is not None else argparse.Namespace())
         if extras and " " in self.prog:  # a subcommand's unknown flag: its own usage, not the top level's
             self.error(f"unrecognized arguments: {' '.join(extras)}")
         return parsed, extras
 
-    def error(self, message: str):  # argparse exits 2, which `validate` and `plan` give a meaning of their own
+    def error(self, message: str) -> NoReturn:  # argparse exits 2, which `validate` and `plan` mean otherwise
         self.print_usage(sys.stderr)
         self.exit(Exit.ERROR, f"{self.prog}: error: {message}\n")
+
+
+# What `add_subparsers` returns, which each module's `add_commands` adds its commands to (argparse names no public
+# type for it).
+Commands: TypeAlias = "argparse._SubParsersAction[Parser]"
 
 
 def run_name(text: str) -> str:
     """A RUN argument: a name a train message may carry (a DNS label of at most 40 characters); any other text
     could name a path (`../x`) where rlops keeps a run's checkpoints, reports and records."""
-    import re
-
-    from rlops.spec.model import DNS_LABEL
+    from rlops.spec.field_types import DNS_LABEL
 
     if len(text) > 40 or not re.fullmatch(DNS_LABEL, text):
         raise argparse.ArgumentTypeError(f"{text!r}: a run name is 1-40 lowercase letters, digits or hyphens, "
@@ -46,7 +62,8 @@ def run_name(text: str) -> str:
     return text
 
 
-def environment_command(commands, name: str, run, help: str, **options) -> argparse.ArgumentParser:
+def environment_command(commands: Commands, name: str, run: Callable[[argparse.Namespace], int], help: str,
+                        **options: Any) -> argparse.ArgumentParser:
     """A command whose first argument is the environment (ENV), carried out by `run(args)`."""
     command = commands.add_parser(name, help=help, **options)
     command.add_argument("environment", metavar="ENV")
@@ -54,7 +71,7 @@ def environment_command(commands, name: str, run, help: str, **options) -> argpa
     return command
 
 
-def load_spec(name: str):
+def load_spec(name: str) -> "tuple[Path, str, GcpEnvironment | LocalEnvironment]":
     """The spec of environment NAME (or at a path): (path, name, environment); a Failure when it does not load."""
     from rlops.spec.load import load
 
@@ -63,12 +80,12 @@ def load_spec(name: str):
         raise Failure(f"no spec for environment {name!r}: {path} does not exist"
                       + environments.did_you_mean(name, environments.known_names()))
     loaded = load(path)
-    if loaded.problems:
+    if loaded.environment is None:  # set exactly when there is no problem
         raise Failure("\n".join(map(str, loaded.problems)) + f"\n{path}: fix the spec first (rlops validate)")
     return path, loaded.name, loaded.environment
 
 
-def open_site(name: str, endpoints: Endpoints):
+def open_site(name: str, endpoints: Endpoints) -> "Site":
     """The environment's runs (a local one's with its stack's emulators)."""
     from rlops import sites
 
@@ -76,7 +93,7 @@ def open_site(name: str, endpoints: Endpoints):
     return sites.open_site(env_name, env, endpoints)
 
 
-def load_gcp(name: str):
+def load_gcp(name: str) -> "tuple[Path, CloudEnvironment | None]":
     """(path, provision.service.CloudEnvironment), or (path, None) for a local environment."""
     from rlops.provision.service import CloudEnvironment
     from rlops.spec.model import GcpEnvironment
@@ -85,7 +102,7 @@ def load_gcp(name: str):
     return path, CloudEnvironment(env_name, env) if isinstance(env, GcpEnvironment) else None
 
 
-def cloud_environment(name: str, verb: str):
+def cloud_environment(name: str, verb: str) -> "CloudEnvironment":
     """The GCP environment NAME; a local one is a usage error: it has no cloud resources to `verb`."""
     _, env = load_gcp(name)
     if env is None:
@@ -93,7 +110,7 @@ def cloud_environment(name: str, verb: str):
     return env
 
 
-def bucket(env, endpoints: Endpoints):
+def bucket(env: "CloudEnvironment", endpoints: Endpoints) -> "storage.Bucket":
     from rlops.state.bucket import of_environment
 
     return of_environment(env.spec, endpoints)
@@ -104,9 +121,7 @@ def format_option(command: argparse.ArgumentParser) -> None:
                          help="text for a person; json: one document for a program")
 
 
-def print_json(document) -> None:
-    import json
-
+def print_json(document: object) -> None:
     print(json.dumps(document, default=str), flush=True)
 
 

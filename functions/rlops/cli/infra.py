@@ -3,10 +3,13 @@
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rlops import environments
 from rlops.cli.common import (
+    Commands,
     Exit,
     bucket,
     cloud_environment,
@@ -16,8 +19,10 @@ from rlops.cli.common import (
     print_json,
     say,
 )
-from rlops.cloud.base import Connection
 from rlops.errors import Failure
+
+if TYPE_CHECKING:
+    from rlops.provision.plan import Plan
 
 
 def _validate(args: argparse.Namespace) -> int:
@@ -104,10 +109,8 @@ def _schema(args: argparse.Namespace) -> int:
     return Exit.OK
 
 
-
-
-
 def _plan(args: argparse.Namespace) -> int:
+    from rlops.cloud.base import Connection
     from rlops.provision import output, service
 
     plans = []
@@ -154,6 +157,7 @@ def _plan(args: argparse.Namespace) -> int:
 
 
 def _doctor(args: argparse.Namespace) -> int:
+    from rlops.cloud.base import Connection
     from rlops.provision import accounts, doctor
 
     env = cloud_environment(args.environment, "doctor")
@@ -172,12 +176,12 @@ def _needs_terminal(args: argparse.Namespace, verb: str) -> None:
                       f"--yes to {verb} without asking (the apply pipeline does){reviewed}; nothing was changed")
 
 
-def _confirmation(args: argparse.Namespace, verb: str, name: str):
+def _confirmation(args: argparse.Namespace, verb: str, name: str) -> "Callable[[Plan], bool]":
     """The Session's `confirm`: show the plan, then, unless --yes, ask for the environment's name, as Terraform
     asks for `yes`."""
     from rlops.provision import output
 
-    def confirm(plan) -> bool:
+    def confirm(plan: "Plan") -> bool:
         sys.stdout.write(output.text(plan))
         sys.stdout.flush()
         return args.yes or input(f"Type the environment name ({name}) to {verb} it: ").strip() == name
@@ -186,6 +190,7 @@ def _confirmation(args: argparse.Namespace, verb: str, name: str):
 
 
 def _apply(args: argparse.Namespace) -> int:
+    from rlops.cloud.base import Connection
     from rlops.provision import service
 
     env = cloud_environment(args.environment, "apply")
@@ -220,8 +225,10 @@ def _apply(args: argparse.Namespace) -> int:
             raise Failure(f"doctor: {len(stopping)} check(s) failed; nothing was changed (`rlops doctor "
                           f"{env.name}` for all of them, `--skip-doctor` to apply anyway)")
         say(f"doctor: {len(findings)} checks, none failed")
-    session = service.Session(env, Connection.to(args.endpoints), bucket(env, args.endpoints), say, args.lock_timeout,
-                              args.ready_timeout)
+    from rlops.provision.session import Session, Superseded
+
+    session = Session(env, Connection.to(args.endpoints), bucket(env, args.endpoints), say, args.lock_timeout,
+                      args.ready_timeout)
 
     def newer(other: str) -> bool:
         from rlops.cloud.git import descends_from
@@ -233,7 +240,7 @@ def _apply(args: argparse.Namespace) -> int:
     try:
         plan = session.apply(delete_data=args.delete_data, confirm=_confirmation(args, "apply", env.name),
                              commit=args.commit, newer=newer, reviewed=reviewed)
-    except service.Superseded as skipped:
+    except Superseded as skipped:
         say(f"skipped: {skipped}")
         return Exit.OK
     say(f"Apply complete for {env.name}: {plan.summary()}." if plan.has_changes else f"{env.name}: no changes.")
@@ -241,11 +248,12 @@ def _apply(args: argparse.Namespace) -> int:
 
 
 def _destroy(args: argparse.Namespace) -> int:
-    from rlops.provision import service
+    from rlops.cloud.base import Connection
+    from rlops.provision.session import Session
 
     env = cloud_environment(args.environment, "destroy")
     _needs_terminal(args, "destroy")
-    session = service.Session(env, Connection.to(args.endpoints), bucket(env, args.endpoints), say, args.lock_timeout)
+    session = Session(env, Connection.to(args.endpoints), bucket(env, args.endpoints), say, args.lock_timeout)
     plan = session.destroy(args.delete_data, _confirmation(args, "destroy", env.name))
     say(f"Destroy complete for {env.name}: {plan.summary()}." if plan.has_changes
         else f"{env.name}: nothing to destroy.")
@@ -253,6 +261,7 @@ def _destroy(args: argparse.Namespace) -> int:
 
 
 def _render(args: argparse.Namespace) -> int:
+    from rlops.cloud.base import Connection
     from rlops.kube import render
     from rlops.provision import service
 
@@ -282,7 +291,12 @@ def _unlock(args: argparse.Namespace) -> int:
     return Exit.OK
 
 
-def add_commands(commands) -> None:
+def _lock_timeout_option(command: argparse.ArgumentParser) -> None:
+    command.add_argument("--lock-timeout", type=float, default=600.0, metavar="SECONDS",
+                         help="how long to wait for another apply of this environment (default 600)")
+
+
+def add_commands(commands: Commands) -> None:
     validate = commands.add_parser("validate", help="check environment specs; exit 2 when any has a problem")
     validate.add_argument("files", nargs="*", help="spec files (default: every environments/*.yaml)")
     validate.add_argument("--describe", action="store_true", help="also say what each valid spec describes")
@@ -312,12 +326,10 @@ def add_commands(commands) -> None:
                       "live state it read, for `rlops apply ENV --plan FILE` (one environment, not --offline)")
     plan.set_defaults(run=_plan)
 
-    lock_timeout = dict(type=float, default=600.0, metavar="SECONDS",
-                        help="how long to wait for another apply of this environment (default 600)")
     apply = environment_command(commands, "apply", _apply, "make the cloud match the spec")
     apply.add_argument("--dry-run", action="store_true", help="print every request apply would send, send none")
     apply.add_argument("--offline", action="store_true", help="with --dry-run: as if nothing existed yet")
-    apply.add_argument("--lock-timeout", **lock_timeout)
+    _lock_timeout_option(apply)
     apply.add_argument("--ready-timeout", type=float, default=1800.0, metavar="SECONDS",
                        help="how long to wait for the NCCL installer and the RayCluster to be ready (default 1800)")
     apply.add_argument("--delete-data", action="store_true",
@@ -344,7 +356,7 @@ def add_commands(commands) -> None:
     destroy.add_argument("--delete-data", action="store_true",
                          help="also delete the Lustre instance (also needs lustre.deletion_policy: delete)")
     destroy.add_argument("--yes", action="store_true", help="do not ask for confirmation")
-    destroy.add_argument("--lock-timeout", **lock_timeout)
+    _lock_timeout_option(destroy)
 
     render = environment_command(
         commands, "render", _render, "print the in-cluster objects as one YAML stream (Secret values redacted)")

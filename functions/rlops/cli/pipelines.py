@@ -1,16 +1,17 @@
 """The CLI the Cloud Build pipelines run: which environments a push changed, and the pull request's plan comment."""
 
+import argparse
 import sys
 from pathlib import Path
 
 from rlops import environments
-from rlops.cli.common import Exit
+from rlops.cli.common import Commands, Exit
 from rlops.cloud import git
 from rlops.endpoints import Endpoints
 from rlops.errors import Failure
 
 
-def _fetch(args) -> int:
+def _fetch(args: argparse.Namespace) -> int:
     """The history a trigger's checkout lacks: Cloud Build clones one commit (depth 1) and leaves `origin`
     without credentials, so a private repository is fetched with the build's GitHub token, sent as an HTTP
     header from git's environment (never in a URL, an argument or the output)."""
@@ -25,7 +26,7 @@ def _fetch(args) -> int:
     return Exit.OK
 
 
-def _changed(args) -> int:
+def _changed(args: argparse.Namespace) -> int:
     folder = environments.directory().resolve()
     root = git.top(folder)
     git.check_revision(args.since, root)
@@ -71,7 +72,7 @@ def _unapplied(folder: Path, touched: set[str], endpoints: Endpoints) -> list[st
     names = []
     for path in environments.spec_files(folder):
         loaded = load(path)
-        if loaded.problems:
+        if loaded.environment is None:  # set exactly when there is no problem
             names += [path.stem] if path.stem in touched else []
             continue
         if isinstance(loaded.environment, LocalEnvironment):
@@ -99,7 +100,7 @@ def _is_gcp(path: Path) -> bool:
     return not isinstance(loaded.environment, LocalEnvironment)  # an invalid spec counts: validate reports it
 
 
-def _comment(args) -> int:
+def _comment(args: argparse.Namespace) -> int:
     from rlops.cloud.github import GitHub
     from rlops.provision.output import MARKDOWN_SPLIT
 
@@ -112,7 +113,7 @@ def _comment(args) -> int:
     return Exit.OK
 
 
-def _has_label(args) -> int:
+def _has_label(args: argparse.Namespace) -> int:
     from rlops.cloud.github import GitHub
 
     present = args.label in GitHub(args.repo, args.endpoints.github).labels(args.pr)
@@ -120,7 +121,7 @@ def _has_label(args) -> int:
     return Exit.OK if present else Exit.ERROR
 
 
-def add_commands(commands) -> None:
+def add_commands(commands: Commands) -> None:
     changed = commands.add_parser(
         "changed",
         help="the environments whose spec files changed between two commits (or are not applied yet), one per line",

@@ -6,18 +6,24 @@ import os
 import sys
 import time
 from datetime import UTC
+from typing import TYPE_CHECKING
 
 from rlops import environments
-from rlops.cli.common import Exit, environment_command, load_spec, open_site, run_name
+from rlops.cli.common import Commands, Exit, environment_command, load_spec, open_site, run_name
 from rlops.errors import Failure
 
+if TYPE_CHECKING:
+    from rlops.sites import Site
+    from rlops.spec.model import GcpEnvironment, LocalEnvironment
+    from rlops.state.run_records import Attempt, Refusal, RunRecord, RunRecords
 
-def _status(args) -> int:
+
+def _status(args: argparse.Namespace) -> int:
     from dataclasses import asdict
 
     from rlops import sites
     from rlops.runs.policy import TERMINAL
-    from rlops.runs.report import set_aside_said
+    from rlops.runs.report_page import set_aside_said
     from rlops.runs.train import refusals_shown
     from rlops.state.run_records import RunState
 
@@ -64,7 +70,7 @@ def _status(args) -> int:
     return Exit.ERROR if args.follow and args.run_name and rows[0].state != RunState.SUCCEEDED else Exit.OK
 
 
-def _report(args) -> int:
+def _report(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from rlops.runs import reporting
@@ -85,7 +91,7 @@ def _report(args) -> int:
     return Exit.OK
 
 
-def _cost(args) -> int:
+def _cost(args: argparse.Namespace) -> int:
     from datetime import datetime
     from pathlib import Path
 
@@ -112,7 +118,7 @@ def _cost(args) -> int:
     return Exit.OK
 
 
-def _waking(records, env_name: str, env) -> str | None:
+def _waking(records: "RunRecords", env_name: str, env: "GcpEnvironment | LocalEnvironment") -> str | None:
     """Which phase the GPU pool's latest wake is in and for how long, as the reaper's last tick measured it (None
     when no wake is under way)."""
     from rlops import waiting
@@ -127,14 +133,14 @@ def _waking(records, env_name: str, env) -> str | None:
     return "GPU pool " + waiting.wake_line(wake.at, list(wake.phases), time.time(), first + waiting.LATER_PHASES)
 
 
-def _status_json(environment: str, rows: list, refusals: list) -> dict:
+def _status_json(environment: str, rows: "list[RunRecord]", refusals: "list[Refusal]") -> dict[str, object]:
     """What the table says, as data: each run's state, attempt, step, checkpoint, reward, why it waits, when it
     was made, when it started, how long it ran and the time left (seconds); the refusals of a run that never
     started."""
     from dataclasses import asdict
 
+    from rlops.runs.pace import progress
     from rlops.runs.policy import TERMINAL
-    from rlops.runs.report import progress
 
     now = time.time()
 
@@ -147,11 +153,12 @@ def _status_json(environment: str, rows: list, refusals: list) -> dict:
             "refusals": [{"run": f.run, "message": f.message, "at": f.at, "reason": f.reason} for f in refusals]}
 
 
-def _table(rows: list) -> str:
-    from rlops.runs.report import duration, progress
+def _table(rows: "list[RunRecord]") -> str:
+    from rlops.runs.pace import progress
+    from rlops.runs.readable import duration
 
     header = ("RUN", "STATE", "ATTEMPT", "STEP", "CHECKPOINT", "REWARD", "STARTED", "DURATION", "ETA")
-    lines = [header]
+    lines: list[tuple[str, ...]] = [header]
     now = time.time()
     for r in sorted(rows, key=lambda r: r.created_at):
         said = progress(r, now)
@@ -163,11 +170,11 @@ def _table(rows: list) -> str:
     return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)).rstrip() for line in lines)
 
 
-def _dash(value) -> str:
+def _dash(value: object) -> str:
     return "-" if value is None else str(value)
 
 
-def _logs(args) -> int:
+def _logs(args: argparse.Namespace) -> int:
     site = open_site(args.environment, args.endpoints)
     record, _ = site.records.get(args.run_name)
     if record is None:
@@ -191,7 +198,7 @@ def _logs(args) -> int:
     return Exit.OK
 
 
-def _follow(site, run: str, attempt) -> int:
+def _follow(site: "Site", run: str, attempt: "Attempt") -> int:
     from rlops.runs.follow import follow
     from rlops.state.run_records import RunState
 
@@ -209,7 +216,7 @@ def _follow(site, run: str, attempt) -> int:
     return Exit.OK if ended == RunState.SUCCEEDED else Exit.ERROR
 
 
-def _cancel(args) -> int:
+def _cancel(args: argparse.Namespace) -> int:
     from rlops.cloud.ray_jobs import ACTIVE
     from rlops.runs.cancel import STOP_WAIT_SECONDS, cancel
 
@@ -228,7 +235,7 @@ def _cancel(args) -> int:
     return Exit.OK
 
 
-def add_commands(commands) -> None:
+def add_commands(commands: Commands) -> None:
     cost = environment_command(commands, "cost", _cost, "GPU-hours and dollars: used, waking, idle and reaped, per "
                                                         "pool and per run, with a PNG timeline")
     cost.add_argument("--since", metavar="DATE", help="from this UTC date or time (default: all the pool's history)")

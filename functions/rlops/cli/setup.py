@@ -4,7 +4,7 @@
 import argparse
 import sys
 
-from rlops.cli.common import Exit, cloud_environment, say
+from rlops.cli.common import Commands, Exit, cloud_environment, say
 from rlops.errors import Failure
 
 
@@ -39,7 +39,7 @@ def _bootstrap(args: argparse.Namespace) -> int:
     return Exit.OK
 
 
-def add_commands(commands) -> None:
+def add_commands(commands: Commands) -> None:
     boot = commands.add_parser("bootstrap", help="the gcloud commands from an empty project to push-to-provision: "
                                                  "APIs, state bucket, secrets, service accounts with the roles "
                                                  "`rlops iam` derives, deploy, triggers",

@@ -1,10 +1,16 @@
 """The CLI for the local stack and the ticks its scheduler runs, by hand: up, down, watch, snapshot, reap."""
 
-from rlops.cli.common import Exit, environment_command, format_option, load_spec, open_site, print_json
+import argparse
+from typing import TYPE_CHECKING
+
+from rlops.cli.common import Commands, Exit, environment_command, format_option, load_spec, open_site, print_json
 from rlops.errors import Failure
 
+if TYPE_CHECKING:
+    from rlops.local.stack import Stack
 
-def local_stack(name: str, verb: str):
+
+def local_stack(name: str, verb: str) -> "Stack":
     from rlops.local.stack import Stack
     from rlops.spec.model import LocalEnvironment
 
@@ -15,17 +21,17 @@ def local_stack(name: str, verb: str):
     return Stack(env_name, env, lambda text: print(text, flush=True))
 
 
-def _up(args) -> int:
+def _up(args: argparse.Namespace) -> int:
     local_stack(args.environment, "up").up()
     return Exit.OK
 
 
-def _down(args) -> int:
+def _down(args: argparse.Namespace) -> int:
     local_stack(args.environment, "down").down()
     return Exit.OK
 
 
-def _watch(args) -> int:
+def _watch(args: argparse.Namespace) -> int:
     from rlops.runs.watch import tick
 
     events = tick(open_site(args.environment, args.endpoints))
@@ -40,7 +46,7 @@ def _watch(args) -> int:
     return Exit.OK
 
 
-def _snapshot(args) -> int:
+def _snapshot(args: argparse.Namespace) -> int:
     from rlops.runs import snapshot
 
     events = snapshot.tick(open_site(args.environment, args.endpoints))
@@ -54,7 +60,7 @@ def _snapshot(args) -> int:
     return Exit.OK
 
 
-def _reap(args) -> int:
+def _reap(args: argparse.Namespace) -> int:
     from rlops.reaper.reap import reap
 
     decision, actions = reap(open_site(args.environment, args.endpoints), dry_run=args.dry_run)
@@ -71,7 +77,7 @@ def _reap(args) -> int:
     return Exit.OK
 
 
-def add_commands(commands) -> None:
+def add_commands(commands: Commands) -> None:
     environment_command(commands, "up", _up, "start a local environment: Ray, the state bucket, Pub/Sub, the functions")
     environment_command(commands, "down", _down, "stop exactly the processes `up` started, by their PIDs")
 

@@ -1,16 +1,23 @@
 """The CLI's `train`: a run's train message, checked and sent (or, with --dry-run, the job it would submit)."""
 
+import argparse
 import json
 import os
 import sys
+from typing import TYPE_CHECKING, Any
 
-from rlops.cli.common import Exit, environment_command, load_spec
+from rlops.cli.common import Commands, Exit, environment_command, load_spec
 from rlops.cli.stack import local_stack
 from rlops.endpoints import Endpoints
 from rlops.errors import Failure
 
+if TYPE_CHECKING:
+    from rlops.local.stack import Stack
+    from rlops.runs.message import TrainMessage
+    from rlops.spec.model import GcpEnvironment, LocalEnvironment
 
-def _typed(text: str):
+
+def _typed(text: str) -> bool | int | float | str:
     """`--set` values: JSON scalars (4, 0.001, true, "x") as such, anything else as a string."""
     try:
         value = json.loads(text)
@@ -19,7 +26,7 @@ def _typed(text: str):
     return value if isinstance(value, (bool, int, float, str)) else text
 
 
-def _train(args) -> int:
+def _train(args: argparse.Namespace) -> int:
     from rlops import sites
     from rlops.runs import message, train
     from rlops.spec.model import LocalEnvironment
@@ -70,7 +77,8 @@ def _train(args) -> int:
     return Exit.OK
 
 
-def _would_submit(env_name: str, env, parsed, settings: dict) -> str:
+def _would_submit(env_name: str, env: "GcpEnvironment | LocalEnvironment", parsed: "TrainMessage",
+                  settings: dict[str, Any]) -> str:
     """What the train function would submit for this message, like `helm template`: nothing is sent."""
     import yaml
 
@@ -78,6 +86,7 @@ def _would_submit(env_name: str, env, parsed, settings: dict) -> str:
     from rlops.runs import jobs
     from rlops.sites import placement
     from rlops.spec import nemo_rl
+    from rlops.spec.model import GcpEnvironment
 
     recipe = env.recipes[parsed.recipe]
     lustre, resources = placement(env)
@@ -94,7 +103,7 @@ def _would_submit(env_name: str, env, parsed, settings: dict) -> str:
     if recipe.driver_on_head:
         lines.append("# runtime_env.env_vars reach every actor, whichever node the driver runs on: NeMo RL's init_ray "
                      "copies the driver's environment into them")
-    if recipe.runner == "nemo-rl":
+    if recipe.runner == "nemo-rl" and isinstance(env, GcpEnvironment):  # a valid spec has nemo-rl on GCP only
         tag = nemo_rl.tag_for(env.ray.image)
         if tag is None:
             lines.append(f"# {nemo_rl.unsupported(env.ray.image)}")
@@ -109,14 +118,16 @@ def _would_submit(env_name: str, env, parsed, settings: dict) -> str:
     return "\n".join(lines)
 
 
-def _check_data(env, parsed, settings: dict, path: str, samples: int | None) -> int:
+def _check_data(env: "GcpEnvironment | LocalEnvironment", parsed: "TrainMessage", settings: dict[str, Any], path: str,
+                samples: int | None) -> int:
     """`--check-data FILE`: FILE's first rows, as the recipe's data source publishes them, through its data steps,
     read and rewarded as its NeMo RL tag reads and rewards a model's answer (`spec.nemo_rl_reward`)."""
     from rlops.spec import nemo_rl
     from rlops.spec import nemo_rl_reward as reward
+    from rlops.spec.model import GcpEnvironment
 
     recipe = env.recipes[parsed.recipe]
-    if recipe.runner != "nemo-rl":
+    if recipe.runner != "nemo-rl" or not isinstance(env, GcpEnvironment):  # a valid spec has nemo-rl on GCP only
         raise Failure(f"--check-data: {parsed.recipe} runs {recipe.runner}; the check follows NeMo RL's data loading "
                       "and math reward")
     tag = nemo_rl.tag_for(env.ray.image)
@@ -162,7 +173,7 @@ def _check_data(env, parsed, settings: dict, path: str, samples: int | None) -> 
     return Exit.UNEARNED
 
 
-def _send_local(stack, data: bytes, endpoints: Endpoints) -> str:
+def _send_local(stack: "Stack", data: bytes, endpoints: Endpoints) -> str:
     """Through the emulator's train topic when it runs; else the CloudEvent its push subscription would POST."""
     from rlops.cloud import pubsub
     from rlops.local.stack import LOCAL_PROJECT, post_cloud_event
@@ -177,7 +188,7 @@ def _send_local(stack, data: bytes, endpoints: Endpoints) -> str:
     return "posted to the train function (no Pub/Sub emulator)"
 
 
-def add_commands(commands) -> None:
+def add_commands(commands: Commands) -> None:
     train = environment_command(
         commands, "train", _train, "send a train message: start run NAME of a recipe, exactly once")
     train.add_argument("--recipe", required=True)

@@ -1,7 +1,7 @@
 """Artifact Registry: the image cache, a Docker remote repository of the Ray image's registry (artifactregistry v1
 through google-api-python-client, as servicenetworking), and who may read it (its IAM policy)."""
 
-from rlops.cloud.base import Connection, Pending, Read, Target, call, get_or_none, longrunning, read_each
+from rlops.cloud.base import Connection, Http, Pending, Read, Target, call, get_or_none, longrunning, read_each
 from rlops.permissions import calls
 from rlops.resource_shapes import Live, Resource
 from rlops.spec.images import DOCKER_HUB
@@ -13,7 +13,7 @@ READER = "roles/artifactregistry.reader"
 class RemoteRepositories:
     kinds = ("remote_repository",)
 
-    def __init__(self, target: Target, connection: Connection, http=None):
+    def __init__(self, target: Target, connection: Connection, http: Http | None = None):
         self.target = target
         self.client = connection.discovery(API, "v1", http)
 

@@ -8,14 +8,17 @@ import os
 import random
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, ParamSpec, Protocol, TypeVar
 
+import google.auth
 import httplib2
 import requests
 from google.api_core import exceptions as gexc
 from google.api_core.gapic_v1.client_info import ClientInfo
+from google.auth.credentials import AnonymousCredentials
+from google_auth_httplib2 import AuthorizedHttp
 
 from rlops.endpoints import Endpoints
 from rlops.errors import Failure
@@ -23,6 +26,10 @@ from rlops.permissions import lacking_permission
 from rlops.resource_shapes import Live, Resource
 
 OWNER_MARK = "rlops-managed-by=rlops"
+
+P = ParamSpec("P")
+T = TypeVar("T")
+Client = TypeVar("Client")
 
 
 @dataclass(frozen=True)
@@ -44,9 +51,16 @@ class Target:
     def owns_description(self, description: str | None) -> bool:
         return f"rlops-env={self.environment}" in (description or "") and OWNER_MARK in (description or "")
 
-    def owns_labels(self, labels) -> bool:
+    def owns_labels(self, labels: Mapping[str, str] | None) -> bool:
         labels = dict(labels or {})
         return labels.get("rlops-managed-by") == "rlops" and labels.get("rlops-env") == self.environment
+
+
+class Http(Protocol):
+    """What google-api-python-client asks of the `http` it is given: httplib2.Http's `request`."""
+
+    def request(self, uri: str, method: str = "GET", body: str | bytes | None = None,
+                headers: dict[str, str] | None = None) -> tuple[httplib2.Response, bytes]: ...
 
 
 @dataclass(frozen=True)
@@ -63,7 +77,6 @@ class Connection:
         """Google's APIs with application default credentials, or, where `endpoints.apis` names a fake, no
         credentials at all unless some are configured (`endpoints.credentials`)."""
         if endpoints.apis and not endpoints.credentials:
-            from google.auth.credentials import AnonymousCredentials
             return cls(credentials=AnonymousCredentials(), endpoints=endpoints)
         return cls(endpoints=endpoints)
 
@@ -73,17 +86,14 @@ class Connection:
 
     # GAPIC clients are thread-safe and keep their HTTP connections open: one of each per connection,
     # shared by every environment's adapters, so planning ten environments does not open ten sets.
-    _clients: dict = field(default_factory=dict, compare=False, repr=False)
+    _clients: dict[Callable[..., Any], Any] = field(default_factory=dict, compare=False, repr=False)
     _clients_lock: threading.Lock = field(default_factory=threading.Lock, compare=False, repr=False)
 
-    def discovery(self, api: str, version: str, http=None):
+    def discovery(self, api: str, version: str, http: Http | None = None) -> Any:
         """A google-api-python-client of `api` (for the APIs with no GAPIC library), from its bundled discovery
-        document."""
-        import google.auth
-        import httplib2
-        from google_auth_httplib2 import AuthorizedHttp
-        from googleapiclient import discovery
-        from googleapiclient.http import set_user_agent
+        document. Any: its resources and methods are made at run time from that document."""
+        from googleapiclient import discovery  # noqa: PLC0415 cold start: only where a discovery client is built
+        from googleapiclient.http import set_user_agent  # noqa: PLC0415 cold start: as above
 
         if http is None:
             credentials = self.credentials
@@ -93,7 +103,7 @@ class Connection:
         return discovery.build(api, version, static_discovery=True, cache_discovery=False,
                                client_options=self.client_options(api), http=http)
 
-    def gapic(self, api: str, client_class: type):
+    def gapic(self, api: str, client_class: Callable[..., Client]) -> Client:
         """The one `client_class` (a GAPIC client of `api`) of this connection, over REST."""
         with self._clients_lock:
             if client_class not in self._clients:
@@ -119,11 +129,16 @@ class ResourceAdapter(Protocol):
     kinds to adapters). `fields` is what finds the resource: the desired fields, or the recorded ones of a
     resource the spec dropped (its region, zone or cluster)."""
 
-    kinds: tuple[str, ...]
-    target: Target
+    # Read-only: an adapter's `kinds = ("network", "subnetwork")` is a tuple of literal strings.
+    @property
+    def kinds(self) -> tuple[str, ...]: ...
+
+    @property
+    def target(self) -> Target: ...
 
     def reads(self, wanted: list[tuple[str, str, dict]]) -> list[Read]:
         """The calls that read these (kind, name, fields): one list per kind where the API has one."""
+        ...
 
     def read(self, kind: str, name: str, fields: dict) -> Live | None: ...
 
@@ -153,7 +168,7 @@ class RetryPolicy:
     base_seconds: float = 0.5
     cap_seconds: float = 30.0
 
-    def delays(self):
+    def delays(self) -> Iterator[float]:
         for attempt in range(self.attempts - 1):
             # Full jitter: concurrent appliers that failed together do not retry together.
             yield random.uniform(0, min(self.cap_seconds, self.base_seconds * 2 ** attempt))
@@ -180,7 +195,7 @@ GKE_BUSY = ("incompatible operation", "please wait and try again once it is done
             "is currently being created, deleted, updated or repaired")
 
 
-def call(api: str, what: str, function: Callable, *args, **kwargs):
+def call(api: str, what: str, function: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
     """Run one API call, retrying transient failures with exponential backoff and jitter."""
     delays = RETRY.delays()
     while True:
@@ -196,7 +211,7 @@ def call(api: str, what: str, function: Callable, *args, **kwargs):
             time.sleep(delay)
 
 
-def get_or_none(api: str, what: str, function: Callable, *args, **kwargs):
+def get_or_none(api: str, what: str, function: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T | None:
     """`call` for a read: None when the resource does not exist."""
     try:
         return call(api, what, function, *args, **kwargs)

@@ -5,6 +5,9 @@ One handler per kind (`HANDLERS`), each following `cloud.base.ResourceAdapter`; 
 list read, the get, the delete, waiting on an operation) is `_ComputeKind`.
 """
 
+from typing import Generic, TypeVar
+
+from google.api_core.extended_operation import ExtendedOperation
 from google.cloud import compute_v1
 
 from rlops.cloud.base import (
@@ -22,9 +25,10 @@ from rlops.permissions import calls
 from rlops.resource_shapes import Live, Resource
 
 API = "compute"
+Item = TypeVar("Item")  # the kind's compute_v1 message (compute_v1.Network, ...)
 
 
-class _ComputeKind:
+class _ComputeKind(Generic[Item]):
     kind: str
     client_class: type
     argument: str          # the resource's name in the client's calls: network=, firewall=, ...
@@ -70,12 +74,12 @@ class _ComputeKind:
         found = get_or_none(API, f"get {kind} {name}", self.client.get, **self._where(fields), **{self.argument: name})
         return None if found is None else self.live(found)
 
-    def live(self, item) -> Live:
+    def live(self, item: Item) -> Live:
         raise NotImplementedError
 
     # -- create / update / delete -----------------------------------------------------------
     @calls("compute.{collection}.insert", "compute.{operations}.get")
-    def _insert(self, resource: Resource, body) -> Pending:
+    def _insert(self, resource: Resource, body: Item) -> Pending:
         where = self._where(resource.desired)
         operation = call(API, f"insert {self.kind} {resource.name}", self.client.insert, **where,
                          **{f"{self.argument}_resource": body})
@@ -90,7 +94,7 @@ class _ComputeKind:
         return self._operation(call(API, f"delete {kind} {name}", self.client.delete, **where,
                                     **{self.argument: name}), where)
 
-    def _operation(self, operation, where: dict) -> Pending:
+    def _operation(self, operation: ExtendedOperation, where: dict) -> Pending:
         name = operation.name
         if self.regional:
             get = lambda: self.region_operations.get(**where, operation=name)  # noqa: E731
@@ -99,7 +103,7 @@ class _ComputeKind:
         return Pending(f"compute operation {name}", lambda: _status(call(API, f"get operation {name}", get)))
 
 
-class Networks(_ComputeKind):
+class Networks(_ComputeKind[compute_v1.Network]):
     kind, client_class, argument, collection = "network", compute_v1.NetworksClient, "network", "networks"
 
     def live(self, item: compute_v1.Network) -> Live:
@@ -127,7 +131,7 @@ class Networks(_ComputeKind):
                                     network_resource=body), where)
 
 
-class Subnetworks(_ComputeKind):
+class Subnetworks(_ComputeKind[compute_v1.Subnetwork]):
     kind, client_class, argument, collection = "subnetwork", compute_v1.SubnetworksClient, "subnetwork", "subnetworks"
     regional, operations = True, "regionOperations"
 
@@ -142,7 +146,7 @@ class Subnetworks(_ComputeKind):
             ip_cidr_range=d["ip_cidr_range"]))
 
 
-class Firewalls(_ComputeKind):
+class Firewalls(_ComputeKind[compute_v1.Firewall]):
     kind, client_class, argument, collection = "firewall", compute_v1.FirewallsClient, "firewall", "firewalls"
 
     def live(self, item: compute_v1.Firewall) -> Live:
@@ -167,7 +171,7 @@ class Firewalls(_ComputeKind):
                                     firewall_resource=body), where)
 
 
-class Addresses(_ComputeKind):
+class Addresses(_ComputeKind[compute_v1.Address]):
     kind, client_class, argument, collection = "address", compute_v1.GlobalAddressesClient, "address", "globalAddresses"
 
     def live(self, item: compute_v1.Address) -> Live:
@@ -184,7 +188,7 @@ class Addresses(_ComputeKind):
             address=d["address"]))
 
 
-class ResourcePolicies(_ComputeKind):
+class ResourcePolicies(_ComputeKind[compute_v1.ResourcePolicy]):
     """A GPU pool's workload policy (A4X's NVLink domain), which its node pool names in placementPolicy.policyName."""
 
     kind, client_class, argument = "resource_policy", compute_v1.ResourcePoliciesClient, "resource_policy"

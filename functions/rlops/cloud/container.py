@@ -11,6 +11,7 @@ from datetime import UTC, datetime, timedelta
 
 from google.api_core import exceptions as gexc
 from google.cloud import container_v1 as gke
+from google.rpc import code_pb2
 
 from rlops.cloud.base import Connection, Pending, Read, Target, call, get_or_none, last_segment
 from rlops.permissions import Need, Scope, calls
@@ -386,8 +387,6 @@ def _time(rfc3339: str) -> datetime:
 
 def _condition_code(condition: gke.StatusCondition) -> str:
     """GCE_STOCKOUT, GCE_QUOTA_EXCEEDED, ... (the deprecated `code`), else the canonical google.rpc code's name."""
-    from google.rpc import code_pb2
-
     if condition.code:
         return condition.code.name
     return code_pb2.Code.Name(condition.canonical_code) if condition.canonical_code else ""

@@ -15,6 +15,7 @@ import os
 import re
 import urllib.error
 import urllib.request
+from typing import Any
 
 from rlops.errors import Failure
 
@@ -52,7 +53,8 @@ class GitHub:
         if not self._token:
             raise GitHubError("GITHUB_TOKEN is not set (in Cloud Build: availableSecrets from Secret Manager)")
 
-    def _call(self, method: str, path: str, body: dict | None = None):
+    def _call(self, method: str, path: str, body: dict | None = None) -> Any:
+        """GitHub's answer as JSON, unchecked (Any: None where it sends no body, a DELETE's)."""
         request = urllib.request.Request(
             f"{self.api}{path}", method=method, data=json.dumps(body).encode() if body is not None else None,
             headers={"Authorization": f"Bearer {self._token}", "Accept": "application/vnd.github+json",
@@ -90,8 +92,8 @@ class GitHub:
         for body in bodies:
             if len(body) > MAX_COMMENT:
                 raise GitHubError(f"a plan comment has {len(body)} characters, more than GitHub's {MAX_COMMENT}")
-        ours = sorted((int(MARKER.match(c["body"]).group(1)), c) for c in self._comments(pull)
-                      if MARKER.match(c.get("body") or ""))
+        ours = sorted((int(marker.group(1)), c) for c in self._comments(pull)
+                      if (marker := MARKER.match(c.get("body") or "")))
         done = []
         for i, body in enumerate(bodies, 1):
             existing = next((c for n, c in ours if n == i), None)

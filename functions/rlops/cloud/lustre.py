@@ -4,6 +4,7 @@ import uuid
 from dataclasses import dataclass
 
 from google.api_core import exceptions as gexc
+from google.api_core.operation import Operation
 from google.cloud import lustre_v1
 from google.protobuf import field_mask_pb2
 
@@ -39,7 +40,7 @@ class LustreAdapter:
 
     @calls("lustre.projects.locations.instances.list")
     def _instances(self, zone: str) -> dict[str, lustre_v1.Instance]:
-        def listed():
+        def listed() -> list[lustre_v1.Instance]:
             pager = self.client.list_instances(parent=self._parent(zone))
             # A partial list would plan an existing instance as new.
             pages = list(pager.pages)
@@ -48,7 +49,8 @@ class LustreAdapter:
                 raise gexc.ServiceUnavailable(f"locations {', '.join(unreachable)} did not answer")
             return [instance for page in pages for instance in page.instances]
 
-        return {last_segment(instance.name): instance for instance in call(API, f"list instances in {zone}", listed)}
+        return {instance.name.rsplit("/", 1)[-1]: instance
+                for instance in call(API, f"list instances in {zone}", listed)}
 
     @calls("lustre.projects.locations.instances.get")
     def read(self, kind: str, name: str, fields: dict) -> Live | None:
@@ -98,7 +100,7 @@ class LustreAdapter:
         return _pending(f"delete Lustre instance {name}", operation)
 
 
-def _pending(description: str, operation) -> Pending:
+def _pending(description: str, operation: Operation) -> Pending:
     def poll() -> tuple[bool, str | None]:
         if not call(API, f"poll {description}", operation.done):
             return False, None

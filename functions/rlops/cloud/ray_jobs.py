@@ -9,9 +9,14 @@ import json
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
 
 from rlops.errors import Failure
+
+if TYPE_CHECKING:
+    from ray.job_submission import JobDetails
 
 ACTIVE = ("PENDING", "RUNNING")  # Ray's job statuses before the job has ended
 
@@ -19,7 +24,14 @@ ACTIVE = ("PENDING", "RUNNING")  # Ray's job statuses before the job has ended
 META_PREFIX = "rlops-"  # of the metadata keys rlops puts on a job it submits
 
 
-def described(job) -> dict | None:
+class _Described(Protocol):
+    """A job's metadata: Ray's `JobDetails`, or the `JobRequest` it was submitted from."""
+
+    @property
+    def metadata(self) -> Mapping[str, str] | None: ...
+
+
+def described(job: _Described) -> dict[str, str] | None:
     """What rlops put in a job's metadata, without the prefix; None for a job rlops did not submit."""
     metadata = job.metadata or {}
     if META_PREFIX + "run" not in metadata:
@@ -27,7 +39,7 @@ def described(job) -> dict | None:
     return {key[len(META_PREFIX):]: value for key, value in metadata.items() if key.startswith(META_PREFIX)}
 
 
-def status_of(job) -> str:
+def status_of(job: "JobDetails") -> str:
     """A listed job's status as text: Ray's JobDetails carry a JobStatus enum, the REST answers a string."""
     return str(getattr(job.status, "value", job.status))
 
@@ -50,8 +62,9 @@ class JobView:
     meta: dict = field(default_factory=dict)  # `described(job)`
 
     @classmethod
-    def of(cls, job) -> "JobView":
-        return cls(job.submission_id, status_of(job), job.message or "", job.error_type, job.start_time,
+    def of(cls, job: "JobDetails") -> "JobView":
+        # A job Ray ran without a submission (a driver's own) has no id; rlops's jobs always have one.
+        return cls(job.submission_id or "", status_of(job), job.message or "", job.error_type, job.start_time,
                    job.end_time, job.driver_node_id, described(job) or {})
 
 
@@ -67,12 +80,12 @@ class JobRequest:
 
 class RayJobs:
     def __init__(self, address: str, headers: dict[str, str] | None = None):
-        from ray.job_submission import JobSubmissionClient
+        from ray.job_submission import JobSubmissionClient  # noqa: PLC0415 cold start: Ray loads with a Ray head
 
         self.address, self.headers = address, headers or {}
         self.client = JobSubmissionClient(address, headers=headers)
 
-    def find(self, submission_id: str):
+    def find(self, submission_id: str) -> "JobDetails | None":
         """The job's details, or None when Ray does not know the id."""
         try:
             return self.client.get_job_info(submission_id)
@@ -96,7 +109,7 @@ class RayJobs:
             raise
         return True
 
-    def all(self) -> list:
+    def all(self) -> "list[JobDetails]":
         return self.client.list_jobs()
 
     def logs(self, submission_id: str) -> str:

@@ -10,10 +10,11 @@ from urllib.parse import parse_qsl, urlencode, urlsplit
 
 import httplib2
 import requests
+import requests.adapters
 from google.auth.credentials import AnonymousCredentials
 
 from rlops.cloud import adapters
-from rlops.cloud.base import Connection, Target
+from rlops.cloud.base import Connection, ResourceAdapter, Target
 
 # An operation that has finished, in each API's words: Compute's and GKE's `status`, a long-running
 # operation's `done` with its `response` (Lustre's is the instance; Service Networking reads only `done`).
@@ -22,7 +23,7 @@ DONE = json.dumps({"name": "operation-recorded", "status": "DONE", "done": True,
                    "response": {"@type": "type.googleapis.com/google.cloud.lustre.v1.Instance"}}).encode()
 
 
-def _line(method: str, url: str, body) -> str:
+def _line(method: str, url: str, body: str | bytes | None) -> str:
     parts = urlsplit(url)
     # `$alt=json;enum-encoding=int` is how the client wants answers, not what it asks for.
     query = [(k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True) if k not in ("$alt", "alt")]
@@ -38,18 +39,20 @@ class _RecordingTransport(requests.adapters.BaseAdapter):
         super().__init__()
         self.transcript = transcript
 
-    def send(self, request, **kwargs):
-        if request.method != "GET":
-            self.transcript.append(_line(request.method, request.url, request.body))
+    def send(self, request: requests.PreparedRequest, **kwargs: object) -> requests.Response:
+        # A prepared request has its method and URL; the clients send JSON (str or bytes), never a stream.
+        method, url, body = str(request.method), str(request.url), request.body
+        if method != "GET":
+            self.transcript.append(_line(method, url, body if isinstance(body, (str, bytes)) else None))
         response = requests.Response()
         response.status_code = 200
         response._content = DONE
         response.headers["Content-Type"] = "application/json"
         response.request = request
-        response.url = request.url
+        response.url = url
         return response
 
-    def close(self):
+    def close(self) -> None:
         pass
 
 
@@ -59,13 +62,14 @@ class _RecordingHttp:
     def __init__(self, transcript: list[str]):
         self.transcript = transcript
 
-    def request(self, uri, method="GET", body=None, headers=None, **kwargs):
+    def request(self, uri: str, method: str = "GET", body: str | bytes | None = None,
+                headers: dict[str, str] | None = None, **kwargs: object) -> tuple[httplib2.Response, bytes]:
         if method != "GET":
             self.transcript.append(_line(method, uri, body))
         return httplib2.Response({"status": "200", "content-type": "application/json"}), DONE
 
 
-def recording_adapters(target: Target, transcript: list[str]) -> dict:
+def recording_adapters(target: Target, transcript: list[str]) -> dict[str, ResourceAdapter]:
     by_kind = adapters(target, Connection(credentials=AnonymousCredentials()),
                        http_for_discovery=_RecordingHttp(transcript))
     transport = _RecordingTransport(transcript)

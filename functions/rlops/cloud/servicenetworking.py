@@ -1,6 +1,6 @@
 """Private service access peering (servicenetworking v1 through google-api-python-client: there is no GAPIC library)."""
 
-from rlops.cloud.base import Connection, Pending, Read, Target, call, last_segment, longrunning, read_each
+from rlops.cloud.base import Connection, Http, Pending, Read, Target, call, last_segment, longrunning, read_each
 from rlops.permissions import calls
 from rlops.resource_shapes import Live, Resource
 
@@ -11,7 +11,7 @@ SERVICE = "services/servicenetworking.googleapis.com"
 class ServiceNetworkingAdapter:
     kinds = ("connection",)
 
-    def __init__(self, target: Target, connection: Connection, http=None):
+    def __init__(self, target: Target, connection: Connection, http: Http | None = None):
         self.target = target
         self.client = connection.discovery(API, "v1", http)
 

@@ -16,12 +16,18 @@ import datetime
 import json
 import threading
 from collections.abc import Callable
+from typing import Any, Protocol, cast
 
+import google.auth
+import google.auth.credentials
+import google.auth.exceptions
+import google.auth.transport.requests
 from kubernetes import client
+from kubernetes.client.rest import RESTResponse
 
 from rlops.endpoints import Endpoints
 from rlops.errors import Failure
-from rlops.kube.objects import KINDS, Ref
+from rlops.kube.objects import KINDS, Manifest, Ref, spec_of
 from rlops.permissions import Need, lacking_permission, requires
 
 # The Kubernetes API through GKE's IAM (cloud.google.com/kubernetes-engine/docs/reference/api-permissions):
@@ -36,7 +42,7 @@ def kubernetes_needs(kinds: str | tuple[str, ...], *verbs: str) -> tuple[Need, .
 
 FIELD_MANAGER = "rlops"
 # The reaper's and the wake's writes of worker replicas: an update under their own name, so the
-# object's managedFields say who set the count (apply keeps it; see sync.keep_live).
+# object's managedFields say who set the count (apply keeps it; see diff.keep_live).
 REAPER_FIELD_MANAGER = "rlops-reaper"
 class KubeError(Failure):
     """`code` and `said`: the API server's HTTP status and its own message, when it answered."""
@@ -59,7 +65,7 @@ class BearerToken:
     docstring). `credentials`: google-auth credentials (`token`, `expiry`, `valid`, `refresh`); `now`: the clock
     the expiry is read against."""
 
-    def __init__(self, credentials, now: Callable[[], datetime.datetime] = _utcnow,
+    def __init__(self, credentials: google.auth.credentials.Credentials, now: Callable[[], datetime.datetime] = _utcnow,
                  margin: datetime.timedelta = REFRESH_MARGIN):
         self.credentials, self.now, self.margin = credentials, now, margin
         self._lock = threading.Lock()  # a plan reads environments in threads; one refresh at a time
@@ -70,15 +76,15 @@ class BearerToken:
             credentials = self.credentials
             expiry = credentials.expiry
             if renew or not credentials.valid or (expiry is not None and expiry - self.now() <= self.margin):
-                import google.auth.exceptions
-                import google.auth.transport.requests
-
                 try:
                     credentials.refresh(google.auth.transport.requests.Request())
                 except google.auth.exceptions.GoogleAuthError as error:
                     raise KubeError(f"cannot get a Google access token for the cluster's API server: {error}") \
                         from error
-            return credentials.token
+            token = credentials.token
+            if token is None:  # valid credentials hold one, and so do refreshed ones
+                raise KubeError("the Google credentials gave no access token for the cluster's API server")
+            return token
 
 
 def access(dns_endpoint: str | None, endpoints: Endpoints) -> tuple[str, BearerToken | None]:
@@ -90,8 +96,6 @@ def access(dns_endpoint: str | None, endpoints: Endpoints) -> tuple[str, BearerT
     if not endpoints.kube and not dns_endpoint:
         raise KubeError("the cluster has no DNS endpoint to reach its control plane; set cluster.dns_endpoint: true "
                         "and apply, or point RLOPS_KUBE_API at the API server")
-    import google.auth
-
     credentials, _ = google.auth.default(scopes=["https://www.googleapis.com/auth/cloud-platform"])
     token = BearerToken(credentials)
     token.value()  # fetched now: credentials that cannot make a token fail here, before any request
@@ -113,6 +117,14 @@ def connect(dns_endpoint: str | None, endpoints: Endpoints) -> "KubeApi":
     return KubeApi(client.ApiClient(client.Configuration(host=host)), token)
 
 
+class _KeyRefresh(Protocol):
+    """`client.Configuration`'s hook, called with the configuration before each request reads its key: the client
+    declares it only as `self.refresh_api_key_hook = None` (kubernetes/client/configuration.py), all a type checker
+    sees of it."""
+
+    refresh_api_key_hook: Callable[[client.Configuration], None] | None
+
+
 class KubeApi:
     def __init__(self, api_client: client.ApiClient, token: BearerToken | None = None):
         self.api, self.token = api_client, token
@@ -122,14 +134,17 @@ class KubeApi:
             configuration = api_client.configuration
             configuration.api_key = {"authorization": token.value()}
             configuration.api_key_prefix = {"authorization": "Bearer"}
-            configuration.refresh_api_key_hook = lambda conf: conf.api_key.update(authorization=token.value())
+            cast(_KeyRefresh, configuration).refresh_api_key_hook = \
+                lambda conf: conf.api_key.update(authorization=token.value())
 
     def _path(self, ref: Ref, collection: bool = False) -> str:
         prefix, plural, namespaced = KINDS[ref.kind]
         scope = f"/namespaces/{ref.namespace}" if namespaced and ref.namespace else ""
         return f"{prefix}{scope}/{plural}" + ("" if collection else f"/{ref.name}")
 
-    def _call(self, method: str, path: str, query: dict | None = None, body=None, content_type: str | None = None):
+    def _call(self, method: str, path: str, query: dict[str, str] | None = None, body: object = None,
+              content_type: str | None = None) -> Any:
+        """The API server's answer as JSON; None for a GET or DELETE of what is not there (404)."""
         response = self._send(method, path, query, body, content_type)
         if response.status == 401 and self.token is not None:
             # Refused as expired or revoked although our clock said it was good: once more, with a new token.
@@ -147,7 +162,8 @@ class KubeApi:
                             data.get("message", ""))
         return data
 
-    def _send(self, method: str, path: str, query: dict | None, body, content_type: str | None):
+    def _send(self, method: str, path: str, query: dict[str, str] | None, body: object,
+              content_type: str | None) -> RESTResponse:
         headers = {"Accept": "application/json"}
         if content_type:
             headers["Content-Type"] = content_type
@@ -174,12 +190,12 @@ class KubeApi:
         self._served.clear()
 
     @requires(*kubernetes_needs(APPLIED, "get"))
-    def get(self, ref: Ref) -> dict | None:
+    def get(self, ref: Ref) -> Manifest | None:
         return self._call("GET", self._path(ref))
 
     @requires(*kubernetes_needs(APPLIED, "list"))
     def list_labelled(self, kind: str, labels: dict[str, str], namespace: str = "",
-                      fields: dict[str, str] | None = None) -> list[dict]:
+                      fields: dict[str, str] | None = None) -> list[Manifest]:
         """The objects of `kind` with these labels (in `namespace`, or in all) and, if given, these field values
         (a field selector: the fields the kind's registry lets a list select on); none while the kind is not
         served (the list is a 404)."""
@@ -187,10 +203,13 @@ class KubeApi:
         if fields:
             query["fieldSelector"] = ",".join(f"{k}={v}" for k, v in sorted(fields.items()))
         listed = self._call("GET", self._path(Ref(kind, "", namespace), collection=True), query)
-        return [dict(item, kind=kind) for item in (listed or {}).get("items", [])]
+        items: list[Manifest] = (listed or {}).get("items", [])
+        for item in items:
+            item["kind"] = kind  # an item of a list comes without it
+        return items
 
     @requires(*kubernetes_needs(APPLIED, "get", "create", "update"))
-    def apply(self, obj: dict, dry_run: bool = False) -> dict:
+    def apply(self, obj: Manifest, dry_run: bool = False) -> Manifest:
         """Server-side apply as rlops; `dry_run`: what the server would make of it, changing nothing."""
         query = {"fieldManager": FIELD_MANAGER, "force": "true", **({"dryRun": "All"} if dry_run else {})}
         return self._call("PATCH", self._path(Ref.of(obj)), query, body=obj,
@@ -205,7 +224,7 @@ class KubeApi:
         if live is None:
             return False
         patch = []
-        for i, group in enumerate(live["spec"].get("workerGroupSpecs", [])):
+        for i, group in enumerate(spec_of(live).get("workerGroupSpecs", [])):
             if group["groupName"] in sizes:
                 patch += [{"op": "test", "path": f"/spec/workerGroupSpecs/{i}/groupName", "value": group["groupName"]},
                           {"op": "replace", "path": f"/spec/workerGroupSpecs/{i}/replicas",

@@ -1,7 +1,39 @@
-"""The in-cluster objects rlops applies, as names and changes (no I/O): which kinds, how an object is named,
-and what a plan says of a change to one."""
+"""The in-cluster objects rlops applies, as data, names and changes (no I/O): the shape of an object, which kinds,
+how an object is named, and what a plan says of a change to one."""
 
 from dataclasses import dataclass, field
+from typing import Any, Required, TypedDict, cast
+
+
+class Manifest(TypedDict, total=False):
+    """A Kubernetes object as JSON (not a checkpoint's manifest, `rlops.checkpoints.manifest`): as rlops renders and
+    applies it, and as the API server answers with it. Every object has a kind and metadata (an item of a list comes
+    without its kind: `KubeApi.list_labelled` puts it back); the rest depends on the kind (a Namespace has no spec,
+    a Secret has data), and the server adds status. A kind's own fields below `spec` are not typed."""
+
+    apiVersion: str
+    kind: Required[str]
+    metadata: Required[dict[str, Any]]
+    spec: dict[str, Any]
+    data: dict[str, str]
+    status: dict[str, Any]
+
+
+def as_manifest(document: object) -> Manifest:
+    """A YAML document that is a Kubernetes object (a mapping with a kind and metadata), as one; a ValueError for
+    anything else."""
+    if not (isinstance(document, dict) and isinstance(document.get("kind"), str)
+            and isinstance(document.get("metadata"), dict)):
+        raise ValueError(f"not a Kubernetes object (a mapping with a kind and metadata): a {type(document).__name__}")
+    return cast(Manifest, document)  # kind and metadata checked; the rest is the kind's own
+
+
+def spec_of(obj: Manifest) -> dict[str, Any]:
+    """The spec of an object of a kind that has one (a KeyError for one that has none, as obj["spec"] would)."""
+    if "spec" not in obj:
+        raise KeyError("spec")
+    return obj["spec"]
+
 
 # kind -> (API path prefix, plural, namespaced): the kinds rlops applies.
 KINDS = {
@@ -26,7 +58,6 @@ SERVED_BY = {
 }
 
 
-
 @dataclass(frozen=True)
 class Ref:
     kind: str
@@ -34,7 +65,7 @@ class Ref:
     namespace: str = ""
 
     @classmethod
-    def of(cls, obj: dict) -> "Ref":
+    def of(cls, obj: Manifest) -> "Ref":
         return cls(obj["kind"], obj["metadata"]["name"],
                    obj["metadata"].get("namespace", "") if KINDS[obj["kind"]][2] else "")
 
@@ -42,13 +73,12 @@ class Ref:
         return f"{self.kind}/{self.namespace + '/' if self.namespace else ''}{self.name}"
 
 
-
 @dataclass
 class ObjectChange:
     ref: Ref
     action: str                      # create, update, replace, delete, or wait (the kind is not served yet)
     fields: list[str] = field(default_factory=list)
-    desired: dict | None = None
+    desired: Manifest | None = None
     reason: str = ""
     # Who recreates the RayCluster's pods for this update: KubeRay, rlops, or "leftover" (rlops, for pods an
     # earlier apply left on an older template).
@@ -66,7 +96,7 @@ class ObjectChange:
             }[self.restarts_pods] + ", once no Ray job is pending or running"
         return f"{symbol} {self.ref}" + (f"  ({detail})" if detail else "")
 
-    def summary(self) -> dict:
+    def summary(self) -> dict[str, Any]:
         """The change as data, for `plan --format json`: never the object itself (a Secret's values are in it)."""
         return {"kind": self.ref.kind, "name": self.ref.name, "namespace": self.ref.namespace or None,
                 "action": self.action, "fields": list(self.fields), "reason": self.reason or None,

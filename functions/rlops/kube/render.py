@@ -15,13 +15,17 @@ import json
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
+from typing import Any
 
 import yaml
 
 from rlops.kube import tokens, transports
+from rlops.kube.objects import Manifest, as_manifest, spec_of
 from rlops.ownership import labels_for
 from rlops.spec import catalog
-from rlops.spec.model import GcpEnvironment, GpuPool
+from rlops.spec.field_types import Quantity
+from rlops.spec.gcp_sections import GpuPool
+from rlops.spec.model import GcpEnvironment
 
 # Package data, so that an installed rlops renders too; `manifests/` at the top of the repository links here.
 MANIFESTS = resources.files("rlops.kube") / "manifests"
@@ -49,13 +53,20 @@ class LiveFacts:
 
 
 @cache
-def _base(name: str) -> tuple[dict, ...]:
+def _documents(name: str) -> tuple[Any, ...]:
     return tuple(doc for doc in yaml.safe_load_all((MANIFESTS / name).read_text()) if doc)
 
 
-def base(name: str) -> list[dict]:
+def base(name: str) -> list[Manifest]:
     """Fresh copies of the objects in manifests/NAME."""
-    return copy.deepcopy(list(_base(name)))
+    return [as_manifest(doc) for doc in copy.deepcopy(_documents(name))]
+
+
+def base_part(name: str) -> dict[str, Any]:
+    """A fresh copy of manifests/NAME's one document: a part of an object (a worker group, what a GPU transport adds
+    to one), not an object."""
+    (part,) = copy.deepcopy(_documents(name))
+    return part
 
 
 def secret_name(env: GcpEnvironment) -> str:
@@ -67,7 +78,7 @@ def pvc_name(env: GcpEnvironment) -> str:
 
 
 def objects(env_name: str, env: GcpEnvironment, facts: LiveFacts,
-            secret_values: dict[str, str] | None = None) -> list[dict]:
+            secret_values: dict[str, str] | None = None) -> list[Manifest]:
     """Every object rlops applies to the cluster, in apply order. `secret_values` None: the Secret shows <redacted>."""
     rendered = [*namespace(env), *transports.network_mapping(env, base), *transports.installers(env),
                 *lustre_volume(env, facts),
@@ -77,7 +88,7 @@ def objects(env_name: str, env: GcpEnvironment, facts: LiveFacts,
     return rendered
 
 
-def namespace(env: GcpEnvironment) -> list[dict]:
+def namespace(env: GcpEnvironment) -> list[Manifest]:
     """The Ray pods' namespace, unless the cluster has it anyway: an object in a namespace that does not exist
     is refused (404, the NamespaceLifecycle admission). Its service account is in the same one (spec rules)."""
     if env.ray.namespace in BUILT_IN_NAMESPACES:
@@ -85,21 +96,23 @@ def namespace(env: GcpEnvironment) -> list[dict]:
     return [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": env.ray.namespace}}]
 
 
-def lustre_volume(env: GcpEnvironment, facts: LiveFacts) -> list[dict]:
+def lustre_volume(env: GcpEnvironment, facts: LiveFacts) -> list[Manifest]:
     pv, pvc = base("lustre-volume.yaml")
     capacity = f"{env.lustre.capacity_gib}Gi"
     pv["metadata"]["name"] = f"{env.lustre.name}-pv"
-    pv["spec"]["capacity"]["storage"] = capacity
-    pv["spec"]["claimRef"] = {"namespace": env.ray.namespace, "name": pvc_name(env)}
-    pv["spec"]["csi"]["volumeHandle"] = f"{env.project.id}/{env.zone}/{env.lustre.name}"
-    pv["spec"]["csi"]["volumeAttributes"] = {"ip": facts.lustre_ip, "filesystem": env.lustre.filesystem}
+    volume = spec_of(pv)
+    volume["capacity"]["storage"] = capacity
+    volume["claimRef"] = {"namespace": env.ray.namespace, "name": pvc_name(env)}
+    volume["csi"]["volumeHandle"] = f"{env.project.id}/{env.zone}/{env.lustre.name}"
+    volume["csi"]["volumeAttributes"] = {"ip": facts.lustre_ip, "filesystem": env.lustre.filesystem}
     pvc["metadata"].update(name=pvc_name(env), namespace=env.ray.namespace)
-    pvc["spec"]["volumeName"] = pv["metadata"]["name"]
-    pvc["spec"]["resources"]["requests"]["storage"] = capacity
+    claim = spec_of(pvc)
+    claim["volumeName"] = pv["metadata"]["name"]
+    claim["resources"]["requests"]["storage"] = capacity
     return [pv, pvc]
 
 
-def service_account(env: GcpEnvironment) -> dict:
+def service_account(env: GcpEnvironment) -> Manifest:
     (account,) = base("service-account.yaml")
     ksa = env.cluster.service_account
     account["metadata"].update(name=ksa.name, namespace=ksa.namespace)
@@ -108,7 +121,7 @@ def service_account(env: GcpEnvironment) -> dict:
     return account
 
 
-def secret(env: GcpEnvironment, values: dict[str, str] | None) -> dict:
+def secret(env: GcpEnvironment, values: dict[str, str] | None) -> Manifest:
     """Tokens as `data`, never `stringData`: a key applied through stringData is owned by no field manager,
     so removing it from the spec would leave it in the cluster (kubernetes#108008)."""
     (obj,) = base("secret.yaml")
@@ -121,12 +134,12 @@ def secret(env: GcpEnvironment, values: dict[str, str] | None) -> dict:
     return obj
 
 
-def ray_cluster(env: GcpEnvironment) -> dict:
+def ray_cluster(env: GcpEnvironment) -> Manifest:
     (cluster,) = base("raycluster.yaml")
-    ray = env.ray
+    ray, spec = env.ray, spec_of(cluster)
     cluster["metadata"].update(name=ray.cluster_name, namespace=ray.namespace)
-    cluster["spec"]["rayVersion"] = ray.ray_version
-    head = cluster["spec"]["headGroupSpec"]["template"]["spec"]
+    spec["rayVersion"] = ray.ray_version
+    head = spec["headGroupSpec"]["template"]["spec"]
     head["serviceAccountName"] = env.cluster.service_account.name
     head["nodeSelector"] = {"cloud.google.com/gke-nodepool": env.cluster.system_pool.name}
     head["securityContext"] = dict(TOKEN_READER)
@@ -135,45 +148,49 @@ def ray_cluster(env: GcpEnvironment) -> dict:
     container["env"] = _common_env(env)
     container["volumeMounts"] = [_lustre_mount(env), *_tokens_mount(env)]
     head["volumes"] = [_lustre_volume(env), *_tokens_volume(env)]
-    cluster["spec"]["workerGroupSpecs"] = [_worker_group(env, pool) for pool in env.gpu_pools]
+    spec["workerGroupSpecs"] = [_worker_group(env, pool) for pool in env.gpu_pools]
     # KubeRay keeps running pods on their old template; from v1.6 Recreate replaces them all when the
     # spec changes (the API server of an older KubeRay drops the field, and rlops recreates them: kube.sync).
-    cluster["spec"]["upgradeStrategy"] = {"type": "Recreate"}
+    spec["upgradeStrategy"] = {"type": "Recreate"}
     digest = template_digest(cluster)
     for template in pod_templates(cluster):
         template.setdefault("metadata", {}).setdefault("annotations", {})[TEMPLATE_DIGEST] = digest
     return cluster
 
 
-def pod_templates(ray_cluster: dict) -> list[dict]:
-    spec = ray_cluster["spec"]
+def pod_templates(ray_cluster: Manifest) -> list[dict[str, Any]]:
+    return _templates(spec_of(ray_cluster))
+
+
+def _templates(spec: dict[str, Any]) -> list[dict[str, Any]]:
+    """The pod templates of a RayCluster's spec: its head group's, then each worker group's."""
     return [spec["headGroupSpec"]["template"], *(group["template"] for group in spec.get("workerGroupSpecs", []))]
 
 
-def pods_made_from(ray_cluster: dict) -> dict:
+def pods_made_from(ray_cluster: Manifest) -> dict[str, Any]:
     """The part of a RayCluster's spec a change of which makes KubeRay's upgradeStrategy Recreate restart
     every pod: all but the worker counts, tolerations, scheduling gates and the strategy itself
     (GenerateHashWithoutReplicasAndWorkersToDelete, ray-operator/controllers/ray/utils/util.go, v1.7.0)."""
-    spec = copy.deepcopy(ray_cluster["spec"])
+    spec = copy.deepcopy(spec_of(ray_cluster))
     spec.pop("upgradeStrategy", None)
     for group in spec.get("workerGroupSpecs", []):
         for count in ("replicas", "minReplicas", "maxReplicas"):
             group.pop(count, None)
         group.get("scaleStrategy", {}).pop("workersToDelete", None)
-    for template in pod_templates({"spec": spec}):
+    for template in _templates(spec):
         template.get("spec", {}).pop("tolerations", None)
         template.get("spec", {}).pop("schedulingGates", None)
     return spec
 
 
-def template_digest(ray_cluster: dict) -> str:
+def template_digest(ray_cluster: Manifest) -> str:
     """Every pod carries it (KubeRay copies a template's annotations), so readiness can tell a pod made
     from an older spec."""
     return hashlib.sha256(json.dumps(pods_made_from(ray_cluster), sort_keys=True).encode()).hexdigest()[:16]
 
 
-def _worker_group(env: GcpEnvironment, pool: GpuPool) -> dict:
-    (group,) = base("ray-worker-group.yaml")
+def _worker_group(env: GcpEnvironment, pool: GpuPool) -> dict[str, Any]:
+    group = base_part("ray-worker-group.yaml")
     group.update(groupName=pool.name, replicas=pool.ray_worker_replicas, minReplicas=0,
                  maxReplicas=pool.autoscaling.max_nodes)
     group["rayStartParams"] = {"num-gpus": str(pool.accelerator.count)}
@@ -193,7 +210,7 @@ def _worker_group(env: GcpEnvironment, pool: GpuPool) -> dict:
     container = spec["containers"][0]
     container.update(image=env.pulled_image,
                      resources=_resources(env.ray.worker.cpu, env.ray.worker.memory, gpus=pool.accelerator.count))
-    transports.add_to_worker(env, pool, group, base)
+    transports.add_to_worker(env, pool, group, base_part)
     container["env"] += _common_env(env)
     container["volumeMounts"] += [_lustre_mount(env), *_tokens_mount(env)]
     shm = next(v for v in spec["volumes"] if v["name"] == "shared-memory")
@@ -213,36 +230,36 @@ def actor_env(env: GcpEnvironment, pool_name: str | None) -> dict[str, str]:
             if "value" in e and e["name"] not in hidden}
 
 
-def _resources(cpu, memory, gpus: int = 0) -> dict:
+def _resources(cpu: Quantity, memory: Quantity, gpus: int = 0) -> dict[str, dict[str, str]]:
     amounts = {"cpu": str(cpu), "memory": str(memory)}
     if gpus:
         amounts["nvidia.com/gpu"] = str(gpus)
     return {"requests": dict(amounts), "limits": dict(amounts)}
 
 
-def _common_env(env: GcpEnvironment) -> list[dict]:
+def _common_env(env: GcpEnvironment) -> list[dict[str, str]]:
     # HF_HOME on Lustre: one model download for every node (G13).
     pointers = tokens.pointers(tokens.DIRECTORY, env.secrets)
     return [{"name": "HF_HOME", "value": f"{env.ray.lustre_mount}/huggingface_cache"},
             *({"name": name, "value": value} for name, value in pointers.items())]
 
 
-def _tokens_mount(env: GcpEnvironment) -> list[dict]:
+def _tokens_mount(env: GcpEnvironment) -> list[dict[str, Any]]:
     return [{"name": "tokens", "mountPath": tokens.DIRECTORY, "readOnly": True}] if env.secrets else []
 
 
-def _tokens_volume(env: GcpEnvironment) -> list[dict]:
+def _tokens_volume(env: GcpEnvironment) -> list[dict[str, Any]]:
     return [{"name": "tokens", "secret": {"secretName": secret_name(env), "defaultMode": 0o400}}] if env.secrets else []
 
 
-def _lustre_mount(env: GcpEnvironment) -> dict:
+def _lustre_mount(env: GcpEnvironment) -> dict[str, str]:
     return {"name": "lustre", "mountPath": env.ray.lustre_mount}
 
 
-def _lustre_volume(env: GcpEnvironment) -> dict:
+def _lustre_volume(env: GcpEnvironment) -> dict[str, Any]:
     return {"name": "lustre", "persistentVolumeClaim": {"claimName": pvc_name(env)}}
 
 
-def as_yaml(rendered: list[dict]) -> str:
+def as_yaml(rendered: list[Manifest]) -> str:
     """One multi-document stream, as `kubectl apply -f -` takes it."""
     return yaml.safe_dump_all(rendered, sort_keys=False, default_flow_style=False)

@@ -7,38 +7,28 @@ field rlops owns is. Only objects carrying rlops's labels for this environment a
 pruned; one that exists without them is refused, never taken over. A kind the server does not
 serve yet (a CRD whose add-on is still coming up) is waited for, never listed or pruned.
 
-Some fields are the cluster's once an object exists, and apply sends back what is live:
-- worker replicas: the idle reaper's and the wake's (manager `rlops-reaper`);
-- a PV's claimRef: the PV binder completes it with the claim's uid;
-- a claim's storage request: a claim with storage class "" cannot be resized (the
-  PersistentVolumeClaimResize admission refuses it); the PV's capacity is what grows.
+Some fields are the cluster's once an object exists, and apply sends back what is live (`diff.keep_live`).
 A change the server refuses as immutable (a replaced Lustre instance's address in the PV's source)
 is a replacement: the object and what holds it (the claim bound to the PV, the RayCluster whose
 pods mount the claim) are deleted, waited on until gone, and created again.
 
 KubeRay never changes a running pod when the RayCluster's template changes. From v1.6 the spec's
-`upgradeStrategy: Recreate` makes it recreate every pod; an older KubeRay's CRD has no such field
-(the server drops it, which the dry run shows), and rlops deletes the pods itself so that KubeRay
-makes them again from the new template. Nothing here waits for the RayCluster's `status.observedGeneration`:
-KubeRay writes its status only when a field other than it and lastUpdateTime changed
-(`InconsistentRayClusterStatus`, ray-operator/controllers/ray/utils/consistency.go, v1.1-v1.7), so a change that
-moves no pod moves no status. What rlops reads instead is what every version writes: the pods, each carrying
-its template's digest (render.TEMPLATE_DIGEST), their phases and Ready conditions. After a template change
-rlops waits until a head pod and every other pod carry the new digest, deleting the pods on an older one
-itself when KubeRay will not: before v1.6 (and again if KubeRay, its cache behind, made them from the old
-spec); from v1.6 when the head pod has no `ray.io/upgrade-strategy-recreate-hash` (made by a KubeRay before
-v1.6: Recreate never replaces it), when its `ray.io/kuberay-version` changed while rlops waited (an upgraded
-operator's first reconcile stamps its hash and recreates nothing: `shouldRecreatePodsForUpgrade`,
-raycluster_controller.go v1.6.0), or when KubeRay has not started in `KUBERAY_GRACE_SECONDS`. A plan that finds
-pods on an older template with no spec change (an apply stopped while waiting) plans their recreation, so a
-re-run finishes the job. Either way every pod of the cluster restarts, and so it does when
-the RayCluster is replaced; so either change is held while a Ray job is pending or running, and applied by
-the first apply after it ends. Only a list of jobs from the head says none runs: an answer that is not one
-(the service proxy's 503 for a head pod failing its readiness probe, a timeout) holds the change as a
-running job would, unless no head pod runs at all. Readiness counts only pods made from the current
-template, whatever KubeRay's version: its head pod Running and Ready, and per worker group at least the pool's
-min_nodes worker pods Running and Ready (`availableWorkerReplicas` counts Running pods, not Ready ones; KubeRay
-1.1-1.2's `state: ready` waits for every desired worker, Spot ones included).
+`upgradeStrategy: Recreate` makes it recreate every pod; an older KubeRay's CRD has no such field (the server
+drops it, which the dry run shows), and rlops deletes the pods itself so that KubeRay makes them again from the
+new template. Nothing here waits for the RayCluster's `status.observedGeneration`, which moves only with its
+pods: what rlops reads is the pods, each carrying its template's digest (`kube.readiness`). After a template
+change rlops waits until a head pod and every other pod carry the new digest, deleting the pods on an older one
+itself when KubeRay will not: before v1.6 (and again if KubeRay, its cache behind, made them from the old spec);
+from v1.6 when the head pod has no `ray.io/upgrade-strategy-recreate-hash` (made by a KubeRay before v1.6:
+Recreate never replaces it), when its `ray.io/kuberay-version` changed while rlops waited (an upgraded operator's
+first reconcile stamps its hash and recreates nothing: `shouldRecreatePodsForUpgrade`, raycluster_controller.go
+v1.6.0), or when KubeRay has not started in `KUBERAY_GRACE_SECONDS`. A plan that finds pods on an older template
+with no spec change (an apply stopped while waiting) plans their recreation, so a re-run finishes the job. Either
+way every pod of the cluster restarts, and so it does when the RayCluster is replaced; so either change is held
+while a Ray job is pending or running, and applied by the first apply after it ends. Only a list of jobs from the
+head says none runs: an answer that is not one (the service proxy's 503 for a head pod failing its readiness
+probe, a timeout) holds the change as a running job would, unless no head pod runs at all. Then apply waits until
+what it applied is ready (`kube.readiness`).
 
 The Ray pods' namespace, when rlops renders it, is applied before everything else (an object in a namespace
 that does not exist is refused). A Namespace is never pruned: deleting one deletes everything in it, rlops's
@@ -47,85 +37,39 @@ deletes the environment's objects (`delete_all`, the Namespace last) or someone 
 exists without rlops's labels (made by hand) is used as it is: neither taken over nor refused.
 """
 
-import copy
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from rlops.kube.cluster import KubeApi, KubeError
-from rlops.kube.objects import SERVED_BY, ObjectChange, Ref
-from rlops.kube.render import TEMPLATE_DIGEST, pod_templates, pods_made_from
+from rlops.kube.diff import differences, holds, keep_live, owned_by, shown, with_holders_replaced
+from rlops.kube.objects import SERVED_BY, Manifest, ObjectChange, Ref, spec_of
+from rlops.kube.readiness import (
+    RAY_CLUSTER_LABEL,
+    RAY_NODE_TYPE_LABEL,
+    annotation,
+    pods_behind,
+    ray_cluster_readiness,
+    readiness_of,
+    template_digest_of,
+)
+from rlops.kube.render import TEMPLATE_DIGEST, pods_made_from
 from rlops.ownership import labels_for
 
 # Deleted in this order (and applied in the reverse): what uses a thing goes before it.
 DELETE_ORDER = ["RayCluster", "Secret", "ServiceAccount", "PersistentVolumeClaim", "PersistentVolume", "DaemonSet",
                 "Network", "GKENetworkParamSet", "Namespace"]
 NEVER_PRUNED = {"Namespace"}  # see the module's docstring
-RAY_CLUSTER_LABEL = "ray.io/cluster"  # on every pod KubeRay makes (ray-operator utils/constant.go)
-RAY_NODE_TYPE_LABEL = "ray.io/node-type"  # "head" or "worker", likewise
-RAY_GROUP_LABEL = "ray.io/group"  # the worker group's name (utils/constant.go RayNodeGroupLabelKey)
 # On the head pod from KubeRay v1.6 (utils/constant.go UpgradeStrategyRecreateHashKey, KubeRayVersion).
 RECREATE_HASH = "ray.io/upgrade-strategy-recreate-hash"
 KUBERAY_VERSION = "ray.io/kuberay-version"
 KUBERAY_GRACE_SECONDS = 60.0  # how long KubeRay's Recreate may take to start before rlops deletes the pods
-SERVER_METADATA = ("resourceVersion", "generation", "uid", "managedFields", "creationTimestamp", "selfLink")
 
 
-def owned_by(obj: dict, env_name: str) -> bool:
-    labels = obj.get("metadata", {}).get("labels") or {}
-    return all(labels.get(k) == v for k, v in labels_for(env_name).items())
-
-
-def keep_live(rendered: dict, live: dict | None, replacing: bool = False) -> dict:
-    """The object to send: `rendered` with the fields that are the cluster's once it exists (see the module's
-    docstring). A replacement keeps only the replicas: its claim and request are the new object's own."""
-    desired = copy.deepcopy(rendered)
-    if live is None:
-        return desired
-    spec, live_spec = desired.get("spec", {}), live.get("spec", {})
-    if replacing and desired["kind"] != "RayCluster":
-        return desired
-    if desired["kind"] == "RayCluster":
-        current = {g["groupName"]: g.get("replicas") for g in live_spec.get("workerGroupSpecs", [])}
-        for group in spec["workerGroupSpecs"]:
-            if current.get(group["groupName"]) is not None:
-                group["replicas"] = current[group["groupName"]]
-    elif desired["kind"] == "PersistentVolume":
-        bound = live_spec.get("claimRef") or {}
-        wanted = spec.get("claimRef") or {}
-        if (bound.get("namespace"), bound.get("name")) == (wanted.get("namespace"), wanted.get("name")):
-            spec["claimRef"] = bound
-    elif desired["kind"] == "PersistentVolumeClaim":
-        requested = live_spec.get("resources", {}).get("requests", {}).get("storage")
-        if requested:
-            spec["resources"]["requests"]["storage"] = requested
-    return desired
-
-
-def shown(obj: dict) -> dict:
-    """An object as the server holds it, without what the server writes about it (metadata, status)."""
-    metadata = {k: v for k, v in obj.get("metadata", {}).items() if k not in SERVER_METADATA}
-    return {**{k: v for k, v in obj.items() if k != "status"}, "metadata": metadata}
-
-
-def differences(wanted, live, path: str = "") -> list[str]:
-    """The paths at which two objects differ; list items named by their `name`/`groupName` where they have one.
-    Only paths: a Secret's values never reach a plan."""
-    if isinstance(wanted, dict) and isinstance(live, dict):
-        return [p for key in sorted(set(wanted) | set(live))
-                for p in differences(wanted.get(key), live.get(key), f"{path}.{key}".lstrip("."))]
-    if isinstance(wanted, list) and isinstance(live, list) and len(wanted) == len(live) and wanted != live:
-        return [p for i, (a, b) in enumerate(zip(wanted, live, strict=True))
-                for p in differences(a, b, f"{path}[{_label(a, i)}]")]
-    return [] if wanted == live else [path]
-
-
-def _label(item, index: int) -> str:
-    return str(item.get("name") or item.get("groupName") or index) if isinstance(item, dict) else str(index)
-
-
-def plan(api: KubeApi, env_name: str, rendered: list[dict], secret_values_known: bool) -> list[ObjectChange]:
-    changes, wanted, lives = [], set(), {}
+def plan(api: KubeApi, env_name: str, rendered: list[Manifest], secret_values_known: bool) -> list[ObjectChange]:
+    changes: list[ObjectChange] = []
+    wanted: set[Ref] = set()
+    lives: dict[Ref, Manifest | None] = {}
     for obj in rendered:
         ref = Ref.of(obj)
         wanted.add(ref)
@@ -158,7 +102,7 @@ def plan(api: KubeApi, env_name: str, rendered: list[dict], secret_values_known:
                 continue
             changed = differences(shown(after), shown(live))
             if desired["kind"] == "RayCluster" and pods_made_from(after) != pods_made_from(live):
-                restarts = "KubeRay" if after["spec"].get("upgradeStrategy", {}).get("type") == "Recreate" else "rlops"
+                restarts = "KubeRay" if spec_of(after).get("upgradeStrategy", {}).get("type") == "Recreate" else "rlops"
             elif desired["kind"] == "RayCluster":
                 behind = pods_behind(after, api.list_labelled("Pod", {RAY_CLUSTER_LABEL: ref.name}, ref.namespace))
                 if behind:
@@ -169,13 +113,13 @@ def plan(api: KubeApi, env_name: str, rendered: list[dict], secret_values_known:
                     continue
         if changed:
             changes.append(ObjectChange(ref, "update", changed, desired, restarts_pods=restarts))
-    changes = _with_holders_replaced(changes, rendered, lives)
+    changes = with_holders_replaced(changes, rendered, lives)
     changes += [ObjectChange(ref, "delete") for ref in owned_refs(api, env_name)
                 if ref not in wanted and ref.kind not in NEVER_PRUNED]
     return changes
 
 
-def plan_between(base: list[dict], head: list[dict]) -> list[ObjectChange]:
+def plan_between(base: list[Manifest], head: list[Manifest]) -> list[ObjectChange]:
     """The objects' changes from one rendering to another, without a cluster (a reviewer's offline plan): what
     differs, and whether the RayCluster's pods restart. No server to ask, so no defaults, no replacements the
     server would refuse in place; Secrets are compared by their tokens' names only (both renderings redact)."""
@@ -191,7 +135,7 @@ def plan_between(base: list[dict], head: list[dict]) -> list[ObjectChange]:
             continue
         restarts = ""
         if obj["kind"] == "RayCluster" and pods_made_from(obj) != pods_made_from(before[ref]):
-            restarts = "KubeRay" if obj["spec"].get("upgradeStrategy", {}).get("type") == "Recreate" else "rlops"
+            restarts = "KubeRay" if spec_of(obj).get("upgradeStrategy", {}).get("type") == "Recreate" else "rlops"
         changes.append(ObjectChange(ref, "update", changed, obj, restarts_pods=restarts))
     wanted = {Ref.of(obj) for obj in head}
     return changes + [ObjectChange(ref, "delete") for ref in before
@@ -200,43 +144,6 @@ def plan_between(base: list[dict], head: list[dict]) -> list[ObjectChange]:
 
 def _served_by(kind: str) -> str:
     return SERVED_BY.get(kind, "its CRD")
-
-
-def _holds(holder: dict, held: Ref) -> bool:
-    """A claim holds the volume it is bound to; a RayCluster's pods hold the claims they mount."""
-    if holder["kind"] == "PersistentVolumeClaim" and held.kind == "PersistentVolume":
-        return holder["spec"].get("volumeName") == held.name
-    if holder["kind"] == "RayCluster" and held.kind == "PersistentVolumeClaim":
-        return held.name in _claims_mounted(holder)
-    return False
-
-
-def _claims_mounted(ray_cluster: dict) -> set[str]:
-    return {volume["persistentVolumeClaim"]["claimName"] for template in pod_templates(ray_cluster)
-            for volume in template["spec"].get("volumes", []) if "persistentVolumeClaim" in volume}
-
-
-def template_digest_of(ray_cluster: dict) -> str | None:
-    """The digest a RayCluster's head template carries (None for one rlops made before it stamped one)."""
-    template = ray_cluster["spec"]["headGroupSpec"]["template"]
-    return ((template.get("metadata") or {}).get("annotations") or {}).get(TEMPLATE_DIGEST)
-
-
-def _with_holders_replaced(changes: list[ObjectChange], rendered: list[dict],
-                           lives: dict[Ref, dict | None]) -> list[ObjectChange]:
-    by_ref = {c.ref: c for c in changes}
-    pending = [c.ref for c in changes if c.action == "replace"]
-    while pending:
-        held = pending.pop()
-        for obj in rendered:
-            ref = Ref.of(obj)
-            existing = by_ref.get(ref)
-            if _holds(obj, held) and (existing is None or existing.action == "update"):
-                by_ref[ref] = ObjectChange(ref, "replace", desired=keep_live(obj, lives.get(ref), replacing=True),
-                                           reason=f"it holds {held}, which is replaced")
-                pending.append(ref)
-    return [by_ref.get(Ref.of(obj)) for obj in rendered if Ref.of(obj) in by_ref] + \
-        [c for c in changes if c.desired is None]
 
 
 class Held(KubeError):
@@ -270,21 +177,22 @@ def apply(api: KubeApi, changes: list[ObjectChange], report: Callable[[str], Non
         report(f"replacing {change.ref}: {change.reason}")
         api.delete(change.ref)
         _wait_for(lambda: api.get(change.ref) is None, timeout, report, f"{change.ref} to be gone")  # noqa: B023
-    writes = sorted((c for c in changes if c.desired is not None), key=lambda c: -DELETE_ORDER.index(c.ref.kind))
-    for change in writes:
+    writes = sorted(((c, c.desired) for c in changes if c.desired is not None),
+                    key=lambda write: -DELETE_ORDER.index(write[0].ref.kind))
+    for change, desired in writes:
         head_before = _head_pod(api, change.ref) if change.restarts_pods == "KubeRay" else None
-        api.apply(change.desired)
+        api.apply(desired)
         report(f"applied {change.ref} ({change.action})")
         if change.restarts_pods == "KubeRay":
             report(f"KubeRay recreates the pods of {change.ref} (upgradeStrategy Recreate); no Ray job is pending "
                    "or running")
         if change.restarts_pods:
-            _recreate_pods(api, change, report, timeout, head_before)
+            _recreate_pods(api, change, desired, report, timeout, head_before)
     deletes = sorted((c for c in changes if c.action == "delete"), key=lambda c: DELETE_ORDER.index(c.ref.kind))
     for change in deletes:
         api.delete(change.ref)
         report(f"deleted {change.ref} (rlops's, no longer rendered)")
-    if held:
+    if held and busy is not None:
         raise Held("held, not applied: " + "; ".join(_held_line(c) for c in held) + f": {busy.why}. Everything "
                    f"else is applied; run apply again once {busy.until}")
 
@@ -328,7 +236,7 @@ def _with_what_they_need(restarting: list[ObjectChange], changes: list[ObjectCha
     for holder in held:  # grows while it is walked
         for change in changes:
             if change not in held and change.action == "replace" and holder.desired is not None \
-                    and _holds(holder.desired, change.ref):
+                    and holds(holder.desired, change.ref):
                 held.append(change)
     return held
 
@@ -341,36 +249,25 @@ def _held_line(change: ObjectChange) -> str:
     return f"with it, the replacement of {change.ref} ({change.reason})"
 
 
-def _head_pod(api: KubeApi, ref: Ref) -> dict | None:
+def _head_pod(api: KubeApi, ref: Ref) -> Manifest | None:
     heads = [pod for pod in api.list_labelled("Pod", {RAY_CLUSTER_LABEL: ref.name, RAY_NODE_TYPE_LABEL: "head"},
                                               ref.namespace) if not pod["metadata"].get("deletionTimestamp")]
     return heads[0] if heads else None
 
 
-def _annotation(pod: dict | None, key: str) -> str | None:
-    return ((pod or {}).get("metadata", {}).get("annotations") or {}).get(key)
-
-
-def pods_behind(ray_cluster: dict, pods: list[dict]) -> list[str]:
-    """The names of the pods (not on their way out) not made from the RayCluster's current template."""
-    digest = template_digest_of(ray_cluster)
-    if digest is None:
-        return []
-    return sorted(pod["metadata"]["name"] for pod in pods if not pod["metadata"].get("deletionTimestamp")
-                  and _annotation(pod, TEMPLATE_DIGEST) != digest)
-
-
-def _why_rlops_deletes(change: ObjectChange, head_before: dict | None, head: dict | None, waited: float) -> str | None:
-    """Why rlops deletes pods on an older template itself, or None while KubeRay is to (see the module's docstring)."""
-    if change.restarts_pods == "rlops":
+def _why_rlops_deletes(restarts_pods: str, digest: str | None, head_before: Manifest | None, head: Manifest | None,
+                       waited: float) -> str | None:
+    """Why rlops deletes pods on an older template itself, or None while KubeRay is to (see the module's docstring):
+    `restarts_pods` the change's, `digest` its new template's."""
+    if restarts_pods == "rlops":
         return "this KubeRay has no upgradeStrategy (before v1.6) and keeps running pods on their old template"
-    if change.restarts_pods == "leftover":
+    if restarts_pods == "leftover":
         return "an earlier apply stopped before they were recreated"
-    if head is not None and _annotation(head, TEMPLATE_DIGEST) != template_digest_of(change.desired):
-        if not _annotation(head, RECREATE_HASH):
+    if head is not None and annotation(head, TEMPLATE_DIGEST) != digest:
+        if not annotation(head, RECREATE_HASH):
             return (f"the head pod {head['metadata']['name']} has no {RECREATE_HASH}: a KubeRay before v1.6 made it, "
                     "and upgradeStrategy Recreate never replaces such a pod")
-        before, now = _annotation(head_before, KUBERAY_VERSION), _annotation(head, KUBERAY_VERSION)
+        before, now = annotation(head_before, KUBERAY_VERSION), annotation(head, KUBERAY_VERSION)
         if head_before is not None and before != now:
             return (f"the Ray operator was upgraded ({KUBERAY_VERSION} {before} -> {now}): its first reconcile "
                     "stamped its hash on the head pod and recreated nothing")
@@ -379,25 +276,27 @@ def _why_rlops_deletes(change: ObjectChange, head_before: dict | None, head: dic
     return None
 
 
-def _recreate_pods(api: KubeApi, change: ObjectChange, report: Callable[[str], None], timeout: float,
-                   head_before: dict | None) -> None:
-    """Waits until a head pod and every other pod of the RayCluster carry its new template's digest, deleting
-    those on an older one when KubeRay will not (`_why_rlops_deletes`), again if KubeRay makes them from the
-    old spec (its cache behind the write). No observedGeneration: see the module's docstring."""
-    ref, digest, started = change.ref, template_digest_of(change.desired), time.monotonic()
+def _recreate_pods(api: KubeApi, change: ObjectChange, desired: Manifest, report: Callable[[str], None],
+                   timeout: float, head_before: Manifest | None) -> None:
+    """Waits until a head pod and every other pod of the RayCluster carry its new template's digest (`desired`, the
+    RayCluster applied), deleting those on an older one when KubeRay will not (`_why_rlops_deletes`), again if
+    KubeRay makes them from the old spec (its cache behind the write). No observedGeneration: see the module's
+    docstring."""
+    ref, digest, started = change.ref, template_digest_of(desired), time.monotonic()
     said: set[str] = set()
 
     def look() -> tuple[bool, str]:
         pods = [pod for pod in api.list_labelled("Pod", {RAY_CLUSTER_LABEL: ref.name}, ref.namespace)
                 if not pod["metadata"].get("deletionTimestamp")]
-        behind = pods_behind(change.desired, pods)
+        behind = pods_behind(desired, pods)
         heads = [pod for pod in pods if pod["metadata"]["labels"].get(RAY_NODE_TYPE_LABEL) == "head"]
-        current_head = any(_annotation(pod, TEMPLATE_DIGEST) == digest for pod in heads)
+        current_head = any(annotation(pod, TEMPLATE_DIGEST) == digest for pod in heads)
         if not behind and (current_head or digest is None):
             return True, f"{len(pods)} pods on the new template"
         if not behind:
             return False, "no head pod on the new template yet"
-        why = _why_rlops_deletes(change, head_before, heads[0] if heads else None, time.monotonic() - started)
+        why = _why_rlops_deletes(change.restarts_pods, digest, head_before, heads[0] if heads else None,
+                                 time.monotonic() - started)
         if why is None:
             return False, f"{len(behind)} of {len(pods)} pods on an older template; KubeRay recreates them"
         if why not in said:
@@ -450,13 +349,7 @@ def delete_all(api: KubeApi, env_name: str, report: Callable[[str], None]) -> No
         report(f"deleted {ref}")
 
 
-@dataclass(frozen=True)
-class Readiness:
-    ready: bool
-    what: str
-
-
-def wait_ready(api: KubeApi, rendered: list[dict], report: Callable[[str], None], timeout: float,
+def wait_ready(api: KubeApi, rendered: list[Manifest], report: Callable[[str], None], timeout: float,
                min_workers: dict[str, int] | None = None) -> None:
     """The gIB installer rolled out to every GPU node, then the RayCluster's head ready and at least
     `min_workers` (per worker group) of its workers, on its current template; progress, and a timeout that
@@ -468,7 +361,7 @@ def wait_ready(api: KubeApi, rendered: list[dict], report: Callable[[str], None]
             if live is None:
                 return False, "not found"
             if ref.kind == "DaemonSet":
-                readiness = readiness_of(live, {})
+                readiness = readiness_of(live)
             else:
                 pods = api.list_labelled("Pod", {RAY_CLUSTER_LABEL: ref.name}, ref.namespace)
                 readiness = ray_cluster_readiness(live, pods, min_workers or {})
@@ -478,84 +371,3 @@ def wait_ready(api: KubeApi, rendered: list[dict], report: Callable[[str], None]
         if not ready:
             raise KubeError(f"{ref} not ready after {timeout:.0f}s: {seen}")
         report(f"ready: {ref} ({seen})")
-
-
-def readiness_of(live: dict, min_workers: dict[str, int]) -> Readiness:
-    """A DaemonSet's, from what its controller publishes about the current generation (it writes
-    `observedGeneration` with every status: pkg/controller/daemon); a status about an older generation says
-    nothing about this one. A RayCluster's: `ray_cluster_readiness`."""
-    status = live.get("status") or {}
-    generation = live.get("metadata", {}).get("generation")
-    if status.get("observedGeneration") is None or (generation and status["observedGeneration"] < generation):
-        return Readiness(False, f"the controller has not seen generation {generation} yet")
-    wanted = status.get("desiredNumberScheduled", 0)
-    updated, ready = status.get("updatedNumberScheduled", 0), status.get("numberReady", 0)
-    return Readiness(updated >= wanted and ready >= wanted,
-                     f"{min(updated, ready)} of {wanted} nodes installed with the current template")
-
-
-def pods_current(ray_cluster: dict, pods: list[dict]) -> Readiness:
-    """Whether every pod of the cluster (not on its way out) was made from its current template: KubeRay
-    does not replace running pods unless told to (see the module's docstring)."""
-    live = [pod for pod in pods if not pod["metadata"].get("deletionTimestamp")]
-    old = pods_behind(ray_cluster, live)
-    if not old:
-        return Readiness(True, f"{len(live)} pods on the current template")
-    return Readiness(False, f"{len(old)} of {len(live)} pods still run an older template ({', '.join(old)})")
-
-
-def _pod_ready(pod: dict) -> bool:
-    """Running with the condition Ready=True (KubeRay's own IsRunningAndReady, utils/util.go)."""
-    status = pod.get("status") or {}
-    return status.get("phase") == "Running" and any(
-        c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions", []))
-
-
-def _pod_state(pod: dict) -> str:
-    status = pod.get("status") or {}
-    phase = status.get("phase") or "not started"
-    failing = [c for c in status.get("conditions", []) if c.get("status") == "False" and c.get("reason")]
-    if phase == "Running" and not _pod_ready(pod):
-        return "Running, not Ready" + (f" ({failing[-1]['reason']})" if failing else "")
-    return phase + (f" ({failing[0]['reason']})" if failing else "")
-
-
-def ray_cluster_readiness(live: dict, pods: list[dict], min_workers: dict[str, int]) -> Readiness:
-    """From the pods, the same on every KubeRay version: the head pod on the current template Running and Ready,
-    and per worker group at least min(replicas, min_workers) x numOfHosts workers on it Running and Ready. Not
-    `state` (1.1-1.2: ready only once every desired worker runs) nor `readyWorkerReplicas` or
-    `availableWorkerReplicas` (omitempty, written only with another change of status, and "available" counts
-    Running pods, not Ready ones). What KubeRay says of a failing reconcile (its ReplicaFailure condition, from
-    v1.3) is the cause given while the head is missing."""
-    digest = template_digest_of(live)
-    pods = [pod for pod in pods if not pod["metadata"].get("deletionTimestamp")]
-    current = [pod for pod in pods if digest is None or _annotation(pod, TEMPLATE_DIGEST) == digest]
-    heads = [pod for pod in current if pod["metadata"]["labels"].get(RAY_NODE_TYPE_LABEL) == "head"]
-    if heads and _pod_ready(heads[0]):
-        head = "head ready"
-    elif heads:
-        head = f"head pod {heads[0]['metadata']['name']} {_pod_state(heads[0])}"
-    else:
-        failures = [c for c in (live.get("status") or {}).get("conditions", [])
-                    if c.get("type") == "ReplicaFailure" and c.get("status") == "True"]
-        head = "no head pod on the current template" + (
-            f" (KubeRay: {failures[0].get('reason')}: {failures[0].get('message', '')})" if failures else "")
-    desired = needed = ready_total = 0
-    short, unready = [], 0
-    for group in live.get("spec", {}).get("workerGroupSpecs", []):
-        hosts, replicas = group.get("numOfHosts", 1), group.get("replicas", 0)
-        want = min(replicas, min_workers.get(group["groupName"], replicas)) * hosts
-        mine = [pod for pod in current if pod["metadata"]["labels"].get(RAY_NODE_TYPE_LABEL) == "worker"
-                and pod["metadata"]["labels"].get(RAY_GROUP_LABEL) == group["groupName"]]
-        ready = sum(1 for pod in mine if _pod_ready(pod))
-        unready += sum(1 for pod in mine if (pod.get("status") or {}).get("phase") == "Running" and not _pod_ready(pod))
-        desired, needed, ready_total = desired + replicas * hosts, needed + want, ready_total + ready
-        if ready < want:
-            short.append(group["groupName"])
-    what = f"{head}, {ready_total} of {desired} workers ready, {needed} needed"
-    if unready:
-        what += f" ({unready} running, not Ready yet)"
-    old = pods_behind(live, pods)
-    what += f"; {len(pods) - len(old)} pods on the current template" + (
-        f", {len(old)} on an older one ({', '.join(old)})" if old else "")
-    return Readiness(head == "head ready" and not short and not old, what)

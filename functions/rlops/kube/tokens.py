@@ -16,6 +16,8 @@ base URL's host up with requests' `get_netrc_auth`, and `get_netrc_file_path` ho
 in v0.7.0: wandb/sdk/lib/wbauth/wbnetrc.py), so W&B's key is also written as a netrc file.
 """
 
+from collections.abc import Collection
+
 # Where the Ray pods mount their Secret (read-only, each file 0400).
 DIRECTORY = "/var/run/secrets/rlops"
 # A key no spec secret can have: secret names are environment variable names, upper case.
@@ -32,12 +34,12 @@ def files(values: dict[str, str]) -> dict[str, str]:
     return found
 
 
-def names(secrets) -> list[str]:
+def names(secrets: Collection[str]) -> list[str]:
     """The names of the files `files` makes from these secret names."""
     return sorted(files({name: "" for name in secrets}))
 
 
-def pointers(directory: str, secrets) -> dict[str, str]:
+def pointers(directory: str, secrets: Collection[str]) -> dict[str, str]:
     """The environment that points Hugging Face and W&B at their token files in `directory`: paths only."""
     found = {}
     if "HF_TOKEN" in secrets:

@@ -16,9 +16,13 @@ Per family, as GKE documents it:
 import copy
 import json
 import re
+from collections.abc import Callable
+from typing import Any
 
+from rlops.kube.objects import Manifest, as_manifest, spec_of
 from rlops.spec import catalog
-from rlops.spec.model import GcpEnvironment, GpuPool
+from rlops.spec.gcp_sections import GpuPool
+from rlops.spec.model import GcpEnvironment
 
 # What rlops changes in the upstream objects, and why; tests/test_gpu_transports.py allows exactly these.
 SUBSTITUTIONS = {
@@ -41,7 +45,8 @@ TCPX_SOCKET = "/run/tcpx"
 def _nics(env: GcpEnvironment) -> list[tuple[str, str, str, str]]:
     """(Network name, VPC, subnet, device mode) per extra NIC, in NIC order (eth1, eth2, ...)."""
     nets = env.networks
-    if nets.rdma is not None:  # gvnic-1, then rdma-0..7: the names Cluster Toolkit uses too
+    # A valid spec has both gvnic and rdma or neither (spec.rules.gpu_networks).
+    if nets.rdma is not None and nets.gvnic is not None:  # gvnic-1, then rdma-0..7: the names Cluster Toolkit uses too
         return [("gvnic-1", f"{nets.gvnic.prefix}-net", f"{nets.gvnic.prefix}-sub", "NetDevice")] + [
             (f"rdma-{i}", f"{nets.rdma.prefix}-net", f"{nets.rdma.prefix}-sub-{i}", "RDMA")
             for i in range(len(nets.rdma.subnet_cidrs))]
@@ -52,34 +57,34 @@ def _nics(env: GcpEnvironment) -> list[tuple[str, str, str, str]]:
     return []
 
 
-def network_mapping(env: GcpEnvironment, base) -> list[dict]:
+def network_mapping(env: GcpEnvironment, base: Callable[[str], list[Manifest]]) -> list[Manifest]:
     """A GKENetworkParamSet and a Network per extra NIC (`base`: render's reader of manifests/)."""
     rendered = []
     for name, vpc, subnet, mode in _nics(env):
         params, network = base("network.yaml")
         params["metadata"]["name"] = network["metadata"]["name"] = name
-        params["spec"].update(vpc=vpc, vpcSubnet=subnet, deviceMode=mode)
-        network["spec"]["parametersRef"]["name"] = name
+        spec_of(params).update(vpc=vpc, vpcSubnet=subnet, deviceMode=mode)
+        spec_of(network)["parametersRef"]["name"] = name
         rendered += [params, network]
     return rendered
 
 
-def interfaces(env: GcpEnvironment) -> list[dict]:
+def interfaces(env: GcpEnvironment) -> list[dict[str, str]]:
     """The pod's interfaces: eth0 on the default network, then one per extra NIC."""
     return [{"interfaceName": "eth0", "network": "default"}] + [
         {"interfaceName": f"eth{i}", "network": name} for i, (name, *_) in enumerate(_nics(env), start=1)]
 
 
-def installers(env: GcpEnvironment) -> list[dict]:
+def installers(env: GcpEnvironment) -> list[Manifest]:
     """The DaemonSets that ready the GPU nodes: the NRI device injector the sidecar's device annotation needs (TCPX
     and TCPXO), then the NCCL plugin installer; none for A2."""
     machine = env.machine
-    rendered = [copy.deepcopy(obj) for obj in catalog.upstream(machine.transport.device_injector)] \
+    rendered = [as_manifest(copy.deepcopy(obj)) for obj in catalog.upstream(machine.transport.device_injector)] \
         if machine.transport.device_injector else []
     if machine.installer is None:
         return rendered
-    (daemonset,) = catalog.upstream(machine.installer)
-    spec = daemonset["spec"]["template"]["spec"]
+    (daemonset,) = map(as_manifest, catalog.upstream(machine.installer))
+    spec = spec_of(daemonset)["template"]["spec"]
     terms = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
     accelerator = next(e for e in terms[0]["matchExpressions"] if e["key"] == "cloud.google.com/gke-accelerator")
     accelerator["values"] = sorted({pool.accelerator.type for pool in env.gpu_pools})
@@ -89,8 +94,9 @@ def installers(env: GcpEnvironment) -> list[dict]:
     return rendered + [daemonset]
 
 
-def add_to_worker(env: GcpEnvironment, pool: GpuPool, group: dict, base) -> None:
-    """The pool's network stack on its worker group (`base`: render's reader of manifests/)."""
+def add_to_worker(env: GcpEnvironment, pool: GpuPool, group: dict[str, Any],
+                  base_part: Callable[[str], dict[str, Any]]) -> None:
+    """The pool's network stack on its worker group (`base_part`: render's reader of manifests/)."""
     machine = catalog.GPU_MACHINES[pool.machine_type]
     template, spec = group["template"], group["template"]["spec"]
     container = spec["containers"][0]
@@ -99,20 +105,22 @@ def add_to_worker(env: GcpEnvironment, pool: GpuPool, group: dict, base) -> None
         template["metadata"]["annotations"].update({"networking.gke.io/default-interface": "eth0",
                                                     "networking.gke.io/interfaces": json.dumps(interfaces(env))})
     if transport.name == "rdma":
-        part = base("worker-rdma.yaml")[0]
+        part = base_part("worker-rdma.yaml")
         for init in part["initContainers"]:
             init["image"] = env.pulled_image
         _add(spec, container, part["setup"], part["initContainers"], part["env"], part["volumeMounts"], part["volumes"])
     elif transport.pod:
-        _add_gpudirect_tcp(spec, template, container, transport)
+        _add_gpudirect_tcp(spec, template, container, transport, transport.pod)
     if machine.nccl_tuner_config and pool.accelerator.type in env.ray.nccl_tuner_config:
         container["env"].append({"name": "NCCL_TUNER_CONFIG_PATH",
                                  "value": env.ray.nccl_tuner_config[pool.accelerator.type]})
 
 
-def _add_gpudirect_tcp(spec: dict, template: dict, container: dict, transport: catalog.Transport) -> None:
-    """The upstream test pod's sidecar, its device annotation and volumes, and its workload container's settings."""
-    pod = next(obj for obj in catalog.upstream(transport.pod) if obj["kind"] == "Pod")
+def _add_gpudirect_tcp(spec: dict[str, Any], template: dict[str, Any], container: dict[str, Any],
+                       transport: catalog.Transport, pod_path: str) -> None:
+    """The upstream test pod's (at `pod_path`) sidecar, its device annotation and volumes, and its workload
+    container's settings."""
+    pod = next(obj for obj in catalog.upstream(pod_path) if obj["kind"] == "Pod")
     sidecar = next(c for c in pod["spec"]["containers"] if c["name"] == transport.sidecar)
     workload = next(c for c in pod["spec"]["containers"] if c["name"] == transport.workload)
     sidecar["restartPolicy"] = "Always"
@@ -138,8 +146,8 @@ def nccl_settings(path: str) -> list[tuple[str, str]]:
     return [(name, value) for name, _, value in found if name not in _NOT_NCCL]
 
 
-def _add(spec: dict, container: dict, setup: list[str], inits: list[dict], env: list[dict], mounts: list[dict],
-         volumes: list[dict]) -> None:
+def _add(spec: dict[str, Any], container: dict[str, Any], setup: list[str], inits: list[dict[str, Any]],
+         env: list[dict[str, Any]], mounts: list[dict[str, Any]], volumes: list[dict[str, Any]]) -> None:
     if setup:
         args = container["args"][0]
         head, tail = args.split(" ulimit ", 1)  # the transport's lines go after `ldconfig`, before `ulimit`

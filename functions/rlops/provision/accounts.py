@@ -6,6 +6,7 @@ per place they are granted (the project, the token secrets, the state bucket, a 
 prints this table and the README's is its markdown output; the doctor tests the caller against `apply`'s.
 """
 
+import json
 from dataclasses import dataclass
 
 from rlops.checkpoints import export
@@ -13,6 +14,8 @@ from rlops.cloud import artifactregistry, compute, container, lustre, pubsub, se
 from rlops.kube.cluster import KubeApi, ray_dashboard
 from rlops.permissions import Need, Scope, declared, needs_of_methods, roles, smallest_roles
 from rlops.provision import doctor
+from rlops.provision.service import secret_versions
+from rlops.spec.model import GcpEnvironment
 from rlops.state.lock import Lock
 from rlops.state.pool import PoolState
 from rlops.state.resources import AppliedSpec, ResourceRecord
@@ -131,10 +134,10 @@ _WHERE = {Scope.PROJECT: "", Scope.SECRET: "on the token secrets and rlops-githu
           Scope.EVENTS_TOPIC: "on the rlops-events topic", Scope.FUNCTION_ACCOUNTS: "on the functions' accounts"}
 
 
-def places(spec) -> dict[Scope, str]:
-    """Where each scope's roles are granted, named for one environment's spec (a GcpEnvironment)."""
+def places(spec: GcpEnvironment) -> dict[Scope, str]:
+    """Where each scope's roles are granted, named for one environment's spec."""
     project = spec.project.id
-    secrets = sorted({ref.secret_manager.split("/versions/")[0] for ref in spec.secrets.values()}
+    secrets = sorted({version.split("/versions/")[0] for version in secret_versions(spec).values()}
                      | {f"projects/{project}/secrets/rlops-github-token"})
     accounts = ", ".join(f"rlops-{name}@{project}.iam.gserviceaccount.com"
                          for name in ("train", "watch", "snapshot", "reap", "push", "function-build"))
@@ -155,11 +158,9 @@ def _roles_said(grants: list[Grant], where: dict[Scope, str], code: bool) -> str
     return "; ".join(said)
 
 
-def render(fmt: str, spec=None) -> str:
+def render(fmt: str, spec: GcpEnvironment | None = None) -> str:
     """The accounts table: `text`, `markdown` (the README's) or `json` (with every permission and why); with an
     environment's `spec`, each place named (its secrets, its bucket)."""
-    import json
-
     where = places(spec) if spec is not None else _WHERE
     if fmt == "json":
         return json.dumps([{"account": a.name, "key": a.key, "runs": a.runs, "does": a.does,

@@ -30,7 +30,7 @@ class Workspace:
     adapters: dict[str, ResourceAdapter]
     record: ResourceRecord
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         self.by_key = {resource.key: resource for resource in self.desired}
 
     def locator(self, key: str) -> dict:
@@ -87,7 +87,7 @@ def _with_ownership(ws: Workspace, key: str, found: Live) -> Live:
 class Step:
     verb: str                 # create, update, delete, record
     change: Change
-    needs: set = field(default_factory=set)
+    needs: set[tuple[str, str]] = field(default_factory=set)
 
     @property
     def id(self) -> tuple[str, str]:
@@ -144,13 +144,13 @@ class Runner:
     max_parallel: int = 8
     on_step: Callable[[Step], None] = lambda step: None  # told as each step starts (a dry run's transcript)
     _started: float = field(default_factory=time.monotonic)
-    _serial: dict = field(default_factory=dict)
-    _running: dict = field(default_factory=dict)
+    _serial: dict[str, threading.Lock] = field(default_factory=dict)
+    _running: dict[str, float] = field(default_factory=dict)
 
     def _say(self, text: str) -> None:
         self.report(f"[{time.monotonic() - self._started:6.1f}s] {text}")
 
-    def _serial_lock(self, change: Change):
+    def _serial_lock(self, change: Change) -> "threading.Lock | None":  # quoted: a function at run time
         if change.kind in ("cluster", "node_pool"):
             return self._serial.setdefault("container", threading.Lock())
         return None
@@ -158,13 +158,14 @@ class Runner:
     def settle(self, live: dict[str, Live]) -> None:
         """Wait for resources an interrupted apply left half-created (a cluster still PROVISIONING)."""
         for key, state in live.items():
-            if state.settling is not None:
+            # `Live.settling` is an object to resource_shapes, which sits below cloud.base: the adapters put a Pending.
+            if isinstance(state.settling, Pending):
                 self._say(f"waiting for {key}: {state.settling.description}")
                 self._wait(state.settling)
 
     def run(self, plan: Plan) -> None:
         steps = {s.id: s for s in steps_for(plan)}
-        done: set = set()
+        done: set[tuple[str, str]] = set()
         failures: list[str] = []
         futures: dict[Future, Step] = {}
         with ThreadPoolExecutor(max_workers=self.max_parallel, thread_name_prefix="apply") as pool:
@@ -202,7 +203,7 @@ class Runner:
         change, ws = step.change, self.workspace
         kind, name = change.key.split("/", 1)
         if step.verb == "record":
-            ws.record.put(change.key, change.resource.desired, change.resource.depends_on)
+            ws.record.put(change.key, change.wanted.desired, change.wanted.depends_on)
             self._say(f"recorded {change.key} ({change.reason})")
             return
         adapter = ws.adapters[kind]
@@ -214,7 +215,7 @@ class Runner:
             if step.verb == "create":
                 pending = self._create(adapter, change)
             elif step.verb == "update":
-                pending = adapter.update(change.resource, [f.field for f in change.fields])
+                pending = adapter.update(change.wanted, [f.field for f in change.fields])
             else:
                 pending = adapter.delete(kind, name, ws.locator(change.key))
             self._say(f"{step.verb} {change.key}: {pending.description}")
@@ -226,12 +227,12 @@ class Runner:
         if step.verb == "delete":
             ws.record.remove(change.key)
         else:
-            ws.record.put(change.key, change.resource.desired, change.resource.depends_on)
+            ws.record.put(change.key, change.wanted.desired, change.wanted.depends_on)
         self._say(f"{step.verb}d {change.key}")
 
-    def _create(self, adapter, change: Change) -> Pending:
+    def _create(self, adapter: ResourceAdapter, change: Change) -> Pending:
         try:
-            return adapter.create(change.resource)
+            return adapter.create(change.wanted)
         except CloudError as error:
             if not is_conflict(error):
                 raise
@@ -240,8 +241,8 @@ class Runner:
         self._say(f"{change.key} exists already (an interrupted apply created it); waiting for it")
 
         def visible() -> tuple[bool, str | None]:
-            live = adapter.read(kind, name, change.resource.desired)
-            if live is None or (live.settling is not None and not live.settling.poll()[0]):
+            live = adapter.read(kind, name, change.wanted.desired)
+            if live is None or (isinstance(live.settling, Pending) and not live.settling.poll()[0]):
                 return False, None
             if not live.owned:
                 return True, "it exists but is not managed by rlops; remove it or adopt it by matching the spec"

@@ -3,8 +3,8 @@
 import json
 
 from rlops.cloud.github import MAX_COMMENT
-from rlops.costs import HOURS_PER_MONTH
-from rlops.provision.plan import Action, Change, Plan
+from rlops.costs import HOURS_PER_MONTH, Rate
+from rlops.provision.plan import Action, Change, CostChange, Plan, PlanCost
 
 GITHUB_COMMENT_LIMIT = MAX_COMMENT  # a plan is split into comments GitHub takes
 # Between the comments of `plan --format markdown`: `rlops github comment` posts each part as one.
@@ -24,7 +24,7 @@ def change_lines(change: Change) -> list[str]:
         head += f"  ({change.reason})"
     lines = [head]
     if change.action == Action.CREATE:
-        lines += [f"    {name}: {_value(value)}" for name, value in change.resource.desired.items()
+        lines += [f"    {name}: {_value(value)}" for name, value in change.wanted.desired.items()
                   if value is not None and name != "system_pool"]
     else:
         lines += [f"    {c.field}: {_value(c.before)} -> {_value(c.after)}"
@@ -52,7 +52,7 @@ def text(plan: Plan) -> str:
         out += ["", "Cluster objects (server-side apply, after the cluster):"]
         out += [f"  {change.line()}" for change in plan.cluster_objects]
     if plan.cost is not None and plan.cost.changes:
-        rows = [(c.sign, c.key, _cost_what(c), (c.after or c.before).billed, _per_hour(c.usd_per_hour))
+        rows = [(c.sign, c.key, _cost_what(c), c.rate.billed, _per_hour(c.usd_per_hour))
                 for c in plan.cost.changes]
         widths = [max(len(row[i]) for row in rows) for i in range(4)]
         out += ["", f"Cost at list prices ({_PRICES}):"]
@@ -72,15 +72,15 @@ def _per_hour(usd: float | None) -> str:
     return "price unknown" if usd is None else f"{'-' if usd < 0 else '+'}${abs(usd):,.2f}/h"
 
 
-def _cost_what(change) -> str:
+def _cost_what(change: CostChange) -> str:
     """The priced resource as it is after the change, and before where that differs."""
     before, after = change.before, change.after
     if before is not None and after is not None and before.what != after.what:
         return f"{before.what} -> {after.what}"
-    return (after or before).what
+    return change.rate.what
 
 
-def cost_total(cost) -> str:
+def cost_total(cost: PlanCost) -> str:
     """One line: the total $/h, the part billed whatever the GPU pools do, a month of it, and what has no price."""
     total, always = cost.usd_per_hour, cost.always_usd_per_hour
     line = f"Total: {_per_hour(total)}"
@@ -90,17 +90,17 @@ def cost_total(cost) -> str:
     return line
 
 
-def cost_unpriced(cost) -> list[str]:
+def cost_unpriced(cost: PlanCost) -> list[str]:
     """Each change left out of the total, and why."""
     return [f"not counted: {c.key}, " + next(r.source for r in (c.after, c.before) if r and r.usd_per_hour is None)
             for c in cost.unpriced]
 
 
-def _cost_json(cost) -> dict | None:
+def _cost_json(cost: PlanCost | None) -> dict | None:
     if cost is None:
         return None
 
-    def rate(r):
+    def rate(r: Rate | None) -> dict | None:
         return None if r is None else {"what": r.what, "usd_per_hour": r.usd_per_hour, "billed": r.billed,
                                        "source": r.source}
 
@@ -122,7 +122,7 @@ def as_json(plans: list[Plan]) -> str:
             "address": c.key, "action": c.action.value, "destructive": c.destructive, "reason": c.reason,
             "fields": [{"field": f.field, "before": f.before, "after": f.after, "mutability": f.mutability.value}
                        for f in c.fields],
-            "create": ({k: v for k, v in c.resource.desired.items() if k != "system_pool"}
+            "create": ({k: v for k, v in c.wanted.desired.items() if k != "system_pool"}
                        if c.action == Action.CREATE else None),
         } for c in plan.changes],
     } for plan in plans], indent=2, sort_keys=True) + "\n"
@@ -148,7 +148,8 @@ def _markdown_header(plan: Plan) -> list[str]:
                         "destructive changes") + [""]
     if plan.kept:
         lines += [f"- {line}" for line in plan.kept] + [""]
-    from rlops.kube.sync import restarts_pods
+    # Cold start: kube.sync loads the Kubernetes client, which `rlops github comment` (MARKDOWN_SPLIT) needs not.
+    from rlops.kube.sync import restarts_pods  # noqa: PLC0415 cold start, as said above
 
     restarting = [c for c in plan.cluster_objects if restarts_pods(c)]
     if plan.cluster_objects:
@@ -164,7 +165,7 @@ def _markdown_header(plan: Plan) -> list[str]:
                   + ", ".join(f"`{c.ref}`" for c in restarting) + " (held while a Ray job is pending or running)", ""]
     if plan.cost is not None and plan.cost.changes:
         lines += ["| | resource | what | billed | $/h |", "|---|---|---|---|---|"]
-        lines += [f"| {c.sign} | `{c.key}` | {_cost_what(c)} | {(c.after or c.before).billed} | "
+        lines += [f"| {c.sign} | `{c.key}` | {_cost_what(c)} | {c.rate.billed} | "
                   f"{_per_hour(c.usd_per_hour)} |" for c in plan.cost.changes[:HEADER_ITEMS]]
         lines += ["", f"**{cost_total(plan.cost)}** (list prices; {_PRICES})", ""]
         lines += [f"- {line}" for line in cost_unpriced(plan.cost)] + ([""] if plan.cost.unpriced else [])

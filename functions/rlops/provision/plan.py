@@ -11,7 +11,9 @@ The rules, per resource:
 
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import Any
 
+from rlops import costs
 from rlops.kube.objects import ObjectChange
 from rlops.provision.resources import KINDS, Mutability
 from rlops.resource_shapes import Live, Resource
@@ -29,8 +31,8 @@ class Action(str, Enum):
 @dataclass(frozen=True)
 class FieldChange:
     field: str
-    before: object
-    after: object
+    before: Any   # values of the flat field vocabulary (`Resource.desired`), as JSON has them
+    after: Any
     mutability: Mutability
 
 
@@ -54,6 +56,62 @@ class Change:
     def kind(self) -> str:
         return self.key.split("/", 1)[0]
 
+    @property
+    def wanted(self) -> Resource:
+        """The resource as the spec wants it, which every change has but a delete."""
+        if self.resource is None:
+            raise ValueError(f"{self.key}: a delete has no resource the spec wants")
+        return self.resource
+
+
+@dataclass(frozen=True)
+class CostChange:
+    """One priced resource a plan changes: its rate before and after (None: not there; one of them is)."""
+
+    key: str
+    before: costs.Rate | None
+    after: costs.Rate | None
+
+    @property
+    def usd_per_hour(self) -> float | None:
+        """The change in $/h; None when either side has no known price."""
+        before = self.before.usd_per_hour if self.before else 0.0
+        after = self.after.usd_per_hour if self.after else 0.0
+        return None if before is None or after is None else after - before
+
+    @property
+    def sign(self) -> str:
+        return "+" if self.before is None else "-" if self.after is None else "~"
+
+    @property
+    def rate(self) -> costs.Rate:
+        """The rate after the change, or before it where the change removes the resource."""
+        rate = self.after or self.before
+        if rate is None:
+            raise ValueError(f"{self.key}: a cost change with no rate on either side")
+        return rate
+
+
+@dataclass(frozen=True)
+class PlanCost:
+    """What a plan adds and removes an hour (`pricing.plan_cost`)."""
+
+    changes: list[CostChange]
+
+    @property
+    def usd_per_hour(self) -> float:
+        """What the known prices add up to (unpriced changes are listed apart)."""
+        return sum(c.usd_per_hour for c in self.changes if c.usd_per_hour is not None)
+
+    @property
+    def always_usd_per_hour(self) -> float:
+        """The part billed whether or not a GPU pool is up."""
+        return sum(c.usd_per_hour for c in self.changes if c.usd_per_hour is not None and c.rate.billed == "always")
+
+    @property
+    def unpriced(self) -> list[CostChange]:
+        return [c for c in self.changes if c.usd_per_hour is None]
+
 
 @dataclass
 class Plan:
@@ -62,8 +120,8 @@ class Plan:
     errors: list[str] = field(default_factory=list)
     # The in-cluster objects' changes, after the cloud's.
     cluster_objects: list[ObjectChange] = field(default_factory=list)
-    # What it adds and removes an hour (`pricing.PlanCost`, set by whoever knows the spec), None until priced.
-    cost: object = None
+    # What it adds and removes an hour (set by whoever knows the spec: `pricing.plan_cost`), None until priced.
+    cost: PlanCost | None = None
     # Deletions left out, each with why (data kept, an image cache another environment uses).
     kept: list[str] = field(default_factory=list)
 
@@ -119,7 +177,7 @@ def build_plan(environment: str, desired: list[Resource], live: dict[str, Live])
         if change.action == Action.REPLACE:
             change.destructive = KINDS[change.kind].destructive
         if change.kind == "lustre_instance" and change.action in (Action.CREATE, Action.REPLACE) \
-                and change.resource.desired.get("gke_support_enabled"):
+                and change.wanted.desired.get("gke_support_enabled"):
             # rlops sends no deprecated gkeSupportEnabled: the instance would be made without it, and the next plan
             # would replace it. The spec's flag describes an instance that exists.
             plan.errors.append(f"{change.key}: lustre.gke_support: true describes an existing instance made with "

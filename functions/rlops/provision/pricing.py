@@ -2,11 +2,9 @@
 priced resource and a total). The prices are `rlops.costs`'s; this module knows which resources a spec makes and
 which of them a plan changes. No I/O."""
 
-from dataclasses import dataclass
-
 from rlops import costs
 from rlops.provision import resources
-from rlops.provision.plan import Action, Plan
+from rlops.provision.plan import Action, CostChange, Plan, PlanCost
 from rlops.spec.model import GcpEnvironment
 
 
@@ -31,47 +29,6 @@ def environment_rates(name: str, spec: GcpEnvironment) -> list[costs.Rate]:
     by_pool = hints(spec)
     found = [costs.resource_rate(r.key, r.desired, _hint(r.key, by_pool)) for r in resources.build(name, spec)]
     return [rate for rate in found if rate is not None] + [costs.functions_rate()]
-
-
-@dataclass(frozen=True)
-class CostChange:
-    """One priced resource a plan changes: its rate before and after (None: not there)."""
-
-    key: str
-    before: costs.Rate | None
-    after: costs.Rate | None
-
-    @property
-    def usd_per_hour(self) -> float | None:
-        """The change in $/h; None when either side has no known price."""
-        sides = [rate for rate in (self.before, self.after) if rate is not None]
-        if any(rate.usd_per_hour is None for rate in sides):
-            return None
-        return (self.after.usd_per_hour if self.after else 0.0) - (self.before.usd_per_hour if self.before else 0.0)
-
-    @property
-    def sign(self) -> str:
-        return "+" if self.before is None else "-" if self.after is None else "~"
-
-
-@dataclass(frozen=True)
-class PlanCost:
-    changes: list[CostChange]
-
-    @property
-    def usd_per_hour(self) -> float:
-        """What the known prices add up to (unpriced changes are listed apart)."""
-        return sum(c.usd_per_hour for c in self.changes if c.usd_per_hour is not None)
-
-    @property
-    def always_usd_per_hour(self) -> float:
-        """The part billed whether or not a GPU pool is up."""
-        return sum(c.usd_per_hour for c in self.changes if c.usd_per_hour is not None
-                   and (c.after or c.before).billed == "always")
-
-    @property
-    def unpriced(self) -> list[CostChange]:
-        return [c for c in self.changes if c.usd_per_hour is None]
 
 
 def plan_cost(plan: Plan, spec: GcpEnvironment | None) -> PlanCost:

@@ -5,6 +5,7 @@ the diff and its classification are plain dictionary work; the adapters in `rlop
 only place that knows how a field is spelled on the wire. No I/O here.
 """
 
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from enum import Enum
 
@@ -72,7 +73,8 @@ def build(env_name: str, env: GcpEnvironment) -> list[Resource]:
     nets = env.networks
     cluster_net = nets.cluster.name
 
-    def resource(kind, name, desired, depends_on=(), created_with=None):
+    def resource(kind: str, name: str, desired: dict, depends_on: Iterable[str] = (),
+                 created_with: str | None = None) -> Resource:
         return Resource(kind, name, desired, tuple(depends_on), created_with, labels)
 
     graph = [resource("network", cluster_net, {"auto_create_subnetworks": nets.cluster.auto_subnets,
@@ -145,7 +147,7 @@ def build(env_name: str, env: GcpEnvironment) -> list[Resource]:
     return graph
 
 
-def _gpu_nic_networks(env: GcpEnvironment, resource) -> list[Resource]:
+def _gpu_nic_networks(env: GcpEnvironment, resource: Callable[..., Resource]) -> list[Resource]:
     """The networks, subnets and firewalls of the GPU machines' extra NICs, each subnet in NIC order (the order the
     node pool attaches them, and so eth1, eth2, ...): for GPUDirect-RDMA a gVNIC network with its subnet and
     internal firewall, then an RDMA network in the zone's RoCE profile with a subnet per RDMA NIC (GKE's A3 Ultra /

@@ -8,15 +8,26 @@ import hashlib
 import json
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
+from typing import Any, Protocol
 
 from rlops.errors import Failure
-from rlops.kube.sync import differences
+from rlops.kube.diff import differences
+from rlops.kube.objects import ObjectChange
 from rlops.resource_shapes import Live
+from rlops.spec.model import GcpEnvironment
 
 FORMAT = "rlops-plan/1"
 
 
-def _plain(value):
+class Environment(Protocol):
+    """A GCP environment's spec with its name: `service.CloudEnvironment`, which this module may not import (the
+    service imports it)."""
+
+    name: str
+    spec: GcpEnvironment
+
+
+def _plain(value: Any) -> Any:
     """`value` as JSON gives it back (tuples as lists), so that a state read now compares with one from a file."""
     return json.loads(json.dumps(value, sort_keys=True))
 
@@ -26,16 +37,16 @@ def live_state(live: dict[str, Live]) -> dict:
     return _plain({key: {"fields": state.fields, "owned": state.owned} for key, state in sorted(live.items())})
 
 
-def fingerprint(document) -> str:
+def fingerprint(document: Any) -> str:
     return hashlib.sha256(json.dumps(document, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
-def _short(value) -> str:
+def _short(value: Any) -> str:
     text = json.dumps(value, sort_keys=True)
     return text if len(text) <= 80 else text[:77] + "..."
 
 
-def _at(document, path: str):
+def _at(document: Any, path: str) -> Any:
     for part in path.split("."):
         if not isinstance(document, dict):
             return None
@@ -54,7 +65,8 @@ class SavedPlan:
     text: str                   # the plan as the reviewer read it
 
     @classmethod
-    def of(cls, env, plan_json: dict, live: dict[str, Live], cluster_objects: list, text: str) -> "SavedPlan":
+    def of(cls, env: Environment, plan_json: dict, live: dict[str, Live], cluster_objects: list[ObjectChange],
+           text: str) -> "SavedPlan":
         return cls(env.name, datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S UTC"),
                    _plain(env.spec.model_dump(mode="json")), live_state(live),
                    _plain([change.summary() for change in cluster_objects]), plan_json, text)
@@ -86,7 +98,7 @@ class SavedPlan:
                           "what it holds); make it again")
         return saved
 
-    def moved(self, env, live: dict[str, Live], cluster_objects: list) -> list[str]:
+    def moved(self, env: Environment, live: dict[str, Live], cluster_objects: list[ObjectChange]) -> list[str]:
         """What is no longer as this plan found it: the environment, its spec, its cloud resources, its cluster's
         objects. Empty: the plan is what an apply would do now."""
         if env.name != self.environment:

@@ -1,4 +1,5 @@
-"""plan, apply and destroy of whole environments: the spec, the state bucket and the adapters together."""
+"""The plans of whole environments (apply, destroy, offline, for review) and the dry run: the spec, the state
+bucket and the adapters together. `session.py` carries a plan out under the environment's lock."""
 
 import hashlib
 import json
@@ -6,27 +7,36 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+from google.cloud import storage
 
 from rlops import environments
+from rlops.cloud import adapters as build_adapters
 from rlops.cloud import git
-from rlops.cloud.base import Connection, Target
+from rlops.cloud.base import Connection, ResourceAdapter, Target
+from rlops.cloud.recording import recording_adapters
 from rlops.errors import Failure
+from rlops.kube import render
+from rlops.kube.objects import Manifest, ObjectChange, Ref
 from rlops.provision import engine, pricing, resources
-from rlops.provision.plan import Action, Plan, build_plan, data_loss_refusals
+from rlops.provision.plan import Action, Plan, build_plan
 from rlops.resource_shapes import Live, Resource
 from rlops.spec import images
 from rlops.spec.load import SpecError, load, load_text
 from rlops.spec.model import GcpEnvironment
-from rlops.state.lock import Lock
-from rlops.state.resources import AppliedSpec, ResourceRecord
+from rlops.state.resources import ResourceRecord
+
+if TYPE_CHECKING:
+    from rlops.kube.cluster import KubeApi
+
+# Cold start: the Kubernetes client (`rlops.kube.cluster`, `rlops.kube.sync`, `rlops.provision.saved`) and Secret
+# Manager's load where a step reaches a cluster or a secret, not with this module: `rlops changed` and `rlops lock`
+# use CloudEnvironment, and the functions `target_of`, without them.
 
 
 class Refused(Failure):
     """The plan may not run as it is (a data-losing change, a resource rlops does not own)."""
-
-
-class Superseded(Failure):
-    """A newer commit than the one this apply was asked to carry out is applied, or being applied, already."""
 
 
 def target_of(name: str, env: GcpEnvironment) -> Target:
@@ -51,9 +61,15 @@ class CloudEnvironment:
         return hashlib.sha256(canonical.encode()).hexdigest()
 
 
-def workspace(env: CloudEnvironment, connection: Connection, bucket, adapters: dict | None = None) -> engine.Workspace:
-    from rlops.cloud import adapters as build_adapters
+def secret_versions(spec: GcpEnvironment) -> dict[str, str]:
+    """{NAME: projects/P/secrets/S/versions/V} of the spec's secrets: a GCP spec names each in Secret Manager
+    (`spec.rules` refuses one that does not)."""
+    return {name: ref.secret_manager for name, ref in spec.secrets.items() if ref.secret_manager is not None}
 
+
+def workspace(env: CloudEnvironment, connection: Connection, bucket: storage.Bucket | None,
+              adapters: dict[str, ResourceAdapter] | None = None) -> engine.Workspace:
+    """`bucket` None: the resource record is kept in memory only (a dry run's)."""
     record = ResourceRecord(bucket, env.spec.state.prefix, env.name).load()
     return engine.Workspace(env.name, env.desired,
                             adapters if adapters is not None
@@ -61,7 +77,8 @@ def workspace(env: CloudEnvironment, connection: Connection, bucket, adapters: d
                             record)
 
 
-def plan_live(envs: list[CloudEnvironment], connection: Connection, bucket_of: Callable[[CloudEnvironment], object],
+def plan_live(envs: list[CloudEnvironment], connection: Connection,
+              bucket_of: Callable[[CloudEnvironment], storage.Bucket],
               with_cluster_objects: bool = True) -> list[Plan]:
     """Plans of several environments from one round of parallel reads.
 
@@ -82,32 +99,30 @@ def plan_live(envs: list[CloudEnvironment], connection: Connection, bucket_of: C
 
 
 def rendered_objects(env: CloudEnvironment, live: dict[str, Live], connection: Connection,
-                     with_secrets: bool) -> list[dict]:
+                     with_secrets: bool) -> list[Manifest]:
     """The in-cluster objects; before Lustre exists its address is a placeholder (the objects wait for it anyway)."""
-    from rlops.kube import render
-
     lustre = live.get(f"lustre_instance/{env.spec.lustre.name}")
     mount_point = lustre.fields.get("mount_point") if lustre else None
     facts = (render.LiveFacts.from_mount_point(mount_point) if mount_point
              else render.LiveFacts(render.UNKNOWN_LUSTRE_IP))
     values = None
     if with_secrets:
-        from rlops.cloud import secretmanager
-        values = secretmanager.access(connection, {name: ref.secret_manager for name, ref in env.spec.secrets.items()})
+        from rlops.cloud import secretmanager  # noqa: PLC0415 cold start (above)
+        values = secretmanager.access(connection, secret_versions(env.spec))
     return render.objects(env.name, env.spec, facts, values)
 
 
-def cluster_api(env: CloudEnvironment, live: dict[str, Live], connection: Connection):
+def cluster_api(env: CloudEnvironment, live: dict[str, Live], connection: Connection) -> "KubeApi | None":
     """The cluster's Kubernetes API, or None while the cluster does not exist."""
-    from rlops.kube.cluster import connect
+    from rlops.kube.cluster import connect  # noqa: PLC0415 cold start (above)
 
     cluster = live.get(f"cluster/{env.spec.cluster.name}")
     return None if cluster is None else connect(cluster.fields.get("dns_endpoint_host"), connection.endpoints)
 
 
-def cluster_changes(env: CloudEnvironment, live: dict[str, Live], connection: Connection, with_secrets: bool) -> list:
-    from rlops.kube import sync
-    from rlops.kube.objects import ObjectChange, Ref
+def cluster_changes(env: CloudEnvironment, live: dict[str, Live], connection: Connection,
+                    with_secrets: bool) -> list[ObjectChange]:
+    from rlops.kube import sync  # noqa: PLC0415 cold start (above)
 
     rendered = rendered_objects(env, live, connection, with_secrets)
     api = cluster_api(env, live, connection)
@@ -116,14 +131,14 @@ def cluster_changes(env: CloudEnvironment, live: dict[str, Live], connection: Co
     return sync.plan(api, env.name, rendered, secret_values_known=with_secrets)
 
 
-def read_one(env: CloudEnvironment, connection: Connection, bucket) -> dict[str, Live]:
+def read_one(env: CloudEnvironment, connection: Connection, bucket: storage.Bucket) -> dict[str, Live]:
     return engine.read_live([workspace(env, connection, bucket)])[env.name]
 
 
 def plan_offline(env: CloudEnvironment, base: CloudEnvironment | None) -> Plan:
     """The plan a reviewer sees without credentials: the spec against the base revision's spec, the cluster's
     objects as each renders them (what changes, and whether the Ray pods restart), and what it adds an hour."""
-    from rlops.kube import render, sync
+    from rlops.kube import sync  # noqa: PLC0415 cold start (above)
 
     live = {} if base is None else {r.key: Live(r.desired, True, r.depends_on) for r in base.desired}
     plan = apply_plan(env, live)
@@ -134,7 +149,8 @@ def plan_offline(env: CloudEnvironment, base: CloudEnvironment | None) -> Plan:
     return plan
 
 
-def plan_for_review(env: CloudEnvironment, connection: Connection, bucket) -> tuple[Plan, dict[str, Live]]:
+def plan_for_review(env: CloudEnvironment, connection: Connection,
+                    bucket: storage.Bucket) -> tuple[Plan, dict[str, Live]]:
     """A live plan with the live state it read: what `rlops plan --out` saves (`saved.SavedPlan`)."""
     live = read_one(env, connection, bucket)
     plan = apply_plan(env, live)
@@ -218,125 +234,8 @@ def _with_dependencies(keys: list[str], live: dict[str, Live]) -> set[str]:
     return found
 
 
-@dataclass
-class Session:
-    """One apply or destroy of one environment, under its lock."""
-
-    env: CloudEnvironment
-    connection: Connection
-    bucket: object
-    report: Callable[[str], None]
-    lock_timeout: float = 600.0
-    ready_timeout: float = 1800.0
-
-    def _lock(self, operation: str) -> Lock:
-        lock = Lock(self.bucket, self.env.spec.state.prefix, self.env.name, operation=operation)
-        said = []
-
-        def waiting(held: dict) -> None:
-            if not said:
-                self.report(f"waiting for the lock on {self.env.name}: held by {held['holder']} ({held['operation']} "
-                            f"since {held['since']}); giving up after {self.lock_timeout:.0f}s")
-                said.append(True)
-
-        lock.acquire(self.lock_timeout, on_wait=waiting)
-        return lock
-
-    def apply(self, delete_data: bool = False, confirm: Callable[[Plan], bool] = lambda plan: True,
-              commit: str | None = None, newer: Callable[[str], bool] = lambda other: False,
-              reviewed=None) -> Plan:
-        """`commit`: the git commit whose spec this is (a pipeline's); refused (`Superseded`) when the state
-        records a commit `newer` says is newer: Cloud Build runs two pushes' builds in any order. `reviewed`: a
-        `saved.SavedPlan`, applied only if nothing it was made from moved (then `confirm` is not asked)."""
-        return self._run("apply", delete_data, confirm, commit, newer, reviewed)
-
-    def destroy(self, delete_data: bool, confirm: Callable[[Plan], bool]) -> Plan:
-        return self._run("destroy", delete_data, confirm)
-
-    def _run(self, operation: str, delete_data: bool, confirm: Callable[[Plan], bool], commit: str | None = None,
-             newer: Callable[[str], bool] = lambda other: False, reviewed=None) -> Plan:
-        from rlops.kube import sync
-
-        with self._lock(operation) as lock:
-            applied = AppliedSpec(self.bucket, self.env.spec.state.prefix, self.env.name)
-            if operation == "apply":
-                recorded = applied.read() or {}
-                later = [c for c in (recorded.get("commit"), recorded.get("attempted_commit"))
-                         if commit and c and c != commit and newer(c)]
-                if later:
-                    raise Superseded(f"{self.env.name}: commit {later[0][:12]}, newer than {commit[:12]}, is applied "
-                                     "(or being applied) already; this older spec is not applied over it")
-            # Planned again under the lock: what another apply did while we waited is part of it.
-            space = workspace(self.env, self.connection, self.bucket)
-            live = engine.read_live([space])[self.env.name]
-            runner = engine.Runner(space, self.report, on_step=lambda step: lock.ensure_held())
-            if operation == "destroy":
-                plan = destroy_plan(self.env, live, delete_data)
-            else:
-                plan = apply_plan(self.env, live)
-            if not plan.has_changes:  # otherwise the plan shown for confirmation says what is kept
-                for note in plan.kept:
-                    self.report(note)
-            refusals = plan.errors + data_loss_refusals(plan, self.env.spec.lustre.deletion_policy, delete_data)
-            if refusals:
-                raise Refused("; ".join(refusals))
-            api = cluster_api(self.env, live, self.connection)
-            if operation == "destroy" and api is not None:
-                plan.cluster_objects = [sync.ObjectChange(ref, "delete") for ref in sync.owned_refs(api, self.env.name)]
-            plan.cost = pricing.plan_cost(plan, self.env.spec)
-            if reviewed is not None:
-                moved = reviewed.moved(self.env, live, cluster_changes(self.env, live, self.connection, False))
-                if moved:
-                    raise Refused(f"the saved plan of {reviewed.created_at} is not what an apply would do now; "
-                                  f"nothing was changed. Since it was made: {'; '.join(moved)}. Plan again "
-                                  f"(rlops plan {self.env.name} --out FILE), review, and apply that")
-            elif plan.has_changes and not confirm(plan):
-                raise Refused(f"{operation} not confirmed; nothing was changed")
-            if operation == "apply":
-                applied.mark_attempt(commit)  # from here on, pushes to main retry it until an apply completes
-            if operation == "destroy":
-                applied.clear()  # no push builds back what is being destroyed, even if this destroy stops part way
-            if plan.has_changes:
-                if operation == "destroy" and api is not None:
-                    sync.delete_all(api, self.env.name, self.report)
-                runner.settle(live)
-                runner.run(plan)
-            lock.ensure_held()
-            if operation == "apply":
-                # What the cloud steps changed (a new cluster, Lustre's address) is read again; otherwise it stands.
-                self._sync_cluster(engine.read_live([space])[self.env.name] if plan.has_changes else live)
-                applied.mark(self.env.digest, commit)
-            return plan
-
-    def _active_jobs(self, live: dict[str, Live]) -> list[str]:
-        """The jobs pending or running on the environment's Ray head, asked with a token fetched now; raises when
-        the head does not say (`ray_jobs.JobsUnknown`), which `sync.apply` counts as a job running."""
-        from rlops.cloud.ray_jobs import active_jobs
-        from rlops.kube.cluster import ray_dashboard
-
-        cluster = live[f"cluster/{self.env.spec.cluster.name}"]
-        ray = self.env.spec.ray
-        return active_jobs(*ray_dashboard(cluster.fields.get("dns_endpoint_host"), ray.namespace, ray.cluster_name,
-                                          self.connection.endpoints))
-
-    def _sync_cluster(self, live: dict[str, Live]) -> None:
-        """After the cloud: the cluster's objects by server-side apply, pruned, and waited on until ready."""
-        from rlops.kube import sync
-
-        api = cluster_api(self.env, live, self.connection)
-        rendered = rendered_objects(self.env, live, self.connection, with_secrets=True)
-        changes = sync.plan(api, self.env.name, rendered, secret_values_known=True)
-        if changes:
-            self.report("cluster objects: " + ", ".join(c.line() for c in changes))
-        sync.apply(api, changes, self.report, self.ready_timeout, lambda: self._active_jobs(live))
-        sync.wait_ready(api, rendered, self.report, self.ready_timeout,
-                        {pool.name: pool.autoscaling.min_nodes for pool in self.env.spec.gpu_pools})
-
-
 def dry_run(env: CloudEnvironment, live: dict[str, Live] | None) -> list[str]:
     """The mutating requests an apply would send from `live` (None: from nothing), as transcript lines."""
-    from rlops.cloud.recording import recording_adapters
-
     transcript: list[str] = []
     space = workspace(env, Connection(), None, adapters=recording_adapters(target_of(env.name, env.spec), transcript))
     plan = apply_plan(env, live or {})
@@ -347,8 +246,6 @@ def dry_run(env: CloudEnvironment, live: dict[str, Live] | None) -> list[str]:
                   on_step=lambda step: transcript.append(f"# {step.label()}")).run(plan)
     # Then the cluster's objects (server-side apply, `rlops render` shows them whole): named, and the image the Ray
     # pods pull, which ray.image_cache rewrites.
-    from rlops.kube import render
-
     objects = render.objects(env.name, env.spec, render.LiveFacts(render.UNKNOWN_LUSTRE_IP))
     transcript.append("# then in the cluster, server-side applied: "
                       + ", ".join(f"{o['kind']}/{o['metadata']['name']}" for o in objects))

@@ -53,14 +53,13 @@ def decide(picture: Picture, timeout_seconds: float) -> Decision:
     return Decision(True, f"idle for {idle:.0f}s, more than the {timeout_seconds:.0f}s timeout", since)
 
 
-def savings(env) -> list[str]:
+def savings(env: GcpEnvironment | LocalEnvironment) -> list[str]:
     """What scaling down this environment's GPU pools saves, one line per pool, for events and the README."""
-    gpu_pools = getattr(env, "gpu_pools", None)
-    if gpu_pools is None:
+    if isinstance(env, LocalEnvironment):
         return ["local Ray worker nodes: no cloud bill"]
     resized = "node-pools" in env.idle.scale_down
     lines = []
-    for pool in gpu_pools:
+    for pool in env.gpu_pools:
         vms = f"{pool.autoscaling.max_nodes} x {pool.machine_type}"
         if pool.reservation:
             lines.append(f"node pool {pool.name}: nothing; reservation {pool.reservation} is billed whether its "

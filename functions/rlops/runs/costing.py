@@ -12,15 +12,20 @@ import json
 import time
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from rlops import costs
 from rlops.errors import Failure
+from rlops.provision import pricing
+from rlops.sites import Site
 from rlops.spec import catalog
+from rlops.spec.model import GcpEnvironment
 
 KINDS = ("used", "waking", "idle", "reaped")
 
 
-def gather(site, since: float | None = None, until: float | None = None, run: str | None = None) -> dict:
+def gather(site: Site, since: float | None = None, until: float | None = None,
+           run: str | None = None) -> dict[str, Any]:
     """The cost report's content (JSON-able)."""
     until = until or time.time()
     state, _ = site.pool.read()
@@ -80,16 +85,13 @@ def gather(site, since: float | None = None, until: float | None = None, run: st
                       for at, seconds in account.wakes],
             "reaps": account.reaps, "transitions": [list(t) for t in state.transitions],
             "attempts": [{"run": a.run, "attempt": a.attempt, "started": a.started, "ended": a.ended}
-                         for a in attempts], "notes": _notes(site, pools, known_from, since)}
+                         for a in attempts], "notes": _notes(pools, known_from, since)}
 
 
-def _others(site, window: float) -> list[dict]:
+def _others(site: Site, window: float) -> list[dict[str, Any]]:
     """The rest of a GCP environment over the window at its spec's hourly rates: the system pool, GKE's fee and
     Lustre (billed whether the GPU pools are up or not) and the project's functions (an estimate). The GPU pools
     are the `pools` rows, counted from their history."""
-    from rlops.provision import pricing
-    from rlops.spec.model import GcpEnvironment
-
     if not isinstance(site.env, GcpEnvironment):
         return []
     gpu_pools = {f"node_pool/{pool.name}" for pool in site.env.gpu_pools}
@@ -104,7 +106,7 @@ def _usd(hours: dict[str, float], rate: costs.PoolRate) -> dict[str, float | Non
     return {kind: value / rate.gpus_per_node * rate.usd_per_node_hour for kind, value in hours.items()}
 
 
-def _notes(site, pools: list[dict], known_from: float | None, since: float) -> list[str]:
+def _notes(pools: list[dict[str, Any]], known_from: float | None, since: float) -> list[str]:
     notes = []
     if known_from is None:
         notes.append("the pool has no transitions yet (the reaper's first look writes the first): nothing to count")
@@ -155,7 +157,7 @@ def _money(value: float | None) -> str:
     return "-" if value is None else f"${value:,.2f}"
 
 
-def text(report: dict, markdown: bool = False) -> str:
+def text(report: dict[str, Any], markdown: bool = False) -> str:
     rows = [("pool", "capacity", "nodes x GPUs", *(f"{k} GPU-h" for k in KINDS), "billed GPU-h", "billed", "saved")]
     for pool in report["pools"]:
         hours = pool["gpu_hours"]
@@ -191,7 +193,7 @@ def text(report: dict, markdown: bool = False) -> str:
                       *([""] + [f"note: {note}" for note in notes] if notes else [])]) + "\n"
 
 
-def _table(rows: list[tuple], markdown: bool) -> str:
+def _table(rows: list[tuple[str, ...]], markdown: bool) -> str:
     if markdown:
         lines = ["| " + " | ".join(rows[0]) + " |", "|" + "---|" * len(rows[0])]
         return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in rows[1:]])
@@ -200,16 +202,16 @@ def _table(rows: list[tuple], markdown: bool) -> str:
                      for row in rows)
 
 
-def as_json(report: dict) -> str:
+def as_json(report: dict[str, Any]) -> str:
     return json.dumps(report, indent=1, sort_keys=True)
 
 
-def timeline(report: dict, path: Path) -> Path:
+def timeline(report: dict[str, Any], path: Path) -> Path:
     """The PNG: the pool's nodes over time, attempts as bars (one row per run), scale-downs and wakes marked."""
-    import matplotlib
+    import matplotlib  # noqa: PLC0415 cold start: the watch function imports this (a run's report), never draws
 
-    matplotlib.use("Agg")
-    from matplotlib import pyplot
+    matplotlib.use("Agg")  # drawn on servers and in CI, where there is no display
+    from matplotlib import pyplot  # noqa: PLC0415 after matplotlib.use, which must come first
 
     when = lambda at: datetime.fromtimestamp(at, UTC)  # noqa: E731
     since, until = report["since"], report["until"]

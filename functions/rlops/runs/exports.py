@@ -13,25 +13,36 @@ environment's state, so the run's next attempt resumes from it, through the chec
 """
 
 import functools
+import hashlib
 import json
+import shlex
 import time
 from collections.abc import Callable
 from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING, Any
+
+from google.cloud import storage
 
 from rlops.checkpoints import export, layout, manifest
-from rlops.cloud.base import CloudError, is_conflict
+from rlops.cloud.base import CloudError, Connection, is_conflict
+from rlops.cloud.ray_jobs import ACTIVE, JobRequest, status_of
 from rlops.errors import Failure
 from rlops.logs import emit
 from rlops.permissions import lacking_permission
 from rlops.runs import jobs, policy
+from rlops.sites import Site
+from rlops.spec.model import GcpEnvironment
 from rlops.state.bucket import write_json_if
 from rlops.state.run_records import RunRecord
+
+if TYPE_CHECKING:
+    from rlops.cloud.lustre import Transfers, TransferState
 
 POLL_SECONDS = 10.0
 
 
-def export_checkpoint(site, run: str, step: int | None, destination: tuple[object, str] | None,
-                      report: Callable[[str], None] = lambda line: None) -> dict:
+def export_checkpoint(site: Site, run: str, step: int | None, destination: tuple[storage.Bucket, str] | None,
+                      report: Callable[[str], None] = lambda line: None) -> dict[str, Any]:
     """Export step `step` of `run` (default: its newest with a manifest) to (bucket, prefix) (default: the state
     bucket's `runs/RUN/exports`) and verify it; what was done. On GKE this waits for the Lustre API's copy,
     reporting its progress."""
@@ -55,7 +66,7 @@ def export_checkpoint(site, run: str, step: int | None, destination: tuple[objec
     return _verified(site, run, content, bucket, prefix)
 
 
-def tick(site) -> list[dict]:
+def tick(site: Site) -> list[dict[str, Any]]:
     """What the recipes' `export:` policies want and no export has yet: exported (locally) or started (GKE); GKE
     exports started by an earlier tick, looked at again and verified once done. The `checkpoint-exported` events."""
     events, now = [], time.time()
@@ -86,7 +97,8 @@ def tick(site) -> list[dict]:
     return events
 
 
-def _export_due(site, transfers: Callable, record: RunRecord, content: dict, to: str | None) -> dict | None:
+def _export_due(site: Site, transfers: "Callable[[], Transfers]", record: RunRecord, content: dict[str, Any],
+                to: str | None) -> dict[str, Any] | None:
     bucket, prefix = site.bucket, site.records.layout.exports(record.run)
     if to:
         bucket_name, _, path = to.removeprefix("gs://").partition("/")
@@ -97,7 +109,8 @@ def _export_due(site, transfers: Callable, record: RunRecord, content: dict, to:
     return None
 
 
-def _follow(site, transfers, record: RunRecord, manifest_object, entry: dict) -> list[dict]:
+def _follow(site: Site, transfers: "Transfers", record: RunRecord, manifest_object: storage.Blob,
+            entry: dict[str, Any]) -> list[dict[str, Any]]:
     content = export.checked(_read(manifest_object))
     step = content["step"]
     state = transfers.state(entry["operation"])
@@ -115,7 +128,7 @@ def _follow(site, transfers, record: RunRecord, manifest_object, entry: dict) ->
         return []
 
 
-def _run(site, run: str) -> tuple[RunRecord, dict[int, object]]:
+def _run(site: Site, run: str) -> tuple[RunRecord, dict[int, storage.Blob]]:
     record, _ = site.records.get(run)
     if record is None:
         raise Failure(site.records.unknown(run))
@@ -125,7 +138,8 @@ def _run(site, run: str) -> tuple[RunRecord, dict[int, object]]:
     return record, known
 
 
-def _copy_here(site, record: RunRecord, content: dict, bucket, prefix: str) -> dict:
+def _copy_here(site: Site, record: RunRecord, content: dict[str, Any], bucket: storage.Bucket,
+               prefix: str) -> dict[str, Any]:
     step = content["step"]
     checkpoint = {c.step: c for c in layout.complete(Path(record.checkpoint_dir))}.get(step)
     if checkpoint is None:
@@ -137,7 +151,8 @@ def _copy_here(site, record: RunRecord, content: dict, bucket, prefix: str) -> d
     return _verified(site, record.run, content, bucket, prefix)
 
 
-def _start_on_lustre(site, transfers, record: RunRecord, content: dict, bucket, prefix: str) -> str:
+def _start_on_lustre(site: Site, transfers: "Transfers", record: RunRecord, content: dict[str, Any],
+                     bucket: storage.Bucket, prefix: str) -> str:
     """exportData of the checkpoint's directory to `gs://BUCKET/PREFIX/step-N/`; the operation, kept in the run
     record so that a later tick (or another CLI) can follow it."""
     step = content["step"]
@@ -150,7 +165,7 @@ def _start_on_lustre(site, transfers, record: RunRecord, content: dict, bucket, 
     return operation
 
 
-def _verified(site, run: str, content: dict, bucket, prefix: str) -> dict:
+def _verified(site: Site, run: str, content: dict[str, Any], bucket: storage.Bucket, prefix: str) -> dict[str, Any]:
     """The manifest next to the export, the export listed against it, recorded and said; what was done."""
     step = content["step"]
     export.upload_manifest(bucket, prefix, content)
@@ -165,30 +180,36 @@ def _verified(site, run: str, content: dict, bucket, prefix: str) -> dict:
     return event
 
 
-def _record(site, run: str, step: int, entry: dict) -> None:
+def _record(site: Site, run: str, step: int, entry: dict[str, Any]) -> None:
     if not site.records.update(run, lambda record: record.exports.update({str(step): entry})):
         emit("WARNING", "export not linked from the run record", run=run, step=step)
 
 
-def _transfers(site):
-    from rlops.cloud.base import Connection
-    from rlops.cloud.lustre import Transfers
+def _transfers(site: Site) -> "Transfers":
+    from rlops.cloud.lustre import Transfers  # noqa: PLC0415 cold start: the Lustre client only for a GKE export
 
-    env = site.env
+    env = _on_gke(site)
     return Transfers(env.project.id, env.zone, env.lustre.name, Connection.to(site.endpoints))
 
 
-def lustre_path(site, mounted: PurePosixPath) -> str:
+def _on_gke(site: Site) -> GcpEnvironment:
+    """The environment of a site whose checkpoints only its cluster reaches, on the Lustre instance it mounts."""
+    if not isinstance(site.env, GcpEnvironment):
+        raise Failure(f"environment {site.name} has no Lustre instance: its checkpoints are on this machine")
+    return site.env
+
+
+def lustre_path(site: Site, mounted: PurePosixPath) -> str:
     """A path as the cluster mounts it (under `ray.lustre_mount`), as the Lustre API names it (from the file
     system's root: the PersistentVolume mounts the whole file system)."""
-    mount = PurePosixPath(site.env.ray.lustre_mount)
+    mount = PurePosixPath(_on_gke(site).ray.lustre_mount)
     if not mounted.is_relative_to(mount):
         raise Failure(f"{mounted} is not on Lustre ({mount})")
     return "/" + str(mounted.relative_to(mount)) + "/"
 
 
-def import_checkpoint(site, run: str, recipe_name: str, source: tuple[object, str],
-                      report: Callable[[str], None] = lambda line: None) -> dict:
+def import_checkpoint(site: Site, run: str, recipe_name: str, source: tuple[storage.Bucket, str],
+                      report: Callable[[str], None] = lambda line: None) -> dict[str, Any]:
     """Bring the export at (bucket, PREFIX/step-N) into run `run`'s checkpoint directory of this environment, once
     the export verifies against its manifest; the manifest stored with this environment's state. What was done."""
     bucket, step_prefix = source
@@ -236,7 +257,7 @@ def import_checkpoint(site, run: str, recipe_name: str, source: tuple[object, st
 CLUSTER_JOB_SECONDS = 300.0
 
 
-def _waited(transfers, verb: str, operation: str, report: Callable[[str], None]):
+def _waited(transfers: "Transfers", verb: str, operation: str, report: Callable[[str], None]) -> "TransferState":
     """The transfer's state once its operation is done, its counters reported as it goes: polled after 0.5 s,
     then twice as long each time up to POLL_SECONDS (an export of a large checkpoint takes minutes)."""
     delay = 0.5
@@ -249,29 +270,30 @@ def _waited(transfers, verb: str, operation: str, report: Callable[[str], None])
         delay = min(delay * 2, POLL_SECONDS)
 
 
-def _on_cluster(site, kind: str, words: list[str], report: Callable[[str], None]) -> None:
+def _on_cluster(site: Site, kind: str, words: list[str], report: Callable[[str], None]) -> None:
     """Run `words` as a small Ray job on the cluster's head (which mounts /lustre) and wait for it to succeed."""
-    import hashlib
-    import shlex
-
-    from rlops.cloud.ray_jobs import ACTIVE, JobRequest, status_of
-
     command = " ".join(shlex.quote(word) for word in words)
     submission = f"rlops.{site.name}.{kind}.{hashlib.sha256(command.encode()).hexdigest()[:16]}"
     site.ray.submit_once(JobRequest(submission, command, {"rlops-environment": site.name, "rlops-kind": kind},
                                     entrypoint_num_cpus=0.1))
     deadline = time.monotonic() + CLUSTER_JOB_SECONDS
-    while (status := status_of(site.ray.find(submission))) in ACTIVE:
+    while True:
+        job = site.ray.find(submission)
+        if job is None:
+            raise Failure(f"the Ray head no longer knows job {submission} (`{command}`; it restarted?); run the "
+                          "command again")
+        status = status_of(job)
+        if status not in ACTIVE:
+            break
         if time.monotonic() > deadline:
             raise Failure(f"`{command}` on the cluster did not finish in {CLUSTER_JOB_SECONDS:.0f}s (Ray job "
                           f"{submission}); run the command again to wait for it")
         report(f"{command} on the cluster: {status}")
         time.sleep(1.0)
-    job = site.ray.find(submission)
     site.ray.client.delete_job(submission)  # so that the same command can run again
     if status != "SUCCEEDED":
         raise Failure(f"`{command}` on the cluster ended {status}: {(job.message or '')[-300:]}")
 
 
-def _read(blob) -> dict:
+def _read(blob: storage.Blob) -> dict[str, Any]:
     return json.loads(blob.download_as_bytes())

@@ -8,6 +8,7 @@ import time
 from collections.abc import Callable
 
 from rlops.cloud.ray_jobs import ACTIVE, JobView
+from rlops.errors import Failure
 from rlops.sites import Site
 from rlops.state.run_records import TERMINAL, Attempt
 
@@ -44,4 +45,6 @@ def follow(site: Site, run: str, attempt: Attempt, write: Callable[[str], None],
 
 def _recorded(site: Site, run: str, number: int) -> Attempt:
     record, _ = site.records.get(run)
+    if record is None:  # removed while its output was followed (the environment destroyed)
+        raise Failure(site.records.unknown(run))
     return next(a for a in record.attempts if a.attempt == number)

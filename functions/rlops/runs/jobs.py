@@ -17,12 +17,15 @@ import json
 import shlex
 import tempfile
 from pathlib import Path, PurePosixPath
+from typing import Any
 
+import rlops
 from rlops.checkpoints import gate, manifest
 from rlops.cloud.ray_jobs import META_PREFIX, JobRequest
 from rlops.kube import render
+from rlops.sites import Site
 from rlops.spec import nemo_rl, nemo_rl_reward
-from rlops.spec.model import GcpEnvironment, LocalEnvironment
+from rlops.spec.model import GcpEnvironment, LocalEnvironment, Recipe
 
 LUSTRE = PurePosixPath("/lustre")
 
@@ -31,7 +34,7 @@ def submission_id(environment: str, run: str, attempt: int) -> str:
     return f"rlops.{environment}.{run}.{attempt}"
 
 
-def checkpoint_dir(recipe, run: str, lustre_root: str) -> str:
+def checkpoint_dir(recipe: Recipe, run: str, lustre_root: str) -> str:
     """CHECKPOINT_ROOT/RUN, with /lustre where this environment mounts it (a local directory, locally)."""
     return on_lustre(str(PurePosixPath(recipe.checkpoint_root) / run), lustre_root)
 
@@ -43,12 +46,12 @@ def on_lustre(path: str, lustre_root: str) -> str:
     return str(PurePosixPath(lustre_root) / PurePosixPath(path).relative_to(LUSTRE))
 
 
-def _text(value) -> str:
+def _text(value: object) -> str:
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 
-def command(recipe, settings: dict, directory: str, data: dict | None = None, gpus: tuple[str, int] | None = None,
-            hold: int = 0) -> str:
+def command(recipe: Recipe, settings: dict[str, Any], directory: str, data: dict[str, Any] | None = None,
+            gpus: tuple[str, int] | None = None, hold: int = 0) -> str:
     """The job's shell command: the checkpoint gate (with `data`, the recipe's data steps and reward check:
     `nemo_rl_reward.for_job`; with `hold`, a backoff before it looks for the GPUs), then the workload. NeMo RL's
     example scripts, configs and prompts are paths relative to the repository in the image, so its command starts
@@ -78,7 +81,7 @@ def _shell(words: list[str]) -> str:
     return " ".join(shlex.quote(word) for word in words)
 
 
-def pool_gpus(env, recipe) -> tuple[str, int] | None:
+def pool_gpus(env: GcpEnvironment | LocalEnvironment, recipe: Recipe) -> tuple[str, int] | None:
     """For a local trl recipe whose driver runs on the head (`driver: head`), the Ray resource standing for GPUs and a
     GPU-pool node's count of it, which its driver checks for and its training actor holds; otherwise None."""
     if not isinstance(env, LocalEnvironment) or recipe.runner != "trl" or not recipe.driver_on_head:
@@ -86,13 +89,13 @@ def pool_gpus(env, recipe) -> tuple[str, int] | None:
     return env.local.gpu_pool.resource, env.local.gpu_pool.per_worker
 
 
-def actor_env(env, recipe) -> dict[str, str]:
+def actor_env(env: GcpEnvironment | LocalEnvironment, recipe: Recipe) -> dict[str, str]:
     """What NeMo RL's actors need from the job: on GKE the settings of the recipe's GPU pool's workers
     (`render.actor_env`); locally nothing, as the driver runs on the GPU-pool node itself."""
     return render.actor_env(env, recipe.gpu_pool) if isinstance(env, GcpEnvironment) else {}
 
 
-def request(environment: str, recipe_name: str, recipe, run: str, settings: dict, requested_by: str,
+def request(environment: str, recipe_name: str, recipe: Recipe, run: str, settings: dict[str, Any], requested_by: str,
             attempt: int, lustre_root: str, entrypoint_resources: dict[str, float] | None = None,
             actors: dict[str, str] | None = None, tag: nemo_rl.Tag | None = None,
             gpus: tuple[str, int] | None = None, hold: int = 0) -> JobRequest:
@@ -101,7 +104,7 @@ def request(environment: str, recipe_name: str, recipe, run: str, settings: dict
     gate backs off first (`policy.backoff`). A driver on the head asks for no resource (`entrypoint_resources` are
     where any other driver runs)."""
     directory = checkpoint_dir(recipe, run, lustre_root)
-    runtime_env: dict = {}
+    runtime_env: dict[str, Any] = {}
     if recipe.driver_on_head:
         # NeMo RL's init_ray copies the driver's os.environ into every actor: the job carries the actors' settings
         # (one HF_HOME among them), so they are the same whichever node the driver runs on.
@@ -129,7 +132,7 @@ def wandb_run_id(environment: str, run: str) -> str:
     return f"{run}-{hashlib.sha256(f'{environment}/{run}'.encode()).hexdigest()[:8]}"
 
 
-def for_site(site, recipe_name: str, run: str, settings: dict, requested_by: str, attempt: int,
+def for_site(site: Site, recipe_name: str, run: str, settings: dict[str, Any], requested_by: str, attempt: int,
              hold: int = 0) -> JobRequest:
     """`request`, placed where the site's jobs run (its /lustre, the driver's Ray resources, its actors' settings)."""
     recipe = site.env.recipes[recipe_name]
@@ -138,7 +141,7 @@ def for_site(site, recipe_name: str, run: str, settings: dict, requested_by: str
                    pool_gpus(site.env, recipe), hold)
 
 
-def data_tag(env) -> nemo_rl.Tag | None:
+def data_tag(env: GcpEnvironment | LocalEnvironment) -> nemo_rl.Tag | None:
     """The NeMo RL tag of a GCP environment's image (None: rlops has no copy of it, or a local environment)."""
     return nemo_rl.tag_for(env.ray.image) if isinstance(env, GcpEnvironment) else None
 
@@ -146,7 +149,7 @@ def data_tag(env) -> nemo_rl.Tag | None:
 MANIFESTS_SHIPPED = 16  # the newest ones; an older checkpoint is reached only if all of these fail to verify
 
 
-def submit(site, job: JobRequest, run: str) -> bool:
+def submit(site: Site, job: JobRequest, run: str) -> bool:
     """Submit `job` once, with the run's newest intact manifests for its gate (and, on GKE, rlops itself) as
     py_modules; True if this call submitted it."""
     newest = sorted(site.records.manifest_objects(run).items())[-MANIFESTS_SHIPPED:]
@@ -163,7 +166,5 @@ def submit(site, job: JobRequest, run: str) -> bool:
 def shipped_rlops(staging: Path) -> list[str]:
     """py_modules for a job on a cluster whose image has neither rlops nor google-crc32c: the rlops package and
     libcrc32c (`manifest.native_module`)."""
-    import rlops
-
     native = manifest.native_module(staging)
     return [str(Path(rlops.__file__).parent), *([str(native)] if native else [])]

@@ -5,12 +5,13 @@ acknowledged and logged by the caller, never retried and never submitted.
 """
 
 import json
-from typing import Annotated
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, StrictStr, ValidationError
 
 from rlops.spec import nemo_rl
-from rlops.spec.model import DNS_LABEL, OverrideKey, Scalar
+from rlops.spec.field_types import DNS_LABEL, OverrideKey, Scalar
+from rlops.spec.model import GcpEnvironment, LocalEnvironment, Recipe
 
 MAX_BYTES = 64 * 1024
 RunName = Annotated[StrictStr, Field(pattern=DNS_LABEL, min_length=1, max_length=40)]
@@ -71,7 +72,7 @@ def addressee(data: bytes) -> tuple[str, str] | None:
     return named.environment, named.run
 
 
-def settings(message: TrainMessage, recipe) -> dict:
+def settings(message: TrainMessage, recipe: Recipe) -> dict[str, Any]:
     """The recipe's fixed overrides, the allowed ones' defaults, then the message's: what the job runs with."""
     for key, value in message.overrides.items():
         allowed = recipe.allowed_overrides.get(key)
@@ -87,7 +88,7 @@ def settings(message: TrainMessage, recipe) -> dict:
     return {**recipe.default_settings(), **message.overrides}
 
 
-def recipe_of(message: TrainMessage, env):
+def recipe_of(message: TrainMessage, env: GcpEnvironment | LocalEnvironment) -> Recipe:
     recipe = env.recipes.get(message.recipe)
     if recipe is None:
         raise Poison(f"recipe: environment {message.environment} has no recipe {message.recipe!r} "

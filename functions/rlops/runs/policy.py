@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from rlops.checkpoints import gate
 from rlops.cloud.ray_jobs import JobView
+from rlops.spec.model import ExportPolicy
 from rlops.state.run_records import TERMINAL, Attempt, AttemptFailure, FailureKind, RunRecord, RunState
 
 NODE_DEATH_SLACK_MS = 60_000  # the driver notices a lost actor a little after the node is gone
@@ -87,9 +88,14 @@ def seen(record: RunRecord, job: JobView | None, now: float) -> JobView | None:
 
 def forgotten(attempt: Attempt, now: float) -> JobView | None:
     """An attempt whose job Ray does not list: a job the head has forgotten (a restarted head keeps no job table)
-    is a failed one whose nodes went away; None while it may just not be listed yet."""
+    is a failed one whose nodes went away (`as_forgotten`); None while it may just not be listed yet."""
     if now - attempt.submitted_at < LISTING_GRACE_SECONDS:
         return None
+    return as_forgotten(attempt)
+
+
+def as_forgotten(attempt: Attempt) -> JobView:
+    """The attempt's job as one the head has forgotten: failed, its nodes gone."""
     return JobView(attempt.submission_id, RunState.FAILED, FORGOTTEN, "JOB_SUPERVISOR_ACTOR_DIED")
 
 
@@ -120,15 +126,15 @@ def advance(record: RunRecord, job: JobView | None, nodes: list[dict], now: floa
     return Transition(status, ended_at, failure, reason=reason)
 
 
-def exports_due(record: RunRecord, manifested: list[int], export) -> list[int]:
+def exports_due(record: RunRecord, manifested: list[int], export: ExportPolicy) -> list[int]:
     """The steps with a manifest that the recipe's `export:` policy wants copied and that have no export (or a
     failed one: not tried again) yet. `final`: the last checkpoint of a run that succeeded; `every`: every N-th
     checkpoint, counted over the run's manifests."""
     if export.when == "final":
         last = max(manifested, default=None)
         newest = last is not None and last >= (record.last_checkpoint or 0)
-        wanted = [last] if record.state == RunState.SUCCEEDED and newest else []
-    elif export.when == "every":
+        wanted = [last] if newest and last is not None and record.state == RunState.SUCCEEDED else []
+    elif export.when == "every" and export.every is not None:  # a valid spec sets both (spec.recipe_rules)
         wanted = sorted(manifested)[export.every - 1::export.every]
     else:
         wanted = []

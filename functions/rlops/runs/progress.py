@@ -17,8 +17,10 @@ banner an earlier tick saw.
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 from rlops.checkpoints import gate
+from rlops.checkpoints.layout import complete
 
 # A line of a Ray actor, as Ray's log_to_driver prints it in the driver's output: `(Name pid=N[, ip=A]) `, the
 # parentheses colored unless RAY_COLOR_PREFIX=0 (ray/_private/worker.py print_worker_logs). The local recipe prints
@@ -43,7 +45,7 @@ _NEMO_SERIES = re.compile(rf"^=+ Epoch (?P<epoch>\d+)/\d+ =+$|^=+ Step (?P<step>
                           re.M)
 
 
-def resume_point(text: str) -> dict | None:
+def resume_point(text: str) -> dict[str, Any] | None:
     """What the attempt's checkpoint gate printed (`rlops.checkpoints.gate`): its step, what it set aside."""
     for line in text.splitlines():
         if line.startswith(gate.PREFIX):
@@ -51,14 +53,15 @@ def resume_point(text: str) -> dict | None:
     return None
 
 
-def from_logs(runner: str, text: str, epoch: int = 1, banner: dict | None = None) -> dict:
+def from_logs(runner: str, text: str, epoch: int = 1, banner: dict[str, Any] | None = None) -> dict[str, Any]:
     """{step, reward, first_step, resumed_from, reported_checkpoint}; None where the output does not say.
 
     For NeMo RL also `epoch`, the last epoch banner seen, and `banner`, the last step banner seen
     ({"step": N counted across epochs, "rewarded": whether N's reward was printed since}): a later tick
     that reads only the output's end, where there may be neither, passes them back in.
     """
-    found = {"step": None, "reward": None, "first_step": None, "resumed_from": None, "reported_checkpoint": None}
+    found: dict[str, Any] = {"step": None, "reward": None, "first_step": None, "resumed_from": None,
+                             "reported_checkpoint": None}
     if runner == "trl":
         steps = _TRL_STEP.findall(text)
         if steps:
@@ -75,9 +78,9 @@ def from_logs(runner: str, text: str, epoch: int = 1, banner: dict | None = None
 
 
 def _nemo_events(text: str, epoch: int) -> tuple[list[tuple[str, float]], int]:
-    """NeMo RL's lines in order, as (kind, value): ("step", the step counted across epochs), or ("loss" |
-    "reward" | "seconds" | "save", its number); and the last epoch."""
-    events = []
+    """NeMo RL's lines in order, as (kind, value): ("step", the step counted across epochs, a whole number), or
+    ("loss" | "reward" | "seconds" | "save", its number); and the last epoch."""
+    events: list[tuple[str, float]] = []
     for match in _NEMO_SERIES.finditer(text):
         if match["epoch"]:
             epoch = int(match["epoch"])
@@ -85,11 +88,11 @@ def _nemo_events(text: str, epoch: int) -> tuple[list[tuple[str, float]], int]:
             events.append(("step", (epoch - 1) * int(match["of"]) + int(match["step"])))
         else:
             kind = next(kind for kind in ("loss", "reward", "seconds", "save") if match[kind] is not None)
-            events.append((kind, _float(match[kind])))
+            events.append((kind, float(match[kind])))
     return events, epoch
 
 
-def _carried(events: list[tuple[str, float]], banner: dict | None) -> int | None:
+def _carried(events: list[tuple[str, float]], banner: dict[str, Any] | None) -> int | None:
     """The step the lines before the output's first banner belong to: the banner an earlier tick saw, if this
     output begins after it (its first banner, if any, is a later step's) and its reward is still to come. Once it
     was printed, the lines up to the next banner are given to no step: that banner may be one no tick saw."""
@@ -99,15 +102,15 @@ def _carried(events: list[tuple[str, float]], banner: dict | None) -> int | None
     return None if first is not None and first <= banner["step"] else banner["step"]
 
 
-def _nemo_steps(text: str, epoch: int, banner: dict | None) -> dict:
+def _nemo_steps(text: str, epoch: int, banner: dict[str, Any] | None) -> dict[str, Any]:
     """The last step whose reward was printed, with that reward; the first step this output shows; the epoch and
     the step banner to carry to the next tick."""
     events, epoch = _nemo_events(text, epoch)
     step, rewarded = _carried(events, banner), False
-    found = {"epoch": epoch}
+    found: dict[str, Any] = {"epoch": epoch}
     for kind, value in events:
         if kind == "step":
-            step, rewarded = value, False
+            step, rewarded = int(value), False
             found.setdefault("first_step", step)
         elif kind == "reward" and step is not None and not rewarded:  # the first after a step's banner is its own
             rewarded = True
@@ -120,15 +123,15 @@ def _nemo_steps(text: str, epoch: int, banner: dict | None) -> dict:
 _FIELDS = {"reward": 1, "loss": 2, "seconds": 3}
 
 
-def series(runner: str, text: str, epoch: int = 1, banner: dict | None = None) -> dict:
+def series(runner: str, text: str, epoch: int = 1, banner: dict[str, Any] | None = None) -> dict[str, list[Any]]:
     """Every step the output shows, as {"steps": [[step, reward, loss, seconds], ...], "saves": [[step,
     seconds], ...], "metrics": [[step, {name: value}], ...]} (None where it does not say; metrics: the local
     recipe's other numbers, none for NeMo RL yet); for NeMo RL steps are counted across epochs and the lines
     before the first banner belong to the carried `banner`'s step, as in `from_logs`, and a reward is the first
     one after its step's banner."""
-    steps: dict[int, list] = {}
-    saves: dict[int, list] = {}
-    metrics: dict[int, list] = {}
+    steps: dict[int, list[Any]] = {}
+    saves: dict[int, list[Any]] = {}
+    metrics: dict[int, list[Any]] = {}
     if runner == "trl":
         for step, reward, loss, seconds in _TRL_POINT.findall(text):
             steps[int(step)] = [int(step), _float(reward), _float(loss), _float(seconds)]
@@ -143,7 +146,7 @@ def series(runner: str, text: str, epoch: int = 1, banner: dict | None = None) -
         step, rewarded = _carried(events, banner), False
         for kind, value in events:
             if kind == "step":
-                step, rewarded = value, False
+                step, rewarded = int(value), False
                 steps[step] = [step, None, None, None]
             elif step is None or (kind == "reward" and rewarded):
                 continue
@@ -175,12 +178,13 @@ RECENT = 200          # the newest points are always kept whole
 LIMITS = {"steps": 1.0, "saves": 1.0, "metrics": 0.125}
 
 
-def merged(old: dict | None, new: dict, limit: int = SERIES_LIMIT) -> dict:
+def merged(old: dict[str, list[Any]] | None, new: dict[str, list[Any]],
+           limit: int = SERIES_LIMIT) -> dict[str, list[Any]]:
     """`new` points over `old` ones (a tick reads only the output's end), value by value: a step one tick saw
     in part (its banner and loss, say) is completed by the next (its reward and time). Thinned to at most about
     `limit` steps: beyond the newest RECENT, only steps divisible by the smallest power of two that fits, so a
     step kept once stays kept and the curve keeps its shape."""
-    result = {}
+    result: dict[str, list[Any]] = {}
     for kind, share in LIMITS.items():
         kept = int(limit * share)
         points = {point[0]: point for point in (old or {}).get(kind, [])}
@@ -202,7 +206,5 @@ def _float(text: str) -> float | None:
 
 def last_complete_checkpoint(directory: Path) -> int | None:
     """The highest step with a complete checkpoint in a run directory (either layout)."""
-    from rlops.checkpoints.layout import complete
-
     found = complete(directory)
     return found[-1].step if found else None

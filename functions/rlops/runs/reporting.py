@@ -1,47 +1,48 @@
-"""A run's report: gathered from what rlops already keeps (the run record, each attempt's per-step series,
-the checkpoint manifests, the GPU pool's state, the environment's spec and last apply) and drawn by
-`runs.report`; kept in the state bucket beside the run record (`runs/RUN/report/`) when the run ends, or written
-to a folder on request. Several runs' comparison is written to a folder.
+"""A run's report from what rlops already keeps (the run record, each attempt's per-step series, the checkpoint
+manifests, the GPU pool's state, the environment's spec and last apply), drawn by `runs.report_page`: kept in the
+state bucket beside the run record (`runs/RUN/report/`) when the run ends, or written to a folder on request.
+Several runs' comparison is written to a folder.
 """
 
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
-from rlops.runs import report
+from rlops.runs import costing, jobs, report_page, snapshot
+from rlops.sites import Site
+from rlops.spec import nemo_rl
+from rlops.spec.model import GcpEnvironment, LocalEnvironment, Recipe
+from rlops.state.resources import AppliedSpec
 from rlops.state.run_records import RunRecord
 
 CONTENT_TYPES = {".md": "text/markdown; charset=utf-8", ".png": "image/png"}
 
 
-def _checkpoints(site, run: str) -> list[dict]:
-    from rlops.runs import snapshot
-
+def _checkpoints(site: Site, run: str) -> list[dict[str, Any]]:
     rows = snapshot.listing(site, run) or []
     return [{"step": row["step"], "bytes": row["total_bytes"],
              "verified": True if row["verified"] == "yes" else False if row["verified"].startswith("NO") else None}
             for row in rows]
 
 
-def _series(site, record: RunRecord) -> dict[int, dict]:
+def _series(site: Site, record: RunRecord) -> dict[int, dict[str, Any]]:
     return {a.attempt: site.records.metrics(record.run, a.attempt) or {"steps": [], "saves": []}
             for a in record.attempts}
 
 
-def write(site, record: RunRecord, out_dir: Path) -> report.Report:
+def write(site: Site, record: RunRecord, out_dir: Path) -> report_page.Report:
     run = record.run
-    return report.write(out_dir, record.to_json(), _series(site, record), _checkpoints(site, run),
-                        site.pool.read()[0].to_json(), _cost(site, run), about(site, record))
+    return report_page.write(out_dir, record.to_json(), _series(site, record), _checkpoints(site, run),
+                             site.pool.read()[0].to_json(), _cost(site, run), about(site, record))
 
 
-def compare(site, records: list[RunRecord], out_dir: Path) -> report.Report:
-    return report.compare(out_dir, [(record, _series(site, record)) for record in records], time.time())
+def compare(site: Site, records: list[RunRecord], out_dir: Path) -> report_page.Report:
+    return report_page.compare(out_dir, [(record, _series(site, record)) for record in records], time.time())
 
 
-def about(site, record: RunRecord) -> dict[str, str]:
+def about(site: Site, record: RunRecord) -> dict[str, str]:
     """What the report says the run ran on that its record does not hold: the image, the spec's commit, W&B."""
-    from rlops.state.resources import AppliedSpec
-
     env = site.env
     applied = AppliedSpec(site.bucket, env.state.prefix, site.name).read() or {}
     # A run record keeps no commit of its own: the environment's last complete apply is what its cluster ran when
@@ -57,11 +58,9 @@ def about(site, record: RunRecord) -> dict[str, str]:
     return found
 
 
-def wandb_said(env, record: RunRecord) -> str | None:
+def wandb_said(env: GcpEnvironment | LocalEnvironment, record: RunRecord) -> str | None:
     """Where the run's W&B run is: its URL when the recipe's config names the entity and project, else its id and
     what is known; None when the run logs to no W&B (the local recipe, or a config with wandb_enabled off)."""
-    from rlops.runs import jobs
-
     recipe = env.recipes.get(record.recipe)
     if recipe is None or recipe.runner != "nemo-rl":
         return None  # TRL's local recipe runs with report_to="none"
@@ -80,19 +79,16 @@ def wandb_said(env, record: RunRecord) -> str | None:
             f"https://wandb.ai/ENTITY/{project or 'PROJECT'}/runs/{run_id})")
 
 
-def _logger_config(env, recipe, record: RunRecord) -> dict:
+def _logger_config(env: GcpEnvironment | LocalEnvironment, recipe: Recipe, record: RunRecord) -> dict[str, Any]:
     """The recipe's `logger` section as the job composed it, from rlops's copy of the image's configs; without a
     copy, the run's own settings (`logger.*` keys) alone."""
-    from rlops.runs import jobs
-    from rlops.spec import nemo_rl
-
     tag = jobs.data_tag(env)
     if tag is not None and recipe.config:
         composed = nemo_rl.compose(tag, recipe.config, nemo_rl.assignments(recipe, record.settings,
                                                                            record.checkpoint_dir))
         if composed.config is not None:
             return composed.config.get("logger") or {}
-    logger: dict = {}
+    logger: dict[str, Any] = {}
     for key, value in record.settings.items():
         if key.startswith("logger."):
             *parents, leaf = key.removeprefix("logger.").split(".")
@@ -103,10 +99,8 @@ def _logger_config(env, recipe, record: RunRecord) -> dict:
     return logger
 
 
-def _cost(site, run: str) -> str:
+def _cost(site: Site, run: str) -> str:
     """The run's line of `rlops cost`, and the command that shows the rest."""
-    from rlops.runs import costing
-
     (row,) = costing.gather(site, run=run)["runs"]
     hours, usd = row["gpu_hours"], row["usd"]
     return (f"{hours['used']:.2f} GPU-hours running, {hours['waking']:.2f} waking for its pool, "
@@ -114,7 +108,7 @@ def _cost(site, run: str) -> str:
             f"resumes; `rlops cost {site.name} --run {run}` for the pool's idle and reaped time")
 
 
-def publish(site, record: RunRecord) -> str:
+def publish(site: Site, record: RunRecord) -> str:
     """Draws the report and uploads it beside the run record; the object name of its markdown page."""
     layout = site.records.layout
     with tempfile.TemporaryDirectory(prefix="rlops-report-") as scratch:

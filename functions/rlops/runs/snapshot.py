@@ -10,17 +10,25 @@ they are; GKE environments hash them where /lustre is mounted: a CPU-only Ray jo
 
 import hashlib
 import json
+import shlex
+import tempfile
 import time
 from pathlib import Path
+from typing import Any, cast
 
-from rlops.checkpoints import layout, manifest
-from rlops.cloud.ray_jobs import ACTIVE, status_of
+from google.cloud import storage
+
+from rlops.checkpoints import layout, manifest, scan
+from rlops.cloud.ray_jobs import ACTIVE, JobRequest, status_of
 from rlops.logs import emit
 from rlops.runs import exports, policy
+from rlops.runs.jobs import shipped_rlops
+from rlops.sites import Site
 from rlops.state.bucket import read_json, write_json_if
+from rlops.state.run_records import RunRecord
 
 
-def tick(site) -> list[dict]:
+def tick(site: Site) -> list[dict[str, Any]]:
     """The manifests of new complete checkpoints, then what the recipes' `export:` policies want (`exports.tick`);
     the events."""
     recent = {run: record for run, (record, _) in sorted(site.records.all().items())
@@ -30,7 +38,7 @@ def tick(site) -> list[dict]:
     return events + exports.tick(site)
 
 
-def _relink(site, recent: dict) -> list[dict]:
+def _relink(site: Site, recent: dict[str, RunRecord]) -> list[dict[str, Any]]:
     """Manifests stored without their link in the run record (a tick died, or lost its record write, between
     the two writes): linked now, and their event published, since a stored manifest is never written again."""
     events = []
@@ -38,13 +46,14 @@ def _relink(site, recent: dict) -> list[dict]:
         for step, blob in sorted(site.records.manifest_objects(run).items()):
             if str(step) not in record.manifests:
                 content, _ = read_json(blob)
+                name = cast(str, blob.name)  # a listed object has one (a Blob made without one has none)
                 if content is not None and manifest.intact(content) and \
-                        _link(site, run, step, blob.name, content["digest"], content.get("save")):
-                    events.append(_published(site, run, content, blob.name))
+                        _link(site, run, step, name, content["digest"], content.get("save")):
+                    events.append(_published(site, run, content, name))
     return events
 
 
-def _manifests_here(site, recent: dict) -> list[dict]:
+def _manifests_here(site: Site, recent: dict[str, RunRecord]) -> list[dict[str, Any]]:
     events = []
     for run, record in recent.items():
         known = site.records.manifest_objects(run)
@@ -61,18 +70,20 @@ def _manifests_here(site, recent: dict) -> list[dict]:
     return events
 
 
-def _saved_again(record, step: int, save: str) -> bool:
+def _saved_again(record: RunRecord, step: int, save: str) -> bool:
     """Whether the step's checkpoint is another save than the one its manifest describes (a manifest linked before
     saves were told apart says nothing: taken as the same)."""
     linked = record.manifests.get(str(step)) or {}
     return linked.get("save") not in (None, save)
 
 
-def _store(site, run: str, content: dict, replacing=None) -> list[dict]:
+def _store(site: Site, run: str, content: dict[str, Any],
+           replacing: storage.Blob | None = None) -> list[dict[str, Any]]:
     """Write a manifest once (create-only), or in place of the manifest of an earlier save of its step (kept
     under replaced-manifests/), link it from the run record, publish the event; [] if another tick did."""
     names = site.records.layout
-    blob = site.bucket.blob(names.manifest(run, content["step"]))
+    name = names.manifest(run, content["step"])
+    blob = site.bucket.blob(name)
     generation = 0
     if replacing is not None:
         earlier, generation = read_json(replacing)
@@ -82,12 +93,13 @@ def _store(site, run: str, content: dict, replacing=None) -> list[dict]:
                       earlier, 0)
     if not write_json_if(blob, content, generation):
         return []  # another tick wrote it first
-    if not _link(site, run, content["step"], blob.name, content["digest"], content.get("save")):
+    if not _link(site, run, content["step"], name, content["digest"], content.get("save")):
         return []  # a concurrent tick's relink found it first and said so
-    return [_published(site, run, content, blob.name, earlier.get("save") if replacing is not None else None)]
+    return [_published(site, run, content, name, earlier.get("save") if replacing is not None else None)]
 
 
-def _published(site, run: str, content: dict, name: str, replaced: str | None = None) -> dict:
+def _published(site: Site, run: str, content: dict[str, Any], name: str,
+               replaced: str | None = None) -> dict[str, Any]:
     event = {"type": "checkpoint", "environment": site.name, "run": run, "step": content["step"], "manifest": name,
              "digest": content["digest"], "total_bytes": content["total_bytes"],
              **({"replaced": replaced} if replaced else {})}
@@ -95,38 +107,35 @@ def _published(site, run: str, content: dict, name: str, replaced: str | None = 
     return event
 
 
-def _tick_on_cluster(site) -> list[dict]:
+def _tick_on_cluster(site: Site) -> list[dict[str, Any]]:
     """GKE: collect what finished snapshot jobs printed, then start one for the runs' new checkpoints."""
-    from rlops.checkpoints import scan
-
     events, busy = [], False
     for job in site.ray.all():
         meta = job.metadata or {}  # not a run's job: no rlops-run, so the watcher and the reaper pass it by
-        if meta.get("rlops-environment") != site.name or meta.get("rlops-kind") != "snapshot":
+        submission_id = job.submission_id  # None for a driver run without a submission: none of rlops's jobs
+        if meta.get("rlops-environment") != site.name or meta.get("rlops-kind") != "snapshot" or submission_id is None:
             continue
         status = status_of(job)
         if status in ACTIVE:
             busy = True
             continue
         if status == "SUCCEEDED":
-            for line in site.ray.logs(job.submission_id).splitlines():
+            for line in site.ray.logs(submission_id).splitlines():
                 if line.startswith(scan.PREFIX):
                     content = json.loads(line[len(scan.PREFIX):])
                     if manifest.intact(content):
                         stored = site.records.manifest_objects(content["run"]).get(content["step"])
                         events += _store(site, content["run"], content, stored)
         else:
-            emit("WARNING", "snapshot job did not succeed", submission_id=job.submission_id, status=status,
-                 message=(job.message or "")[-300:])
-        site.ray.client.delete_job(job.submission_id)  # collected: frees the id and Ray's copy of the output
+            emit("WARNING", "snapshot job did not succeed", submission_id=submission_id, status=status,
+                 said=(job.message or "")[-300:])
+        site.ray.client.delete_job(submission_id)  # collected: frees the id and Ray's copy of the output
     if not busy:
         _start_cluster_scan(site)
     return events
 
 
-def _start_cluster_scan(site) -> None:
-    from rlops.cloud.ray_jobs import JobRequest
-
+def _start_cluster_scan(site: Site) -> None:
     now = time.time()
     runs = []
     for run, (record, _) in sorted(site.records.all().items()):
@@ -136,11 +145,6 @@ def _start_cluster_scan(site) -> None:
             runs += ["--run", f"{run}={record.checkpoint_dir}:{known}"]
     if not runs:
         return
-    import shlex
-    import tempfile
-
-    from rlops.runs.jobs import shipped_rlops
-
     with tempfile.TemporaryDirectory(prefix="rlops-job-") as staging:  # py_modules are uploaded by the submit
         # Named by what it scans: overlapping ticks (Scheduler fires every minute, Pub/Sub retries a slow one)
         # that both found no scan running submit the same id, and Ray runs it once.
@@ -153,13 +157,13 @@ def _start_cluster_scan(site) -> None:
             entrypoint_num_cpus=1))
 
 
-def _link(site, run: str, step: int, name: str, digest: str, save: str | None) -> bool:
+def _link(site: Site, run: str, step: int, name: str, digest: str, save: str | None) -> bool:
     """Link the manifest from the run record; whether this call is the one that linked it (a concurrent tick's
     relink and the writer's own link race for it: only one of them publishes its event)."""
     link = {"object": name, "digest": digest, **({"save": save} if save else {})}
     linked_here = []
 
-    def change(record) -> None:
+    def change(record: RunRecord) -> None:
         linked_here[:] = [record.manifests.get(str(step)) != link]
         record.manifests[str(step)] = link
 
@@ -169,7 +173,7 @@ def _link(site, run: str, step: int, name: str, digest: str, save: str | None) -
     return linked_here[0]
 
 
-def listing(site, run: str) -> list[dict] | None:
+def listing(site: Site, run: str) -> list[dict[str, Any]] | None:
     """A run's complete checkpoints, with what their manifests say and whether the files still match."""
     record, _ = site.records.get(run)
     if record is None:

@@ -17,7 +17,7 @@ from rlops.errors import Failure
 from rlops.logs import emit
 from rlops.reaper.reap import wake
 from rlops.runs import jobs, message
-from rlops.sites import UnknownEnvironment, load_environment, open_site, run_records
+from rlops.sites import Site, UnknownEnvironment, load_environment, open_site, run_records
 from rlops.state.run_records import Refusal, RunRecord, RunRecords, new
 
 
@@ -42,7 +42,7 @@ def handle(data: bytes, endpoints: Endpoints, message_id: str | None = None) -> 
     return accept(open_site(request.environment, env, endpoints), request, settings, message_id)
 
 
-def accept(site, request: message.TrainMessage, settings: dict, message_id: str | None = None) -> str:
+def accept(site: Site, request: message.TrainMessage, settings: dict, message_id: str | None = None) -> str:
     """A valid train message on its environment: 'submitted', 'duplicate' or 'refused'."""
     job = jobs.for_site(site, request.recipe, request.run, settings, request.requested_by, attempt=1)
     # The record outlives Ray's job table (a restarted head forgets its jobs and their ids): look there first.
@@ -61,7 +61,9 @@ def accept(site, request: message.TrainMessage, settings: dict, message_id: str 
         # Written also when Ray had the job already: a delivery before this one submitted it and stopped before
         # writing the record, which outlives Ray's job table (a head restarted since would leave the run known
         # nowhere, and the message acknowledged).
-        site.records.create(new(described(job), job.submission_id, now))
+        meta = described(job)
+        assert meta is not None  # jobs.request puts rlops's metadata on every job it makes
+        site.records.create(new(meta, job.submission_id, now))
     if not submitted:
         emit("INFO", "train message for a run already submitted: nothing to do", environment=request.environment,
              run=request.run, submission_id=job.submission_id)

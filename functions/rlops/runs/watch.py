@@ -83,7 +83,9 @@ class _Nodes:
 def _publish_report(site: Site, record: RunRecord) -> str | None:
     """The ended run's report in the state bucket; a report that cannot be drawn is logged, never blocks the
     record of how the run ended."""
-    from rlops.runs import reporting
+    # Imported here: drawing a report needs the checkpoint listing and its cloud clients, ~0.2 s more of every
+    # watch function's cold start, and only a run that ends is drawn.
+    from rlops.runs import reporting  # noqa: PLC0415 cold start, as said above
 
     try:
         return reporting.publish(site, record)
@@ -126,6 +128,7 @@ def _advance(site: Site, record: RunRecord, attempts: dict[int, JobView], nodes:
     if transition.failure is not None:
         current.failure = transition.failure
     if transition.resubmit:
+        assert transition.failure is not None  # a resubmission follows a failure (policy.advance)
         number = current.attempt + 1
         request = jobs.for_site(site, record.recipe, record.run, record.settings, record.requested_by, number,
                                 hold=policy.backoff(record))
@@ -147,7 +150,7 @@ def _close_superseded(record: RunRecord, attempts: dict[int, JobView], nodes: _N
     current = record.current
     if current.state in policy.TERMINAL and current.ended_at is not None:
         return []
-    job = attempts.get(current.attempt) or policy.forgotten(current, now + policy.LISTING_GRACE_SECONDS)
+    job = attempts.get(current.attempt) or policy.as_forgotten(current)
     _end(record, current, job, nodes, now)
     return [{"attempt": current.attempt, "state": current.state,
              "reason": "recorded late: a later attempt was submitted"}]
@@ -192,8 +195,8 @@ def _end(record: RunRecord, attempt: Attempt, job: JobView, nodes: _Nodes, now: 
     record.history.append(HistoryEntry(now, attempt.attempt, state))
 
 
-def _waiting(site: Site, record: RunRecord, job: JobView | None, transition, nodes: _Nodes,
-             text: str | None, others_running: list[str]) -> list[dict]:
+def _waiting(site: Site, record: RunRecord, job: JobView | None, transition: policy.Transition | None,
+             nodes: _Nodes, text: str | None, others_running: list[str]) -> list[dict]:
     """Why an attempt that has not trained yet waits (Ray holds its job PENDING, or a driver RUNNING on the head
     waits for its GPU actors), in one line: why the GPU workers are not up (`Site.waiting`), and what the attempt's
     gate waits for and until when (its last wait line in `text`, the output read this tick), or, with the workers
@@ -239,9 +242,10 @@ def _update_progress(site: Site, record: RunRecord, current: Attempt, job: JobVi
     whole = (job.status in policy.TERMINAL or not job.driver_node_id
              or (current.resume_point is None and current.first_step is None)  # the gate's line is near the top
              or (runner == "trl" and current.first_step is None))
+    node = job.driver_node_id
     try:
-        text = (site.ray.logs(job.submission_id) if whole
-                else site.ray.tail(job.submission_id, job.driver_node_id, TAIL_LINES))
+        text = (site.ray.tail(job.submission_id, node, TAIL_LINES) if node and not whole
+                else site.ray.logs(job.submission_id))
     except (RuntimeError, RayError) as error:
         # the driver's node is gone, and its logs with it (Ray's SDK: RuntimeError)
         emit("INFO", "job logs unavailable", submission_id=job.submission_id, error=str(error)[-200:])

@@ -14,12 +14,20 @@ def describe(name: str, env: GcpEnvironment | LocalEnvironment) -> list[str]:
         ]
     else:
         nets = env.networks
+        # The GPU NICs' networks are the machine family's: gVNIC and RDMA, one per GPU NIC (TCPX(O)), or none (A2).
+        networks = [f"{nets.cluster.name} (mtu {nets.cluster.mtu})"]
+        if nets.gvnic:
+            networks.append(f"{nets.gvnic.prefix}-net {nets.gvnic.subnet_cidr}")
+        if nets.rdma:
+            networks.append(f"{nets.rdma.prefix}-net profile {env.rdma_profile} with {len(nets.rdma.subnet_cidrs)} "
+                            "subnets")
+        if nets.gpu_nics:
+            networks.append(f"{nets.gpu_nics.prefix}-net-1..{len(nets.gpu_nics.subnet_cidrs)}, one per GPU NIC")
+        networks.append(f"PSA range {nets.private_service_access.range_name} "
+                        f"/{nets.private_service_access.prefix_length}")
         lines += [
             f"  project {env.project.id} ({env.project.number}), region {env.region}, zone {env.zone}",
-            f"  networks: {nets.cluster.name} (mtu {nets.cluster.mtu}); "
-            f"{nets.gvnic.prefix}-net {nets.gvnic.subnet_cidr}; "
-            f"{nets.rdma.prefix}-net profile {env.rdma_profile} with {len(nets.rdma.subnet_cidrs)} subnets; "
-            f"PSA range {nets.private_service_access.range_name} /{nets.private_service_access.prefix_length}",
+            "  networks: " + "; ".join(networks),
             f"  cluster {env.cluster.name} ({env.cluster.release_channel}), system pool "
             f"{env.cluster.system_pool.machine_type}",
         ]

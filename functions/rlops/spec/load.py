@@ -14,10 +14,12 @@ from typing import Any
 
 import pydantic
 from pydantic import BaseModel, TypeAdapter
+from pydantic_core import ErrorDetails
 
 from rlops.errors import Failure
-from rlops.spec import inline_secrets, nemo_rl, nemo_rl_upgrade, rules
-from rlops.spec.model import PATTERN_HINTS, ROOT_MODELS, EnvironmentSpec, GcpEnvironment, LocalEnvironment
+from rlops.spec import inline_secrets, nemo_rl, nemo_rl_upgrade, recipe_rules, rules
+from rlops.spec.field_types import PATTERN_HINTS
+from rlops.spec.model import ROOT_MODELS, EnvironmentSpec, GcpEnvironment, LocalEnvironment
 from rlops.spec.source import Document, Problem, parse_text, read_document
 
 ENVIRONMENT_NAME = re.compile(r"^[a-z]([-a-z0-9]{0,28}[a-z0-9])?$")
@@ -51,7 +53,7 @@ def json_schema() -> dict:
     schema = _ADAPTER.json_schema()
     branches = schema.pop("discriminator")["mapping"]
     del schema["oneOf"]
-    kinds = " ".join(model.model_fields["provider"].description for model in ROOT_MODELS.values())
+    kinds = " ".join(model.model_fields["provider"].description or "" for model in ROOT_MODELS.values())
     schema.update({
         "title": "rlops environment",
         "description": "An environment spec, environments/NAME.yaml: where rlops builds a training cluster, and the "
@@ -93,8 +95,8 @@ def _check(doc: Document, name: str) -> Loaded:
     if environment is not None:
         for finding_path, message in rules.check(environment):
             doc.problems.append(doc.problem(finding_path, message))
-        notices = [doc.problem(path, "not checked: " + message) for path, message in rules.notices(environment)]
-        notices += [doc.problem(path, "warning: " + message) for path, message in rules.warnings(environment)]
+        notices = [doc.problem(path, "not checked: " + message) for path, message in recipe_rules.notices(environment)]
+        notices += [doc.problem(path, "warning: " + message) for path, message in recipe_rules.warnings(environment)]
     doc.problems.sort(key=lambda p: (p.line, p.column))
     return Loaded(name, doc.file, None if doc.problems else environment, doc.problems, notices)
 
@@ -114,7 +116,8 @@ def preview_upgrade(path: Path, target: str) -> tuple[Loaded, list[str], bool]:
         if source is None:
             lines.append(str(doc.problem(("ray", "image"), f"not previewed: {nemo_rl.unsupported(env.ray.image)}")))
             continue
-        upgrade = nemo_rl_upgrade.preview(name, recipe, rules.pool_of(env, recipe), source, nemo_rl.tags()[target])
+        pool = recipe_rules.pool_of(env, recipe)
+        upgrade = nemo_rl_upgrade.preview(name, recipe, pool, source, nemo_rl.tags()[target])
         changes = changes or upgrade.changes_meaning
         lines += nemo_rl_upgrade.report(
             upgrade, lambda where, message, name=name: str(doc.problem(("recipes", name) + where, message)))
@@ -123,12 +126,12 @@ def preview_upgrade(path: Path, target: str) -> tuple[Loaded, list[str], bool]:
 
 def load_or_raise(path: Path) -> GcpEnvironment | LocalEnvironment:
     loaded = load(path)
-    if loaded.problems:
+    if loaded.problems or loaded.environment is None:
         raise SpecError(loaded.problems)
     return loaded.environment
 
 
-def _validate(doc: Document):
+def _validate(doc: Document) -> GcpEnvironment | LocalEnvironment | None:
     try:
         return _ADAPTER.validate_python(doc.data)
     except pydantic.ValidationError as error:
@@ -173,7 +176,7 @@ def _data_path(loc: tuple, data: Any, error_type: str) -> tuple[tuple, bool]:
     return path, error_type == "extra_forbidden"
 
 
-def _message(item: dict, path: tuple, provider: Any) -> str:
+def _message(item: ErrorDetails, path: tuple, provider: Any) -> str:
     kind, ctx, value = item["type"], item.get("ctx") or {}, item.get("input")
     if kind in ("union_tag_invalid", "union_tag_not_found") or (kind == "missing" and path == ("provider",)):
         given = _show(value["provider"]) if isinstance(value, dict) and "provider" in value else "missing"
@@ -187,7 +190,8 @@ def _message(item: dict, path: tuple, provider: Any) -> str:
             return f"unknown key; did you mean {close[0]}?"
         return f"unknown key; allowed here: {', '.join(allowed)}" if allowed else "unknown key; remove it"
     if kind == "string_pattern_mismatch":
-        hint = PATTERN_HINTS.get(ctx.get("pattern"), "a value matching " + str(ctx.get("pattern")))
+        pattern = str(ctx.get("pattern"))
+        hint = PATTERN_HINTS.get(pattern, "a value matching " + pattern)
         return f"{_show(value)} is not valid; expected {hint}"
     if kind == "literal_error":
         return f"{_show(value)} is not allowed; use {ctx.get('expected')}"

@@ -21,12 +21,19 @@ each tag is `nemo_rl_data`'s.
 import difflib
 import json
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import cache, partial
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from rlops.spec import nemo_rl_data
+from rlops.spec.gcp_sections import GpuPool
+from rlops.spec.model import Recipe
+from rlops.spec.source import Finding
+
+if TYPE_CHECKING:
+    from omegaconf import DictConfig
 
 WORKDIR = "/opt/nemo-rl"  # where the nemo-rl images hold the repository; its configs name paths relative to it
 CONFIGS = Path(__file__).with_name("nemo_rl_configs")
@@ -108,14 +115,16 @@ def hydra_value(value: Any) -> str:
 _QUOTE_OR_END = re.compile(r'(\\*)("|$)')
 
 
-def assignments(recipe, settings: dict, checkpoint_dir: str) -> list[tuple[str, Any]]:
+def assignments(recipe: Recipe, settings: dict, checkpoint_dir: str) -> list[tuple[str, Any]]:
     """Every override the job passes, in its order: rlops's own keys, then the settings."""
     return [("checkpointing.checkpoint_dir", checkpoint_dir), ("logger.log_dir", f"{checkpoint_dir}/logs"),
             ("policy.model_name", recipe.model), *sorted(settings.items())]
 
 
-def words(recipe, settings: dict, checkpoint_dir: str) -> list[str]:
+def words(recipe: Recipe, settings: dict, checkpoint_dir: str) -> list[str]:
     """The command the job runs in WORKDIR."""
+    if recipe.config is None:  # the rules refuse such a nemo-rl recipe; it never gets here from a valid spec
+        raise ValueError("a nemo-rl recipe needs config")
     return ["uv", "run", "python", recipe.entrypoint, "--config", recipe.config,
             *(f"{key}={hydra_value(value)}" for key, value in assignments(recipe, settings, checkpoint_dir))]
 
@@ -130,13 +139,16 @@ class Composition:
     problems: list[tuple[str | None, str]] = field(default_factory=list)  # (override key or None, message)
 
 
-def compose(tag: Tag, config_path: str, overrides: list[tuple[str, Any]]) -> Composition:
+def compose(tag: Tag, config_path: str | None, overrides: list[tuple[str, Any]]) -> Composition:
     """Load the config at the tag, apply `overrides` one at a time (so each problem names its key), resolve."""
-    from hydra._internal.config_loader_impl import ConfigLoaderImpl
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-    from omegaconf import OmegaConf
+    from hydra._internal.config_loader_impl import ConfigLoaderImpl  # noqa: PLC0415 cold start: Hydra takes ~0.4 s
+    from hydra.core.override_parser.overrides_parser import OverridesParser  # noqa: PLC0415 cold start: Hydra
+    from omegaconf import OmegaConf  # noqa: PLC0415 cold start: only composing needs it
 
     result = Composition()
+    if config_path is None:
+        result.problems.append((None, "a nemo-rl recipe needs config, a YAML path inside the image"))
+        return result
     try:
         cfg = load_config(tag, config_path)
     except Exception as error:  # any failure to load is reported, as NeMo RL would fail
@@ -164,23 +176,27 @@ def compose(tag: Tag, config_path: str, overrides: list[tuple[str, Any]]) -> Com
     return result
 
 
-def load_config(tag: Tag, config_path: str):
+def load_config(tag: Tag, config_path: str) -> "DictConfig":
     """The config with its `defaults:` chain, before overrides: a fresh copy of one load per process."""
-    from omegaconf import OmegaConf
+    from omegaconf import OmegaConf  # noqa: PLC0415 cold start: only composing needs it
 
     return OmegaConf.create(_loaded(tag.root / config_path, tag.loader))
 
 
 @cache
-def _loaded(path: Path, loader: Loader) -> dict:
-    """Every spec load (validate, each tick, each train message) composes its recipes: read the files once."""
-    from omegaconf import OmegaConf
+def _loaded(path: Path, loader: Loader, base_dir: Path | None = None) -> dict:
+    """A config composed with its parents (named relative to `base_dir`, by default its own directory), read once:
+    every spec load (validate, each tick, each train message) composes its recipes, and many recipes of a tag share
+    their parents (grpo_math_1B.yaml and its own)."""
+    from omegaconf import OmegaConf  # noqa: PLC0415 cold start: only composing needs it
 
-    return OmegaConf.to_container(_load(path, path.parent, loader), resolve=False)
+    # omegaconf types to_container for any config; a DictConfig's (what _load returns) is a dict.
+    return cast(dict, OmegaConf.to_container(_load(path, path.parent if base_dir is None else base_dir, loader),
+                                             resolve=False))
 
 
-def _load(path: Path, base_dir: Path, loader: Loader):
-    from omegaconf import DictConfig, ListConfig, OmegaConf
+def _load(path: Path, base_dir: Path, loader: Loader) -> "DictConfig":
+    from omegaconf import DictConfig, ListConfig, OmegaConf  # noqa: PLC0415 cold start: only composing needs it
 
     config = OmegaConf.load(path)
     if not isinstance(config, DictConfig):
@@ -191,23 +207,15 @@ def _load(path: Path, base_dir: Path, loader: Loader):
         merged = OmegaConf.create({})
         for parent in parents:
             parent_path = Path(parent) if parent.startswith("/") else base_dir / parent
-            loaded = OmegaConf.create(_parent(parent_path, parent_path.parent if loader.parents_from_own_directory
-                                              else base_dir, loader))
+            loaded = OmegaConf.create(_loaded(parent_path, loader, parent_path.parent
+                                              if loader.parents_from_own_directory else base_dir))
             merged = _merge(merged, loaded, loader)
         config = _merge(merged, config, loader)
     return config
 
 
-@cache
-def _parent(path: Path, base_dir: Path, loader: Loader) -> dict:
-    """A parent config composed once: many recipes of a tag share their parents (grpo_math_1B.yaml and its own)."""
-    from omegaconf import OmegaConf
-
-    return OmegaConf.to_container(_load(path, base_dir, loader), resolve=False)
-
-
-def _merge(base, child, loader: Loader):
-    from omegaconf import DictConfig, OmegaConf
+def _merge(base: "DictConfig", child: "DictConfig", loader: Loader) -> "DictConfig":
+    from omegaconf import DictConfig, OmegaConf  # noqa: PLC0415 cold start: only composing needs it
 
     if loader.override_marker:
         for key in list(child.keys()):
@@ -216,21 +224,21 @@ def _merge(base, child, loader: Loader):
                 section.pop("_override_")
                 if key in base:
                     base.pop(key)
-    return OmegaConf.merge(base, child)
+    return cast(DictConfig, OmegaConf.merge(base, child))  # two DictConfigs merge into one; omegaconf types any two
 
 
 def register_resolvers(tag: Tag) -> None:
     """The resolvers the tag's GRPO entry point registers (OmegaConf's registry is global: once each)."""
-    from omegaconf import OmegaConf
+    from omegaconf import OmegaConf  # noqa: PLC0415 cold start: only composing needs it
 
     for name in tag.loader.resolvers:
         if not OmegaConf.has_resolver(name):
             OmegaConf.register_new_resolver(name, _RESOLVERS[name])
 
 
-def _type_problem(cfg, key: str, value: Any) -> str | None:
+def _type_problem(cfg: "DictConfig", key: str, value: Any) -> str | None:
     """Why `value` does not fit what the config holds at `key` (None: it fits, or the key is new)."""
-    from omegaconf import OmegaConf
+    from omegaconf import OmegaConf  # noqa: PLC0415 cold start: only composing needs it
 
     if key.startswith("+"):
         return None  # a new key; Hydra refuses it if it is not new
@@ -254,7 +262,7 @@ def _kind(value: Any) -> str:
     return kinds.get(type(value), "a value")
 
 
-def _hydra_problem(cfg, key: str, error: Exception, tag: Tag, config_path: str) -> str:
+def _hydra_problem(cfg: "DictConfig", key: str, error: Exception, tag: Tag, config_path: str) -> str:
     text = _first_line(error)
     bare = key.lstrip("+")
     if text.startswith("Could not override"):
@@ -266,14 +274,14 @@ def _hydra_problem(cfg, key: str, error: Exception, tag: Tag, config_path: str) 
     return f"Hydra refuses it: {text}"
 
 
-def _leaf_keys(cfg, prefix: str = ""):
-    from omegaconf import OmegaConf
+def _leaf_keys(cfg: "DictConfig", prefix: str = "") -> Iterator[str]:
+    from omegaconf import DictConfig  # noqa: PLC0415 cold start: only composing needs it
 
     for name in cfg.keys():
         node = cfg._get_node(name)
         path = f"{prefix}{name}"
         yield path
-        if OmegaConf.is_dict(node):
+        if isinstance(node, DictConfig):  # what OmegaConf.is_dict checks
             yield from _leaf_keys(node, path + ".")
 
 
@@ -289,13 +297,14 @@ def unsupported(image: str) -> str | None:
             "overrides are not checked")
 
 
-def check_recipe(recipe, pool, tag: Tag | None) -> list[tuple[tuple, str]]:
+def check_recipe(recipe: Recipe, pool: GpuPool | None, tag: Tag | None) -> list[Finding]:
     """What is wrong with one nemo-rl recipe at this tag (None: rlops has no configs for the image), each with its
     path under the recipe."""
-    problems: list[tuple[tuple, str]] = []
-    for section, values in (("overrides", recipe.overrides), ("allowed_overrides", recipe.allowed_overrides)):
+    problems: list[Finding] = []
+    defaults = {key: rule.default for key, rule in recipe.allowed_overrides.items()}
+    for section, values in (("overrides", recipe.overrides), ("allowed_overrides", defaults)):
         for key, value in values.items():
-            if interpolation_in(value) or (section == "allowed_overrides" and interpolation_in(value.default)):
+            if interpolation_in(value):
                 problems.append(((section, key), "an OmegaConf interpolation (${...}) is resolved by NeMo RL when it "
                                                  "loads the config and could copy the job's environment (a token) "
                                                  "into a run name; write the value itself"))
@@ -306,7 +315,7 @@ def check_recipe(recipe, pool, tag: Tag | None) -> list[tuple[tuple, str]]:
         return problems
     for field_name, path in (("entrypoint", recipe.entrypoint), ("config", recipe.config)):
         wanted = tag.configs if field_name == "config" else tag.examples
-        if str(PurePosixPath(path)) not in wanted:
+        if path is not None and str(PurePosixPath(path)) not in wanted:
             near = difflib.get_close_matches(path, sorted(wanted), n=1, cutoff=0.5)
             problems.append(((field_name,), f"{tag.name} has no {path} (under {WORKDIR}, commit {tag.commit[:12]})"
                                             + (f"; did you mean {near[0]}?" if near else "")))
@@ -318,34 +327,10 @@ def check_recipe(recipe, pool, tag: Tag | None) -> list[tuple[tuple, str]]:
     return semantics(tag, recipe, composed(tag, recipe).config, pool)
 
 
-@cache
-def unread_keys(tag: Tag) -> dict[str, dict]:
-    """The keys the tag's example configs set that no code of the tag reads, each with the TypedDict of its section
-    and the configs that set it: `TAG/UNREAD.json`, derived from the tag's source by tools/vendor_nemo_rl_unread.py
-    (its docstring says the rule)."""
-    path = tag.root / "UNREAD.json"
-    return json.loads(path.read_text())["keys"] if path.is_file() else {}
-
-
-def unread_overrides(tag: Tag, recipe) -> list[tuple[tuple, str]]:
-    """Each override of a key that no code of the tag reads (`unread_keys`): NeMo RL takes the value and nothing
-    changes. Valid, so a warning: the recipe's author believes it does something."""
-    found = []
-    for section in ("overrides", "allowed_overrides"):
-        for key in getattr(recipe, section):
-            entry = unread_keys(tag).get(key.lstrip("+"))
-            if entry is not None:
-                found.append(((section, key), f"no code of NeMo RL {tag.name} reads {key.lstrip('+')} ("
-                                              f"{' or '.join(entry['section'])} has no such key and no Python file of "
-                                              f"commit {tag.commit[:12]} outside tests names it: nemo_rl_configs/"
-                                              f"{tag.name}/UNREAD.json); setting it changes nothing: remove it"))
-    return found
-
-
 PLACEHOLDER_DIR = "/lustre/RUN"
 
 
-def composition_problems(tag: Tag, recipe) -> list[tuple[tuple, str]]:
+def composition_problems(tag: Tag, recipe: Recipe) -> list[Finding]:
     """Each override Hydra or the config's types refuse at the tag, with its path under the recipe. Composed with a
     sample value for every allowed override a message may leave out, so that each is checked (its key, its type)."""
     samples = {"int": 1, "float": 1.0, "bool": True, "str": "x"}
@@ -355,12 +340,12 @@ def composition_problems(tag: Tag, recipe) -> list[tuple[tuple, str]]:
     return [(section_of(recipe, key), message) for key, message in checked.problems]
 
 
-def composed(tag: Tag, recipe) -> Composition:
+def composed(tag: Tag, recipe: Recipe) -> Composition:
     """What a run whose message sets nothing composes."""
     return compose(tag, recipe.config, assignments(recipe, recipe.default_settings(), PLACEHOLDER_DIR))
 
 
-def section_of(recipe, key: str | None) -> tuple:
+def section_of(recipe: Recipe, key: str | None) -> tuple:
     """Where a recipe sets an override key: its path under the recipe (the config itself when it does not)."""
     for section in ("overrides", "allowed_overrides"):
         for candidate in (key, "+" + str(key)):
@@ -369,9 +354,9 @@ def section_of(recipe, key: str | None) -> tuple:
     return ("config",)
 
 
-def semantics(tag: Tag, recipe, config: dict, pool) -> list[tuple[tuple, str]]:
+def semantics(tag: Tag, recipe: Recipe, config: dict, pool: GpuPool | None) -> list[Finding]:
     """What NeMo RL at the tag would refuse or quietly ignore, read from the composed config."""
-    problems: list[tuple[tuple, str]] = []
+    problems: list[Finding] = []
     at = partial(section_of, recipe)
 
     tokenizer = (config["policy"].get("tokenizer") or {}).get("name")

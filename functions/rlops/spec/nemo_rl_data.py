@@ -17,6 +17,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from rlops.spec.model import Recipe
+from rlops.spec.source import Finding
+
 # Flat layout: the keys each dataset_name reads besides those the base config has (v0.4.0
 # response_datasets/__init__.py; ResponseDataset's optional keys go through get_extra_kwargs).
 _RESPONSE_DATASET_V04 = {"train_data_path", "val_data_path", "input_key", "output_key", "train_split", "val_split"}
@@ -94,8 +97,7 @@ class DataLayout:
 LAYOUTS = {"v0.4.0": DataLayout(False, _FLAT_V04), "v0.5.0": DataLayout(False, _FLAT_V05),
            "v0.6.0": DataLayout(True, _PER_DATASET_V06), "v0.7.0": DataLayout(True, _PER_DATASET_V07, True)}
 
-# Where (path under the recipe) a problem is, and its words.
-Finding = tuple[tuple, str]
+# Where, under the recipe, the recipe sets a config key (the config itself when it does not).
 Locate = Callable[[str], tuple]
 
 
@@ -110,7 +112,7 @@ def entries(data: dict) -> dict[str, list[dict]]:
     return found
 
 
-def problems(tag: str, recipe, data: dict, at: Locate, examples: frozenset[str], workdir: str) -> list[Finding]:
+def problems(tag: str, recipe: Recipe, data: dict, at: Locate, examples: frozenset[str], workdir: str) -> list[Finding]:
     layout = LAYOUTS[tag]
     found = _per_dataset(tag, layout, recipe, data, at) if layout.per_dataset else _flat(tag, layout, recipe, data, at)
     if found:
@@ -126,7 +128,7 @@ def problems(tag: str, recipe, data: dict, at: Locate, examples: frozenset[str],
     return found
 
 
-def _flat(tag: str, layout: DataLayout, recipe, data: dict, at: Locate) -> list[Finding]:
+def _flat(tag: str, layout: DataLayout, recipe: Recipe, data: dict, at: Locate) -> list[Finding]:
     dataset = data.get("dataset_name")
     if dataset not in layout.datasets:
         return [(at("data.dataset_name"), _unknown_dataset(tag, layout, dataset))]
@@ -145,7 +147,7 @@ def _flat(tag: str, layout: DataLayout, recipe, data: dict, at: Locate) -> list[
     return found
 
 
-def _per_dataset(tag: str, layout: DataLayout, recipe, data: dict, at: Locate) -> list[Finding]:
+def _per_dataset(tag: str, layout: DataLayout, recipe: Recipe, data: dict, at: Locate) -> list[Finding]:
     found: list[Finding] = []
     filled = entries(data)
     if not filled["train"]:
@@ -159,32 +161,33 @@ def _per_dataset(tag: str, layout: DataLayout, recipe, data: dict, at: Locate) -
             if dataset not in layout.datasets and read is not None:
                 found.append((at(f"data.{section}.dataset_name"), _unknown_dataset(tag, layout, dataset)))
                 continue
-            needed = _REQUIRED.get(dataset)
+            needed = _REQUIRED.get(str(dataset))
             if needed and entry.get(needed) is None:
                 found.append((at(f"data.{section}.dataset_name"),
                               f"{dataset} at {tag} loads its rows from data.{section}.{needed}, which is not set; add "
                               f"+data.{section}.{needed}"))
             known = readers.get(section, set())
             readers[section] = None if read is None or known is None else known | read
-    readers["default"] = None if None in readers.values() else set().union(*readers.values())
+    together = [read for read in readers.values() if read is not None]
+    readers["default"] = set().union(*together) if len(together) == len(readers) else None
     for section, key in _override_keys(recipe):
         path = key.lstrip("+").split(".")
         if path[0] != "data" or len(path) < 2:
             continue
+        reading = readers.get(path[1]) if len(path) == 3 else None  # what the key's entries read (None: unknowable)
         if path[1] not in _DATA_FIELDS:
             found.append(((section, key), f"no code of {tag} reads data.{path[1]}: a dataset's keys sit under "
                                           "data.train, data.validation and data.default there"))
-        elif path[1] in readers and len(path) == 3 and readers[path[1]] is not None \
-                and path[2] not in readers[path[1]]:
+        elif reading is not None and path[2] not in reading:
             sections = filled.values() if path[1] == "default" else [filled[path[1]]]
             names = sorted({str(entry.get("dataset_name")) for listed in sections for entry in listed})
             found.append(((section, key), f"no dataset of data.{path[1]} at {tag} reads {path[2]} ({', '.join(names)} "
-                                          f"read {', '.join(sorted(readers[path[1]]))}); NeMo RL would drop it "
+                                          f"read {', '.join(sorted(reading))}); NeMo RL would drop it "
                                           "silently: remove it"))
     return found
 
 
-def _override_keys(recipe) -> list[tuple[str, str]]:
+def _override_keys(recipe: Recipe) -> list[tuple[str, str]]:
     return [(section, key) for section in ("overrides", "allowed_overrides") for key in getattr(recipe, section)]
 
 

@@ -27,13 +27,16 @@ module does not follow that reading yet, and says so rather than guess.
 """
 
 import json
+import logging
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, replace
 from functools import cache
+from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 from rlops.spec import nemo_rl
+from rlops.spec.model import Recipe
 
 MINIMUM = 0.9  # the mean reward of the gold answers below which a recipe is refused
 SAMPLES = 64  # rows scored when the caller names no count
@@ -101,7 +104,7 @@ class Check:
                 f"math-verify {MATH_VERIFY[self.tag]} pinned)")
 
 
-def check_for(tag: nemo_rl.Tag, recipe, settings: dict) -> Check:
+def check_for(tag: nemo_rl.Tag, recipe: Recipe, settings: dict) -> Check:
     """The check of a run of `recipe` with `settings` at `tag`; Unchecked when rlops cannot follow its reading."""
     if tag.name not in MESSAGES_COLUMN:
         raise Unchecked(f"rlops follows how NeMo RL {', '.join(MESSAGES_COLUMN)} read and reward data; {tag.name} "
@@ -188,10 +191,8 @@ def reference_answer(value: Any) -> str | None:
 
 @cache
 def _metric():
-    import logging
-
-    from math_verify.metric import math_metric
-    from math_verify.parser import ExprExtractionConfig, LatexExtractionConfig
+    from math_verify.metric import math_metric  # noqa: PLC0415 cold start: math-verify (sympy) takes ~1.5 s
+    from math_verify.parser import ExprExtractionConfig, LatexExtractionConfig  # noqa: PLC0415 cold start: math-verify (sympy) takes ~1.5 s
 
     logging.getLogger("math_verify").setLevel(logging.CRITICAL)  # as HFVerifyWorker mutes it
     return math_metric(gold_extraction_target=(LatexExtractionConfig(),),
@@ -200,8 +201,10 @@ def _metric():
 
 def reward(ground_truth: Any, response: str | None) -> float:
     """HFVerifyWorker.verify for one response (math_environment.py at v0.4.0 and v0.5.0, :96-137)."""
-    from math_verify.errors import TimeoutException
+    from math_verify.errors import TimeoutException  # noqa: PLC0415 cold start: math-verify (sympy) takes ~1.5 s
 
+    if response is None:  # what math-verify scores it
+        return 0.0
     try:
         score, _ = _metric()(["\\boxed{" + ground_truth + "}"], [response])
         return float(score)
@@ -211,8 +214,6 @@ def reward(ground_truth: Any, response: str | None) -> float:
 
 def math_verify_here() -> str | None:
     """The math-verify installed here; None when it is not."""
-    from importlib.metadata import PackageNotFoundError, version
-
     try:
         return version("math-verify")
     except PackageNotFoundError:
@@ -298,11 +299,13 @@ def _problem_and_truth(check: Check, row: dict, messages: bool) -> tuple[Any, An
     json loader fills a column a row lacks)."""
     if messages:
         log = row.get("messages") or []
-        return tuple((log[i].get("content") if len(log) > i and isinstance(log[i], dict) else None) for i in (0, 1))
+        problem, truth = (log[i].get("content") if len(log) > i and isinstance(log[i], dict) else None
+                          for i in (0, 1))
+        return problem, truth
     return row.get(check.problem_key), row.get(check.answer_key)
 
 
-def for_job(tag: nemo_rl.Tag | None, recipe, settings: dict, place: Callable[[str], str],
+def for_job(tag: nemo_rl.Tag | None, recipe: Recipe, settings: dict, place: Callable[[str], str],
             samples: int = SAMPLES) -> dict | None:
     """What an attempt's gate does with the data before the workload (`checkpoints.gate --data`): the recipe's data
     steps, then the check on the real data (or why there is none); None when there is neither. `tag`: the image's

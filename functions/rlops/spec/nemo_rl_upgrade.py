@@ -6,14 +6,21 @@ section), checked at the target like any recipe, and the difference between the 
 the one it would get at the target. No I/O: the composition reads the shipped configs only.
 """
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from rlops.spec import nemo_rl, nemo_rl_data
+from rlops.spec import nemo_rl, nemo_rl_data, nemo_rl_unread
+from rlops.spec.gcp_sections import GpuPool
+from rlops.spec.model import Recipe
 from rlops.spec.nemo_rl import Tag
+from rlops.spec.source import Finding
+
+if TYPE_CHECKING:
+    from omegaconf import DictConfig
 
 
 @dataclass(frozen=True)
@@ -51,9 +58,6 @@ _FLAT_TO_ENTRY = {
 _BUNDLED_VALIDATION = {"DeepScaler": {"dataset_name": "AIME2024", "repeat": 16},
                        "DAPOMath17K": {"dataset_name": "DAPOMathAIME2024"}}
 
-Finding = tuple[tuple, str]
-
-
 @dataclass
 class Upgrade:
     recipe: str
@@ -69,22 +73,24 @@ class Upgrade:
         return bool(self.findings or self.diff)
 
 
-def preview(name: str, recipe, pool, source: Tag, target: Tag) -> Upgrade:
+def preview(name: str, recipe: Recipe, pool: GpuPool | None, source: Tag, target: Tag) -> Upgrade:
     upgrade = Upgrade(name, source.name, target.name)
     moved = recipe
     if recipe.entrypoint not in target.examples:
         move = ENTRYPOINT_MOVES.get(recipe.entrypoint)
-        known = move is not None and move.to in target.examples
-        upgrade.findings.append((("entrypoint",), f"{target.name} has no {recipe.entrypoint}" + (
-            f" ({move.why}); use {move.to}" if known else "; name an entry point the tag has")))
-        if known:
+        if move is not None and move.to in target.examples:
+            upgrade.findings.append((("entrypoint",), f"{target.name} has no {recipe.entrypoint} ({move.why}); use "
+                                                      f"{move.to}"))
             moved = recipe.model_copy(update={"entrypoint": move.to})
+        else:
+            upgrade.findings.append((("entrypoint",), f"{target.name} has no {recipe.entrypoint}; name an entry point "
+                                                      "the tag has"))
     if recipe.config not in target.configs:
         upgrade.findings.append((("config",), f"{target.name} has no {recipe.config}; pick a config of the tag"))
         return upgrade
     upgrade.findings += _refused_or_unread(moved, pool, target)
-    said = {path for path, _ in upgrade.findings} | {path for path, _ in nemo_rl.unread_overrides(source, recipe)}
-    upgrade.findings += [(path, message) for path, message in nemo_rl.unread_overrides(target, moved)
+    said = {path for path, _ in upgrade.findings + nemo_rl_unread.unread_overrides(source, recipe)}
+    upgrade.findings += [(path, message) for path, message in nemo_rl_unread.unread_overrides(target, moved)
                          if path not in said]  # not known unread today, read by no code at the target
     rewritten = _rewrite(moved, source, target)
     upgrade.rewrite = {key: getattr(rewritten, key) for key in ("entrypoint", "overrides", "allowed_overrides")
@@ -113,7 +119,7 @@ def report(upgrade: Upgrade, locate: Callable[[tuple, str], str]) -> list[str]:
     return lines
 
 
-def _refused_or_unread(recipe, pool, tag: Tag) -> list[Finding]:
+def _refused_or_unread(recipe: Recipe, pool: GpuPool | None, tag: Tag) -> list[Finding]:
     """Every override the tag refuses, then what it would read no more from those it takes."""
     refused = nemo_rl.composition_problems(tag, recipe)
     keys = {path[1] for path, _ in refused if len(path) == 2}
@@ -123,9 +129,10 @@ def _refused_or_unread(recipe, pool, tag: Tag) -> list[Finding]:
     return refused + (nemo_rl.semantics(tag, kept, config, pool) if config is not None else [])
 
 
-def _rewrite(recipe, source: Tag, target: Tag):
+def _rewrite(recipe: Recipe, source: Tag, target: Tag) -> Recipe:
     """The recipe in the target's data layout, where the source's was flat and the target's is per dataset."""
-    if nemo_rl_data.LAYOUTS[source.name].per_dataset or not nemo_rl_data.LAYOUTS[target.name].per_dataset:
+    if nemo_rl_data.LAYOUTS[source.name].per_dataset or not nemo_rl_data.LAYOUTS[target.name].per_dataset \
+            or recipe.config is None:
         return recipe
     base = nemo_rl.load_config(target, recipe.config)
     dataset = recipe.default_settings().get("data.dataset_name")
@@ -147,15 +154,15 @@ def _rewrite(recipe, source: Tag, target: Tag):
         return out
 
     overrides = moved(recipe.overrides)
-    bundled = _BUNDLED_VALIDATION.get(dataset)
+    bundled = _BUNDLED_VALIDATION.get(str(dataset))
     if bundled and not any(key.lstrip("+").startswith("data.validation.") for key in overrides):
         overrides.update({_plus_if_new(base, f"data.validation.{key}"): value for key, value in bundled.items()})
     return recipe.model_copy(update={"overrides": overrides, "allowed_overrides": moved(recipe.allowed_overrides)})
 
 
-def _plus_if_new(config, key: str) -> str:
+def _plus_if_new(config: "DictConfig", key: str) -> str:
     """Hydra's spelling: `+key` adds a key the config does not have (a null section has none)."""
-    from omegaconf import OmegaConf
+    from omegaconf import OmegaConf  # noqa: PLC0415 cold start: only composing a nemo-rl recipe needs it
 
     return key if OmegaConf.select(config, key, default=_ABSENT) is not _ABSENT else "+" + key
 
@@ -185,6 +192,4 @@ def _leaves(config: Any, prefix: str = "") -> dict[str, Any]:
 
 
 def _show(value: Any) -> str:
-    import json
-
     return json.dumps(value, default=str)

@@ -1,4 +1,6 @@
-"""Rules that span several fields of a structurally valid spec.
+"""Rules that span several fields of a structurally valid spec: here those of its infrastructure (networks, pools,
+cluster, Lustre, Ray), secrets and idle policy, and `check`, which runs them all; those of its recipes are in
+`recipe_rules.py`.
 
 Each rule yields `(path, message)` pairs: the path of the field that is wrong and a message of
 the form "what is wrong; what would be right". No I/O: these are facts about the spec alone.
@@ -9,11 +11,12 @@ import re
 from collections.abc import Callable, Iterator
 from itertools import combinations
 
-from rlops.spec import catalog, nemo_rl
+from rlops.spec import catalog
+from rlops.spec.gcp_sections import Autoscaling, RayNode
 from rlops.spec.model import GcpEnvironment, LocalEnvironment
-from rlops.spec.source import format_path
+from rlops.spec.recipe_rules import recipes
+from rlops.spec.source import Finding, SpecPath, format_path
 
-Finding = tuple[tuple, str]
 _SUFFIX = {"": 1, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15,
            "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "m": 1e-3}
 
@@ -22,7 +25,10 @@ def quantity(value: int | float | str) -> float:
     """A Kubernetes quantity as a plain number (cores, or bytes)."""
     if not isinstance(value, str):
         return float(value)
-    number, suffix = re.fullmatch(r"([0-9.]+)([A-Za-z]*)", value).groups()
+    match = re.fullmatch(r"([0-9.]+)([A-Za-z]*)", value)
+    if match is None:  # the spec's Quantity pattern lets none through
+        raise ValueError(f"{value} is not a Kubernetes quantity")
+    number, suffix = match.groups()
     return float(number) * _SUFFIX[suffix]
 
 
@@ -46,9 +52,10 @@ def cidrs_do_not_overlap(env: GcpEnvironment) -> Iterator[Finding]:
             hint = f"use {ipaddress.IPv4Network(text, strict=False)}" if _loose(text) else "use e.g. 192.168.1.0/24"
             yield path, f"{error}; {hint}"
     psa = env.networks.private_service_access
-    if psa.address is not None:
-        if _loose(psa.address_cidr):
-            network = ipaddress.IPv4Network(psa.address_cidr, strict=False)
+    cidr = psa.address_cidr  # None when address is
+    if cidr is not None:
+        if _loose(cidr):
+            network = ipaddress.IPv4Network(cidr, strict=False)
             if str(network.network_address) != psa.address:
                 yield ("networks", "private_service_access", "address"), (
                     f"{psa.address} is not the start of a /{psa.prefix_length}; use {network.network_address}")
@@ -155,7 +162,7 @@ def pool_placement(env: GcpEnvironment) -> Iterator[Finding]:
         placement = pool.placement_used
         nodes = (placement.topology_gpus // machine.accelerators_per_node
                  if placement and placement.topology_gpus else None)
-        if nodes and pool.autoscaling.max_nodes > nodes:
+        if placement and nodes and pool.autoscaling.max_nodes > nodes:
             yield ("gpu_pools", i, "autoscaling", "max_nodes"), (
                 f"{pool.autoscaling.max_nodes} nodes, but the {placement.accelerator_topology} workload policy holds "
                 f"{nodes} {pool.machine_type} nodes ({placement.topology_gpus} GPUs, one NVLink domain); use at most "
@@ -186,7 +193,7 @@ def pool_capacity(env: GcpEnvironment) -> Iterator[Finding]:
         yield from _autoscaling(env.cluster.system_pool.autoscaling, ("cluster", "system_pool", "autoscaling"))
 
 
-def _autoscaling(scaling, path: tuple) -> Iterator[Finding]:
+def _autoscaling(scaling: Autoscaling, path: SpecPath) -> Iterator[Finding]:
     if scaling.min_nodes > scaling.max_nodes:
         yield path + ("min_nodes",), (
             f"min_nodes {scaling.min_nodes} is above max_nodes {scaling.max_nodes}; make min <= max")
@@ -276,7 +283,7 @@ def ray_cluster(env: GcpEnvironment) -> Iterator[Finding]:
         yield ("ray", "nccl_tuner_config"), f"no tuner config for {accelerator}; add {accelerator}: PATH"
 
 
-def _fits(node, vcpus: int, memory_gib: float, path: tuple, where: str) -> Iterator[Finding]:
+def _fits(node: RayNode, vcpus: int, memory_gib: float, path: SpecPath, where: str) -> Iterator[Finding]:
     # GKE keeps back part of every node for itself, so a pod asking for the whole machine stays Pending.
     usable_cpus, usable_gib = vcpus - 2, int(memory_gib * 0.85)
     if quantity(node.cpu) > usable_cpus:
@@ -286,109 +293,6 @@ def _fits(node, vcpus: int, memory_gib: float, path: tuple, where: str) -> Itera
         yield path + ("memory",), (
             f"{node.memory} does not fit {where} ({memory_gib:g} GiB, less GKE's reserve); "
             f"ask for at most {usable_gib}Gi")
-
-
-def recipes(env: GcpEnvironment | LocalEnvironment) -> Iterator[Finding]:
-    gcp = isinstance(env, GcpEnvironment)
-    pools = [pool.name for pool in env.gpu_pools] if gcp else []
-    for name, recipe in env.recipes.items():
-        at = ("recipes", name)
-        for key in recipe.overrides.keys() & recipe.allowed_overrides.keys():
-            yield at + ("allowed_overrides", key), (
-                f"{key} is both fixed in overrides and allowed in a train message; keep it in one of the two")
-        for key, rule in recipe.allowed_overrides.items():
-            yield from _allowed_override(rule, at + ("allowed_overrides", key))
-        if recipe.export.when == "every" and recipe.export.every is None:
-            yield at + ("export", "when"), "when: every needs a count; add every: N to export every N-th checkpoint"
-        elif recipe.export.when != "every" and recipe.export.every is not None:
-            yield at + ("export", "every"), ("every: N goes with when: every; remove it, or set when: every "
-                                             f"(this export is when: {recipe.export.when})")
-        if recipe.runner == "nemo-rl":
-            if not gcp:
-                yield at + ("runner",), "nemo-rl needs GPU nodes and its image; the local environment runs runner: trl"
-            if recipe.driver == "gpu-pool":
-                yield at + ("driver",), ("NeMo RL's driver runs on the head and starts its GPU workers as Ray actors; "
-                                         "remove driver")
-            if recipe.config is None:
-                yield at + ("config",), "nemo-rl needs --config; set config to a YAML path inside the image"
-            if gcp and recipe.config is not None:
-                for path, message in nemo_rl.check_recipe(recipe, pool_of(env, recipe), nemo_rl.tag_for(env.ray.image)):
-                    yield at + path, message
-        elif recipe.driver == "head" and gcp:
-            yield at + ("driver",), ("a trl recipe plays NeMo RL's driver on the head of the local stack only, where "
-                                     "the GPU pool's resource stands for GPUs; on GKE use runner: nemo-rl")
-        if gcp:
-            mount = env.ray.lustre_mount.rstrip("/") + "/"
-            if not recipe.checkpoint_root.startswith(mount):
-                yield at + ("checkpoint_root",), (
-                    f"{recipe.checkpoint_root} is not on Lustre ({env.ray.lustre_mount}); checkpoints there are lost "
-                    f"with the pod. Use e.g. {mount}checkpoints")
-            written = set()
-            for index, step in enumerate(recipe.data_steps):
-                if not step.path.startswith(mount):
-                    yield at + ("data_steps", index, "path"), (
-                        f"{step.path} is not on Lustre ({env.ray.lustre_mount}); the gate writes it on the head pod, "
-                        f"where it is lost with the pod. Use e.g. {mount}data/{step.path.rsplit('/', 1)[-1]}")
-                elif step.path in written:
-                    yield at + ("data_steps", index, "path"), (
-                        f"an earlier data step writes {step.path}; name another file")
-                written.add(step.path)
-            if recipe.gpu_pool is None and len(pools) > 1:
-                yield at, f"there are {len(pools)} GPU pools; set gpu_pool to one of {', '.join(pools)}"
-            elif recipe.gpu_pool is not None and recipe.gpu_pool not in pools:
-                yield at + ("gpu_pool",), f"no GPU pool named {recipe.gpu_pool}; use one of {', '.join(pools)}"
-        elif recipe.gpu_pool is not None and recipe.gpu_pool != env.local.gpu_pool.name:
-            yield at + ("gpu_pool",), f"the local GPU pool is {env.local.gpu_pool.name}; use that or leave it unset"
-
-
-def _allowed_override(rule, path: tuple) -> Iterator[Finding]:
-    numeric = rule.type in ("int", "float")
-    for bound in ("min", "max"):
-        value = getattr(rule, bound)
-        if value is None:
-            continue
-        if not numeric:
-            yield path + (bound,), f"{bound} applies to int and float overrides, not {rule.type}; remove it"
-        elif rule.type == "int" and not isinstance(value, int):
-            yield path + (bound,), f"an int override needs a whole-number {bound}; use {int(value)}"
-    if numeric and rule.min is not None and rule.max is not None and rule.min > rule.max:
-        yield path + ("min",), f"min {rule.min} is above max {rule.max}; make min <= max"
-    if rule.pattern is not None:
-        if rule.type != "str":
-            yield path + ("pattern",), f"pattern applies to str overrides, not {rule.type}; remove it"
-        else:
-            try:
-                re.compile(rule.pattern)
-            except re.error as error:
-                yield path + ("pattern",), f"not a valid regular expression ({error}); fix the pattern"
-                return
-    if rule.default is not None:
-        problem = rule.problem_with(rule.default)
-        if problem:
-            yield path + ("default",), f"the default breaks its own rule: {problem}; change the default or the rule"
-
-
-def pool_of(env: GcpEnvironment, recipe):
-    named = [pool for pool in env.gpu_pools if pool.name == recipe.gpu_pool or recipe.gpu_pool is None]
-    return named[0] if len(named) == 1 else None
-
-
-def notices(env: GcpEnvironment | LocalEnvironment) -> list[Finding]:
-    """What could not be checked; it does not make the spec invalid."""
-    if not isinstance(env, GcpEnvironment):
-        return []
-    reason = nemo_rl.unsupported(env.ray.image)
-    return [(("recipes", name, "config"), reason) for name, recipe in env.recipes.items()
-            if recipe.runner == "nemo-rl" and reason]
-
-
-def warnings(env: GcpEnvironment | LocalEnvironment) -> list[Finding]:
-    """What is valid but does not do what it says: overrides of keys no code of the image's NeMo RL reads."""
-    tag = nemo_rl.tag_for(env.ray.image) if isinstance(env, GcpEnvironment) else None
-    if tag is None:
-        return []
-    return [(("recipes", name) + path, message) for name, recipe in env.recipes.items() if recipe.runner == "nemo-rl"
-            for path, message in nemo_rl.unread_overrides(tag, recipe)]
 
 
 def secrets_and_idle(env: GcpEnvironment | LocalEnvironment) -> Iterator[Finding]:

@@ -20,6 +20,7 @@ MAX_NODES = 100_000
 _PLAIN_KEY = re.compile(r"^[A-Za-z0-9_+-]+$")
 
 SpecPath = tuple  # a path into the document: mapping keys and sequence indexes
+Finding = tuple[SpecPath, str]  # what a rule says: the path of the field that is wrong, and what would be right
 
 
 @dataclass(frozen=True)
@@ -113,7 +114,7 @@ class _Walker:
             return [self.walk(item, path + (i,), ancestors | {id(node)}) for i, item in enumerate(node.value)]
         return self._scalar(node, path)
 
-    def _scalar(self, node: yaml.ScalarNode, path: SpecPath) -> Any:
+    def _scalar(self, node: yaml.Node, path: SpecPath) -> Any:
         try:
             return self.constructor.construct_object(node, deep=True)
         except yaml.constructor.ConstructorError as error:

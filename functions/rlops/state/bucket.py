@@ -1,28 +1,32 @@
 """The state bucket (Cloud Storage), or a local emulator's (`Endpoints.storage`)."""
 
 import json
+from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import TYPE_CHECKING, cast
 
+import google.auth
 from google.api_core import exceptions as gexc
+from google.auth.credentials import AnonymousCredentials
 from google.cloud import storage
 
 from rlops.endpoints import Endpoints
 from rlops.errors import Failure
 from rlops.permissions import lacking_permission
 
+if TYPE_CHECKING:
+    from rlops.spec.model import GcpEnvironment  # only a type here: a state reader need not load the spec models
+
 
 def client(project: str | None, endpoints: Endpoints) -> storage.Client:
     if endpoints.storage:
-        import google.auth
-        from google.auth.credentials import AnonymousCredentials
-
         credentials = google.auth.default()[0] if endpoints.credentials else AnonymousCredentials()
         return storage.Client(project=project or "local", credentials=credentials,
                               client_options={"api_endpoint": endpoints.storage})
     return storage.Client(project=project)
 
 
-def of_environment(spec, endpoints: Endpoints):
+def of_environment(spec: "GcpEnvironment", endpoints: Endpoints) -> storage.Bucket:
     """The state bucket a GCP environment's spec names, in its project."""
     return client(spec.project.id, endpoints).bucket(spec.state.bucket)
 
@@ -35,7 +39,7 @@ class Forbidden(Failure):
 
 
 @contextmanager
-def refusals_said(what: str):
+def refusals_said(what: str) -> Iterator[None]:
     """A refusal of the caller inside, raised as Forbidden naming `what` and the permission it lacks."""
     try:
         yield
@@ -51,7 +55,7 @@ def read_json(blob: storage.Blob) -> tuple[dict | None, int]:
             data = blob.download_as_bytes()
     except gexc.NotFound:
         return None, 0
-    return json.loads(data), blob.generation
+    return json.loads(data), _generation(blob)
 
 
 def write_json(blob: storage.Blob, content: dict, if_generation_match: int) -> int:
@@ -62,6 +66,13 @@ def write_json(blob: storage.Blob, content: dict, if_generation_match: int) -> i
     with refusals_said(f"write gs://{blob.bucket.name}/{blob.name}"):
         blob.upload_from_string(json.dumps(content, sort_keys=True, separators=(",", ":")),
                                 content_type="application/json", if_generation_match=if_generation_match)
+    return _generation(blob)
+
+
+def _generation(blob: storage.Blob) -> int:
+    """The generation a read or a write just saw: Cloud Storage (and its emulator) send it with every object."""
+    if blob.generation is None:
+        raise Failure(f"storage: gs://{blob.bucket.name}/{blob.name}: the answer carried no generation")
     return blob.generation
 
 
@@ -75,7 +86,9 @@ def write_json_if(blob: storage.Blob, content: dict, generation: int) -> bool:
     return True
 
 
-def listed(bucket, prefix: str) -> list:
-    """The objects under `prefix`, listed whole (a refusal raised here, as a Failure, not half way through)."""
+def listed(bucket: storage.Bucket, prefix: str) -> dict[str, storage.Blob]:
+    """The objects under `prefix` by name, listed whole (a refusal raised here, as a Failure, not half way
+    through)."""
     with refusals_said(f"list gs://{bucket.name}/{prefix}"):
-        return list(bucket.list_blobs(prefix=prefix))
+        # A Blob's name is typed optional (one can be made without); a listed object always has one.
+        return {cast(str, blob.name): blob for blob in bucket.list_blobs(prefix=prefix)}

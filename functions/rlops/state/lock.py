@@ -19,9 +19,11 @@ import socket
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
 from google.api_core import exceptions as gexc
+from google.cloud import storage
 
 from rlops.errors import Failure
 from rlops.permissions import calls
@@ -39,7 +41,8 @@ class LockLost(Failure):
 
 @calls("storage.objects.get", "storage.objects.insert", "storage.objects.delete")
 class Lock:
-    def __init__(self, bucket, prefix: str, environment: str, ttl_seconds: float = 900, operation: str = "apply"):
+    def __init__(self, bucket: storage.Bucket, prefix: str, environment: str, ttl_seconds: float = 900,
+                 operation: str = "apply"):
         self.blob = bucket.blob(Layout(prefix, environment).lock)
         self.environment = environment
         self.ttl = ttl_seconds
@@ -58,7 +61,8 @@ class Lock:
                 "since": now.isoformat(timespec="seconds"), "token": self.token, "ttl_seconds": self.ttl,
                 "expires": (now + timedelta(seconds=self.ttl)).isoformat(timespec="seconds")}
 
-    def acquire(self, timeout: float, on_wait=lambda holder: None, poll_seconds: float = 1.0) -> None:
+    def acquire(self, timeout: float, on_wait: Callable[[dict], None] = lambda held: None,
+                poll_seconds: float = 1.0) -> None:
         deadline = time.monotonic() + timeout
         while True:
             try:
@@ -94,8 +98,10 @@ class Lock:
         """By the server's clock: the lock's last write against a write of ours now."""
         if updated is None:
             return False
-        probe = self.blob.bucket.blob(self.blob.name + ".clock")
+        probe = self.blob.bucket.blob(f"{self.blob.name}.clock")
         probe.upload_from_string(self.token)
+        if probe.updated is None:  # a write's answer carries the server's time; without it, none is expired
+            return False
         return (probe.updated - updated).total_seconds() > float(held.get("ttl_seconds", self.ttl))
 
     def refresh(self) -> bool:
@@ -141,14 +147,14 @@ class Lock:
         except (gexc.NotFound, gexc.PreconditionFailed):
             pass  # forcibly unlocked, or taken over, meanwhile: not ours to delete
 
-    def __enter__(self):
+    def __enter__(self) -> "Lock":
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.release()
 
 
-def _read(blob) -> tuple[dict | None, int, datetime | None]:
+def _read(blob: storage.Blob) -> tuple[dict | None, int, datetime | None]:
     """(content, generation, the server's time of that generation's write) of the lock; (None, 0, None) if none."""
     fresh = blob.bucket.get_blob(blob.name)
     if fresh is None:
@@ -161,7 +167,7 @@ def _read(blob) -> tuple[dict | None, int, datetime | None]:
 
 
 @calls("storage.objects.get", "storage.objects.delete")
-def force_unlock(bucket, prefix: str, environment: str) -> dict | None:
+def force_unlock(bucket: storage.Bucket, prefix: str, environment: str) -> dict | None:
     """Remove the lock as it was read (a holder's refresh in between keeps it); what it said, or None."""
     blob = bucket.blob(Layout(prefix, environment).lock)
     held, generation, _ = _read(blob)

@@ -5,10 +5,12 @@ record's (`state.run_records`)."""
 
 from dataclasses import dataclass
 
+from google.cloud import storage
+
 from rlops.permissions import calls
 from rlops.state.bucket import read_json, write_json_if
 from rlops.state.layout import Layout
-from rlops.state.run_records import plain, readable
+from rlops.state.run_records import plain_fields, readable
 
 VERSION = 2  # 2: `wakes`, each wake's phases (a version 1 record reads as having none)
 TRANSITIONS_KEPT = 2000  # a scale-down and a wake an hour for almost six weeks; `rlops cost` says what it knows from
@@ -42,7 +44,7 @@ class PoolStatus:
     wakes: tuple[Wake, ...] = ()
 
     def to_json(self) -> dict:
-        return {"version": VERSION, **plain(self)}  # transitions and ready as lists of [time, what]
+        return {"version": VERSION, **plain_fields(self)}  # transitions and ready as lists of [time, what]
 
     @classmethod
     def from_json(cls, content: dict) -> "PoolStatus":
@@ -77,7 +79,7 @@ class PoolStatus:
 
 @calls("storage.objects.get", "storage.objects.insert")
 class PoolState:
-    def __init__(self, bucket, prefix: str, environment: str):
+    def __init__(self, bucket: storage.Bucket, prefix: str, environment: str):
         self.blob = bucket.blob(Layout(prefix, environment).pool)
 
     def read(self) -> tuple[PoolStatus, int]:

@@ -3,6 +3,7 @@
 import threading
 
 from google.api_core import exceptions as gexc
+from google.cloud import storage
 
 from rlops.errors import Failure
 from rlops.permissions import calls
@@ -14,7 +15,8 @@ from rlops.state.layout import Layout
 class ResourceRecord:
     """`{key: {"fields": ..., "depends_on": [...]}}`, kept in the state bucket, written after every step."""
 
-    def __init__(self, bucket, prefix: str, environment: str):
+    def __init__(self, bucket: storage.Bucket | None, prefix: str, environment: str):
+        """`bucket` None: a record kept in memory only (a dry run's)."""
         self.blob = bucket.blob(Layout(prefix, environment).resources) if bucket else None
         self._mutex = threading.Lock()
         self.resources: dict[str, dict] = {}
@@ -58,7 +60,7 @@ class AppliedSpec:
     environment that was never applied, or was destroyed, is left alone until its file changes.
     """
 
-    def __init__(self, bucket, prefix: str, environment: str):
+    def __init__(self, bucket: storage.Bucket, prefix: str, environment: str):
         self.blob = bucket.blob(Layout(prefix, environment).applied)
 
     def read(self) -> dict | None:

@@ -15,16 +15,20 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from enum import StrEnum
+from typing import Any, TypeVar
 
 from google.api_core import exceptions as gexc
+from google.cloud import storage
 
 from rlops.environments import did_you_mean
+from rlops.errors import Failure
 from rlops.permissions import calls
 from rlops.state.bucket import listed, read_json, write_json_if
 from rlops.state.layout import Layout
 
 LOG_TAIL_BYTES = 256 * 1024
 VERSION = 1
+Known = TypeVar("Known", bound=StrEnum)
 
 
 class UnknownVersion(ValueError):
@@ -117,7 +121,7 @@ class RunRecord:
         return self.attempts[-1]
 
     def to_json(self) -> dict:
-        return {"version": VERSION, **plain(self)}
+        return {"version": VERSION, **plain_fields(self)}
 
     @classmethod
     def from_json(cls, content: dict) -> "RunRecord":
@@ -142,14 +146,14 @@ class Refusal:
     at: float
 
     def to_json(self) -> dict:
-        return {"version": VERSION, **plain(self)}
+        return {"version": VERSION, **plain_fields(self)}
 
     @classmethod
     def from_json(cls, content: dict) -> "Refusal":
         return cls(**readable(cls, content, f"refusal of a message for run {content.get('run')!r}", VERSION))
 
 
-def plain(value):
+def plain(value: object) -> Any:
     """`value` as JSON-ready data, nested dataclasses as dicts of their fields, every container copied (a snapshot:
     changing the record later changes nothing in it). `dataclasses.asdict` does the same but deep-copies each leaf,
     which made it most of a watch tick's time (a tick takes a record's JSON form twice to see if it changed)."""
@@ -159,16 +163,21 @@ def plain(value):
         return {key: plain(item) for key, item in value.items()}
     if isinstance(value, (list, tuple)):
         return [plain(item) for item in value]
+    return plain_fields(value)
+
+
+def plain_fields(value: object) -> dict[str, Any]:
+    """A dataclass's fields as `plain` data."""
     return {name: plain(getattr(value, name)) for name in _field_names(type(value))}
 
 
 @functools.cache
-def _field_names(cls) -> dict[str, None]:
+def _field_names(cls: type) -> dict[str, None]:
     """The dataclass's field names, in order (a dict: read for every record of every tick)."""
     return dict.fromkeys(f.name for f in fields(cls))
 
 
-def readable(cls, content: dict, what: str, version: int) -> dict:
+def readable(cls: type, content: dict, what: str, version: int) -> dict[str, Any]:
     """The fields of `content` that dataclass `cls` has, once `content` is of a version this code reads (one
     without a version was written before versions, in the first one's shape)."""
     found = content.get("version", 1)
@@ -189,7 +198,7 @@ def _attempt(content: dict) -> Attempt:
     return Attempt(**values)
 
 
-def _known(kind: type[StrEnum], value: str, what: str):
+def _known(kind: type[Known], value: str, what: str) -> Known:
     try:
         return kind(value)
     except ValueError:
@@ -208,7 +217,7 @@ def new(job_meta: dict, submission_id: str, submitted_at: float) -> RunRecord:
 
 @calls("storage.objects.get", "storage.objects.insert", "storage.objects.list")
 class RunRecords:
-    def __init__(self, bucket, prefix: str, environment: str):
+    def __init__(self, bucket: storage.Bucket, prefix: str, environment: str):
         self.bucket, self.layout = bucket, Layout(prefix, environment)
 
     def get(self, run: str) -> tuple[RunRecord | None, int]:
@@ -226,19 +235,21 @@ class RunRecords:
 
     def update(self, run: str, change: Callable[[RunRecord], None], tries: int = 5) -> bool:
         """`change` applied to the run's record and written, read again and applied again when another writer
-        (the watcher) got in between; False when it never landed."""
+        (the watcher) got in between; False when it never landed. A run with no record is a Failure."""
         for _ in range(tries):
             record, generation = self.get(run)
+            if record is None:
+                raise Failure(f"no record of run {run} in {self.layout.environment} to change")
             change(record)
             if self.replace(record, generation):
                 return True
         return False
 
-    def manifest_objects(self, run: str) -> dict[int, object]:
+    def manifest_objects(self, run: str) -> dict[int, storage.Blob]:
         """The run's stored checkpoint manifests (the snapshot tick's), by step, unread."""
         prefix = self.layout.manifests(run)
-        return {int(blob.name[len(prefix):-len(".json")]): blob
-                for blob in listed(self.bucket, prefix) if blob.name.endswith(".json")}
+        return {int(name[len(prefix):-len(".json")]): blob
+                for name, blob in listed(self.bucket, prefix).items() if name.endswith(".json")}
 
     def metrics(self, run: str, attempt: int) -> dict | None:
         """The per-step series of an attempt ({"steps": [[step, reward, loss, seconds]], "saves": [[step,
@@ -273,13 +284,13 @@ class RunRecords:
 
     def refusals(self, run: str) -> list[Refusal]:
         """The run's refused messages, oldest first."""
-        found = [read_json(blob)[0] for blob in listed(self.bucket, self.layout.refusals(run))]
+        found = [read_json(blob)[0] for blob in listed(self.bucket, self.layout.refusals(run)).values()]
         return sorted((Refusal.from_json(content) for content in found if content is not None), key=lambda r: r.at)
 
     def names(self) -> list[str]:
         """The runs that have a record, from the listing alone (no record is read)."""
-        return sorted(blob.name[len(self.layout.runs):-len(".json")] for blob in listed(self.bucket, self.layout.runs)
-                      if blob.name.endswith(".json") and "/" not in blob.name[len(self.layout.runs):])
+        return sorted(name[len(self.layout.runs):-len(".json")] for name in listed(self.bucket, self.layout.runs)
+                      if name.endswith(".json") and "/" not in name[len(self.layout.runs):])
 
     def unknown(self, run: str) -> str:
         """What to say of a run that has no record, with the closest name that has one."""
@@ -287,8 +298,8 @@ class RunRecords:
 
     def all(self) -> dict[str, tuple[RunRecord, int]]:
         records = {}
-        for blob in listed(self.bucket, self.layout.runs):
-            if not blob.name.endswith(".json") or "/" in blob.name[len(self.layout.runs):]:
+        for name, blob in listed(self.bucket, self.layout.runs).items():
+            if not name.endswith(".json") or "/" in name[len(self.layout.runs):]:
                 continue
             content, generation = read_json(blob)
             if content is not None:

@@ -21,6 +21,9 @@ actor that holds it, so that stopping the GPU-pool node loses the actor as a pre
 import os
 import time
 from collections.abc import Callable
+from typing import Any
+
+import ray
 
 DEFAULT_RETRIES = 6
 RETRIES_VARIABLE = "NRL_VIRTUAL_CLUSTER_MAX_RETRIES"
@@ -31,8 +34,6 @@ class ResourceInsufficientError(Exception):
 
 
 def init_ray() -> None:
-    import ray
-
     copied = dict(os.environ)
     copied.pop("RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES", None)
     ray.init(address="auto", log_to_driver=True, include_dashboard=False, runtime_env={"env_vars": copied})
@@ -40,8 +41,6 @@ def init_ray() -> None:
 
 def check(resource: str, bundles: int, sleep: Callable[[float], None] = time.sleep) -> None:
     """The GPU check with NeMo RL's retries; `resource` stands for "GPU"."""
-    import ray
-
     retries = int(os.environ.get(RETRIES_VARIABLE, DEFAULT_RETRIES))
     if retries <= 0:
         raise ValueError(f"{RETRIES_VARIABLE}={retries} must be an integer greater than 0")
@@ -68,14 +67,12 @@ def check(resource: str, bundles: int, sleep: Callable[[float], None] = time.sle
 class GpuPoolActor:
     """Runs one call where Ray places it (on the GPU pool)."""
 
-    def call(self, function: Callable, *args):
+    def call(self, function: Callable[..., Any], *args: Any) -> Any:
         return function(*args)
 
 
-def run_on_pool(resource: str, count: int, function: Callable, *args):
+def run_on_pool(resource: str, count: int, function: Callable[..., Any], *args: Any) -> Any:
     """`function(*args)` in a Ray actor holding `count` of `resource` (and a CPU); its output reaches the driver's
     (log_to_driver). A lost node ends the actor, and this call with RayActorError, as NeMo RL's driver ends."""
-    import ray
-
     actor = ray.remote(num_cpus=1, resources={resource: count}, max_restarts=0)(GpuPoolActor).remote()
     return ray.get(actor.call.remote(function, *args))

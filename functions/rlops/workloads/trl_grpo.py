@@ -26,6 +26,17 @@ import random
 import re
 import sys
 import time
+import warnings
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
+
+from rlops.runs.progress import last_complete_checkpoint as newest_complete
+
+# The local recipe's own packages (torch, transformers, TRL, datasets: requirements-local.txt, optional) are
+# imported where they are used, so that the rest of this module (its settings, reward and checkpoint helpers, which
+# rlops's tests import) needs none of them.
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel, PreTrainedTokenizerFast
 
 # Set before transformers/datasets are imported: any hub call fails at once instead of hanging.
 for _offline in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"):
@@ -36,6 +47,7 @@ SETTINGS = {"max_steps": int, "learning_rate": float, "seed": int, "num_generati
             "max_completion_length": int, "pause_while": str}
 DEFAULTS = {"max_steps": 6, "learning_rate": 3e-3, "seed": 0, "num_generations": 4, "save_steps": 2,
             "max_completion_length": 8, "pause_while": ""}
+SPECIALS = ("<pad>", "<eos>", "<unk>")  # the vocabulary's first ids; <eos> begins a sequence too
 CHARACTERS = "0123456789abcdefghijklmnopqrstuvwxyz ?.,"
 NAMES = ("ann", "bob", "kim", "lee", "max", "sam")
 THINGS = ("apples", "books", "coins", "pens", "shells")
@@ -80,7 +92,7 @@ def problems(seed: int, count: int = 200) -> list[dict]:
     return rows
 
 
-def shaped_reward(completions: list[str], answer: list[str], **_) -> list[float]:
+def shaped_reward(completions: list[str], answer: list[str], **_: object) -> list[float]:
     """1.0 when the completion's last number is the answer; otherwise partial credit, so that a tiny model that
     never hits the answer still sees some completions beat others (with equal rewards GRPO's advantages are
     zero and nothing is learned): up to 0.5 for form (the share of the completion that is digits) and up to
@@ -97,7 +109,7 @@ def shaped_reward(completions: list[str], answer: list[str], **_) -> list[float]
     return rewards
 
 
-def metrics_line(logs: dict) -> str:
+def metrics_line(logs: dict[str, Any]) -> str:
     """Every number TRL logged for a step but the two the step line carries, as compact JSON with six significant
     digits (the report plots them; 17-digit floats only bloat the job's output and the run's series)."""
     return json.dumps({name: float(f"{value:.6g}") for name, value in sorted(logs.items())
@@ -105,12 +117,11 @@ def metrics_line(logs: dict) -> str:
                        and not isinstance(value, bool)}, separators=(",", ":"))
 
 
-def tokenizer():
-    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
+def tokenizer() -> "PreTrainedTokenizerFast":
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers  # noqa: PLC0415 optional (above)
+    from transformers import PreTrainedTokenizerFast  # noqa: PLC0415 optional (above)
 
-    specials = ["<pad>", "<eos>", "<unk>"]
-    vocab = {token: i for i, token in enumerate(specials + list(CHARACTERS))}
+    vocab = {token: i for i, token in enumerate([*SPECIALS, *CHARACTERS])}
     core = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
     core.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
     core.decoder = decoders.Fuse()
@@ -118,15 +129,15 @@ def tokenizer():
                                    unk_token="<unk>", padding_side="left")
 
 
-def model(tok, seed: int):
-    import torch
-    from transformers import AutoModelForCausalLM, Qwen2Config
+def model(tok: "PreTrainedTokenizerFast", seed: int) -> "PreTrainedModel":
+    import torch  # noqa: PLC0415 optional (above)
+    from transformers import AutoModelForCausalLM, Qwen2Config  # noqa: PLC0415 optional (above)
 
     torch.manual_seed(seed)
     config = Qwen2Config(vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
-                         tie_word_embeddings=False, pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id,
-                         bos_token_id=tok.bos_token_id)
+                         tie_word_embeddings=False, pad_token_id=SPECIALS.index("<pad>"),
+                         eos_token_id=SPECIALS.index("<eos>"), bos_token_id=SPECIALS.index("<eos>"))
     return AutoModelForCausalLM.from_config(config)
 
 
@@ -135,10 +146,6 @@ def last_complete_checkpoint(output_dir: str) -> str | None:
 
     transformers' get_last_checkpoint goes by the directory name alone and would resume from the torn one.
     """
-    from pathlib import Path
-
-    from rlops.runs.progress import last_complete_checkpoint as newest_complete
-
     directory = Path(output_dir)
     directory.mkdir(parents=True, exist_ok=True)
     step = newest_complete(directory)
@@ -164,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
     output_dir, settings, gpus = parse(sys.argv[1:] if argv is None else argv)
     if gpus:
         # This module by its name, not as __main__: the actor imports `train` from it rather than unpickling a copy.
-        from rlops.workloads import nemo_rl_driver, trl_grpo
+        from rlops.workloads import nemo_rl_driver, trl_grpo  # noqa: PLC0415 this module by name; Ray only with --gpus
 
         nemo_rl_driver.init_ray()
         nemo_rl_driver.check(*gpus)
@@ -177,34 +184,38 @@ def main(argv: list[str] | None = None) -> int:
     os._exit(0)  # skips ~2 s of interpreter teardown; the checkpoints are already written
 
 
-def train(output_dir: str, settings: dict) -> int:
+def train(output_dir: str, settings: dict[str, Any]) -> int:
     """The whole run, resumed from the newest complete checkpoint in `output_dir`; its last step."""
-    import warnings
-
     warnings.filterwarnings("ignore", message=".*gradient_checkpointing.*", category=FutureWarning)
-    from datasets import Dataset
-    from transformers import TrainerCallback
-    from trl import GRPOConfig, GRPOTrainer
+    # After the filter above: TRL warns as it loads.
+    from datasets import Dataset  # noqa: PLC0415 optional (above)
+    from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments  # noqa: PLC0415 (above)
+    from trl.trainer.grpo_config import GRPOConfig  # noqa: PLC0415 optional (above)
+    from trl.trainer.grpo_trainer import GRPOTrainer, RewardFunc  # noqa: PLC0415 optional (above)
 
     class Progress(TrainerCallback):
         # The Trainer calls on_step_end, then logs, then saves: a step's time is begin to end, a save's is
         # from that end (after any pause) to on_save.
         began = ended = step_seconds = 0.0
 
-        def on_step_begin(self, args, state, control, **kwargs):
+        def on_step_begin(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
+                          **kwargs: Any) -> None:
             self.began = time.monotonic()
 
-        def on_log(self, args, state, control, logs=None, **kwargs):
+        def on_log(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
+                   logs: dict[str, Any] | None = None, **kwargs: Any) -> None:
             if logs and "reward" in logs:
                 print(f"[rlops] step={state.global_step} reward={logs['reward']:.4f} loss={logs.get('loss', 0.0):.4f} "
                       f"seconds={self.step_seconds:.3f}", flush=True)
                 print(f"[rlops] metrics step={state.global_step} {metrics_line(logs)}", flush=True)
 
-        def on_save(self, args, state, control, **kwargs):
+        def on_save(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
+                    **kwargs: Any) -> None:
             print(f"[rlops] checkpoint step={state.global_step} seconds={time.monotonic() - self.ended:.3f}",
                   flush=True)
 
-        def on_step_end(self, args, state, control, **kwargs):
+        def on_step_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
+                        **kwargs: Any) -> None:
             self.step_seconds = time.monotonic() - self.began
             gate = os.path.join(output_dir, settings["pause_while"])
             if settings["pause_while"] and os.path.exists(gate):
@@ -228,7 +239,9 @@ def train(output_dir: str, settings: dict) -> int:
         learning_rate=settings["learning_rate"], lr_scheduler_type="constant", use_cpu=True, bf16=False,
         activation_checkpointing=False, beta=0.0, seed=settings["seed"], report_to="none", disable_tqdm=True,
         dataloader_num_workers=0)
-    trainer = GRPOTrainer(model=model(tok, settings["seed"]), reward_funcs=[shaped_reward], args=config,
+    # TRL types a reward function as returning list[float | None]; a list of floats is one (it only reads it).
+    reward = cast(RewardFunc, shaped_reward)
+    trainer = GRPOTrainer(model=model(tok, settings["seed"]), reward_funcs=[reward], args=config,
                           train_dataset=Dataset.from_list(problems(settings["seed"])), processing_class=tok,
                           callbacks=[Progress()])
     trainer.train(resume_from_checkpoint=last)

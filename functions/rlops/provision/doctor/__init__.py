@@ -25,6 +25,8 @@ import json
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
 
+from google.cloud import storage
+
 from rlops.cloud.base import Connection
 from rlops.permissions import Need
 from rlops.provision.doctor.capacity import (
@@ -42,7 +44,8 @@ from rlops.provision.doctor.reads import Finding, Reads, guarded
 from rlops.provision.service import CloudEnvironment
 
 
-def examine(env: CloudEnvironment, connection: Connection, bucket, needs: tuple[Need, ...] = ()) -> list[Finding]:
+def examine(env: CloudEnvironment, connection: Connection, bucket: storage.Bucket,
+            needs: tuple[Need, ...] = ()) -> list[Finding]:
     """Every check, in parallel; a check that cannot read what it needs fails saying why. `needs`: the permissions
     to test the caller for (`accounts.account("rlops-apply").needs()` before an apply); none, none tested."""
     with ThreadPoolExecutor(max_workers=len(CHECKS)) as pool, ThreadPoolExecutor(max_workers=16) as reading:

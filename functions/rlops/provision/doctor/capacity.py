@@ -5,13 +5,15 @@ import ipaddress
 import re
 
 from google.api_core import exceptions as gexc
-from google.cloud import compute_v1
+from google.cloud import cloudquotas_v1, compute_v1, container_v1, lustre_v1
+from google.cloud.location import locations_pb2
 
 from rlops.cloud import compute
 from rlops.cloud.base import CloudError, call, get_or_none
 from rlops.permissions import calls
 from rlops.provision.doctor.reads import Finding, Reads
 from rlops.provision.service import CloudEnvironment
+from rlops.spec import catalog
 
 
 @calls("compute.machineTypes.get")
@@ -139,10 +141,6 @@ def gpu_quota(env: CloudEnvironment, reads: Reads) -> list[Finding]:
     Quotas' GPUS-PER-GPU-FAMILY-per-project-region) less what is used: the GPUs of the family's VMs in the region
     that are not this pool's nodes, and the unused VMs of its reservations (reserved capacity holds quota).
     Not checked: the Spot-specific preemptible quota, and the project's all-regions GPU cap."""
-    from google.cloud import cloudquotas_v1
-
-    from rlops.spec import catalog
-
     spec = env.spec
     pools = [pool for pool in spec.gpu_pools if not pool.reservation]
     if not pools:
@@ -190,7 +188,7 @@ def gpu_quota(env: CloudEnvironment, reads: Reads) -> list[Finding]:
     return found
 
 
-def _quota_limit(info, region: str, family: str) -> int:
+def _quota_limit(info: cloudquotas_v1.QuotaInfo, region: str, family: str) -> int:
     """The limit of the most specific of a QuotaInfo's dimension entries that covers (region, family)."""
     matching = [entry for entry in info.dimensions_infos
                 if all(entry.dimensions.get(key) == value for key, value in
@@ -207,10 +205,6 @@ RAY_OPERATOR_MINIMUM_GKE = "1.29.8-gke.1054000"
 def gke_version(env: CloudEnvironment, reads: Reads) -> list[Finding]:
     """The spec's GKE version (or its release channel's default) is offered in the region (GKE getServerConfig),
     and it is at least the version each feature the spec uses needs."""
-    from google.cloud import container_v1
-
-    from rlops.spec import catalog
-
     spec = env.spec
     client = reads.connection.gapic("container", container_v1.ClusterManagerClient)
     config = call("container", "read GKE's server config", client.get_server_config,
@@ -246,9 +240,6 @@ def _version_key(version: str) -> tuple[int, ...]:
 def lustre_location(env: CloudEnvironment, reads: Reads) -> list[Finding]:
     """Managed Lustre is offered in the environment's zone (the Lustre API's locations). The tier needs no read:
     each of the four throughput tiers is offered wherever Lustre is, and the spec admits only those."""
-    from google.cloud import lustre_v1
-    from google.cloud.location import locations_pb2
-
     spec = env.spec
     client = reads.connection.gapic("lustre", lustre_v1.LustreClient)
     listed = call("lustre", "list Managed Lustre locations", client.list_locations,

@@ -3,12 +3,13 @@ token secrets, the state bucket and, once applied, rlops's deployment."""
 
 
 from google.api_core import exceptions as gexc
-from google.cloud import compute_v1
+from google.cloud import compute_v1, secretmanager_v1
 
 from rlops.cloud.base import call, get_or_none
 from rlops.permissions import Scope, calls, roles_granting, said_with_roles
 from rlops.provision.doctor.reads import Finding, Reads
-from rlops.provision.service import CloudEnvironment
+from rlops.provision.service import CloudEnvironment, secret_versions
+from rlops.state.resources import ResourceRecord
 
 # The APIs `apply` calls, by the service names Service Usage knows them by.
 SERVICES = ("compute.googleapis.com", "container.googleapis.com", "lustre.googleapis.com",
@@ -65,29 +66,27 @@ def _with_roles(permissions: list[str]) -> str:
 def secrets(env: CloudEnvironment, reads: Reads) -> list[Finding]:
     """Each secret version the spec names exists and is enabled (its metadata, never its value), and the caller
     holds what it needs on the secret (`testIamPermissions` there: granted on the secret or the project)."""
-    from google.cloud import secretmanager
+    client = reads.connection.gapic("secretmanager", secretmanager_v1.SecretManagerServiceClient)
 
-    client = reads.connection.gapic("secretmanager", secretmanager.SecretManagerServiceClient)
-
-    refs = sorted(env.spec.secrets.items())
-    versions = [reads.start(ref.secret_manager, "secretmanager", lambda ref=ref: client.get_secret_version(
-        name=ref.secret_manager), missing_ok=True) for _, ref in refs]
+    paths = sorted(secret_versions(env.spec).items())  # (NAME, projects/P/secrets/S/versions/V)
+    versions = [reads.start(path, "secretmanager", lambda path=path: client.get_secret_version(name=path),
+                            missing_ok=True) for _, path in paths]
     wanted = sorted({n.permission for n in reads.needs if n.scope == Scope.SECRET})
-    permissions = [reads.start(f"the caller's permissions on {_secret_of(ref)}", "secretmanager",
-                               lambda ref=ref: client.test_iam_permissions(
-                                   request={"resource": _secret_of(ref), "permissions": wanted})) if wanted else None
-                   for _, ref in refs]
-    answers = [(name, ref, version.result(), [p for p in wanted if p not in held.result().permissions] if held else [])
-               for (name, ref), version, held in zip(refs, versions, permissions, strict=True)]
+    permissions = [reads.start(f"the caller's permissions on {_secret_of(path)}", "secretmanager",
+                               lambda path=path: client.test_iam_permissions(
+                                   request={"resource": _secret_of(path), "permissions": wanted})) if wanted else None
+                   for _, path in paths]
+    answers = [(name, path, version.result(), [p for p in wanted if p not in held.result().permissions] if held else [])
+               for (name, path), version, held in zip(paths, versions, permissions, strict=True)]
     found = []
-    for name, ref, version, lacking in answers:
-        secret = _secret_of(ref)
+    for name, path, version, lacking in answers:
+        secret = _secret_of(path)
         if version is None:
-            found.append(Finding(f"secret {name}", "fail", f"{ref.secret_manager} does not exist",
+            found.append(Finding(f"secret {name}", "fail", f"{path} does not exist",
                                  f"gcloud secrets versions add {secret.split('/')[3]} --data-file=- "
                                  f"--project={env.spec.project.id}"))
         elif version.state != version.State.ENABLED:
-            found.append(Finding(f"secret {name}", "fail", f"{ref.secret_manager} is {version.state.name}",
+            found.append(Finding(f"secret {name}", "fail", f"{path} is {version.state.name}",
                                  "enable the version, or add a new one"))
         elif lacking:
             found.append(Finding(f"secret {name}", "fail", f"the caller lacks {_with_roles(lacking)} on {secret}: "
@@ -96,13 +95,13 @@ def secrets(env: CloudEnvironment, reads: Reads) -> list[Finding]:
                                  f"{secret.split('/')[3]} --project={env.spec.project.id} --member=... "
                                  f"--role={roles_granting(lacking[0])[0]}"))
         else:
-            found.append(Finding(f"secret {name}", "ok",
-                                 f"{ref.secret_manager} is enabled, and the caller may read it"))
+            found.append(Finding(f"secret {name}", "ok", f"{path} is enabled, and the caller may read it"))
     return found
 
 
-def _secret_of(ref) -> str:
-    return ref.secret_manager.split("/versions/")[0]
+def _secret_of(version: str) -> str:
+    """projects/P/secrets/S of projects/P/secrets/S/versions/V."""
+    return version.split("/versions/")[0]
 
 
 @calls("storage.buckets.testIamPermissions")
@@ -149,8 +148,6 @@ def deployment(env: CloudEnvironment, reads: Reads) -> list[Finding]:
     location). Without them a train message starts nothing and no one watches runs or reaps idle pools; apply
     itself needs neither, so a gap is a warning. Not checked: which specs the functions carry, and how many
     messages wait on the dead-letter subscription (Pub/Sub counts a backlog only in Cloud Monitoring)."""
-    from rlops.state.resources import ResourceRecord
-
     try:
         applied = bool(ResourceRecord(reads.bucket, env.spec.state.prefix, env.name).load().resources)
     except gexc.NotFound:  # no state bucket: said by its own check
@@ -172,9 +169,9 @@ def deployment(env: CloudEnvironment, reads: Reads) -> list[Finding]:
     broken = [f"{name} {function.get('state')}" for name, function in sorted(ours.items())
               if function.get("state") != "ACTIVE"]
     if missing or broken:
-        found.append(Finding("functions", "warn", "; ".join(filter(None, [
-            missing and f"not deployed: {', '.join(missing)}", broken and f"not active: {', '.join(broken)}"])),
-            f"run {deploy}"))
+        said = ([f"not deployed: {', '.join(missing)}"] if missing else []) + (
+            [f"not active: {', '.join(broken)}"] if broken else [])
+        found.append(Finding("functions", "warn", "; ".join(said), f"run {deploy}"))
     else:
         found.append(Finding("functions", "ok", f"{', '.join(FUNCTIONS)} active"))
     if not ours:

@@ -4,12 +4,14 @@ import threading
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Any
 
-from google.cloud import compute_v1
+from google.cloud import compute_v1, storage
 
 from rlops.cloud.base import CloudError, Connection, call, get_or_none
 from rlops.permissions import Need
 from rlops.provision.service import CloudEnvironment
+from rlops.spec.model import GcpEnvironment
 
 
 @dataclass(frozen=True)
@@ -24,28 +26,31 @@ class Reads:
     """What the checks read: the connection and the state bucket, and the API reads they share, each made once
     however many checks ask for it, and all of one check's at once (`all`)."""
 
-    def __init__(self, connection: Connection, bucket, pool: ThreadPoolExecutor, needs: tuple[Need, ...]):
+    def __init__(self, connection: Connection, bucket: storage.Bucket, pool: ThreadPoolExecutor,
+                 needs: tuple[Need, ...]):
         self.connection, self.bucket, self._pool = connection, bucket, pool
         self.needs = needs
         self._started: dict[str, Future] = {}
         self._lock = threading.Lock()
 
-    def start(self, key: str, api: str, read: Callable, missing_ok: bool = False) -> Future:
+    def start(self, key: str, api: str, read: Callable[[], Any], missing_ok: bool = False) -> Future:
         """The read of `key`, started now or by an earlier ask; with `missing_ok`, None where it does not exist."""
         with self._lock:
             if key not in self._started:
-                self._started[key] = self._pool.submit(get_or_none if missing_ok else call, api, f"read {key}", read)
+                what = f"read {key}"
+                fetch = (lambda: get_or_none(api, what, read)) if missing_ok else (lambda: call(api, what, read))
+                self._started[key] = self._pool.submit(fetch)
             return self._started[key]
 
-    def all(self, wanted: dict[str, tuple[str, Callable]]) -> dict:
+    def all(self, wanted: dict[str, tuple[str, Callable[[], Any]]]) -> dict[str, Any]:
         """{key: (api, read)} -> {key: its answer}, read in parallel; the first failure raises."""
         futures = {key: self.start(key, api, read) for key, (api, read) in wanted.items()}
         return {key: future.result() for key, future in futures.items()}
 
-    def compute(self, client: type, method: str, **where) -> tuple[str, Callable]:
+    def compute(self, client: type, method: str, **where: str) -> tuple[str, Callable[[], Any]]:
         return "compute", lambda: getattr(self.connection.gapic("compute", client), method)(**where)
 
-    def listed(self, spec, kind: str) -> tuple[str, tuple[str, Callable]]:
+    def listed(self, spec: GcpEnvironment, kind: str) -> tuple[str, tuple[str, Callable[[], Any]]]:
         """The project's networks, firewalls or global addresses, or the region's subnetworks: (key, read), one
         list shared by the checks that ask (quotas, the PSA range)."""
         if kind == "subnetwork":
@@ -56,7 +61,10 @@ class Reads:
         return f"{kind}s of {spec.project.id}", self.compute(client, "list", project=spec.project.id)
 
 
-def guarded(check, env: CloudEnvironment, reads: Reads) -> list[Finding]:
+Check = Callable[[CloudEnvironment, Reads], list[Finding]]
+
+
+def guarded(check: Check, env: CloudEnvironment, reads: Reads) -> list[Finding]:
     try:
         return check(env, reads)
     except CloudError as error:
