@@ -54,7 +54,7 @@ PYTEST_PARALLEL := -n $(PYTEST_WORKERS) --dist worksteal
 test: $(STAMP)
 	$(BIN)/lint-imports --no-cache
 	$(BIN)/ruff check functions tests bench tools
-	$(BIN)/pyright
+	$(BIN)/pyright --project pyproject.toml
 	$(BIN)/python -m pytest -q $(PYTEST_PARALLEL) --durations=15
 	$(BIN)/python -m pytest -q $(PYTEST_PARALLEL) --reverse --durations=5
 

@@ -19,7 +19,7 @@ from rlops import costs, waiting
 from rlops.cloud.ray_jobs import JobView
 from rlops.endpoints import Endpoints
 from rlops.reaper import policy, reap
-from rlops.runs import costing, message, train, watch
+from rlops.runs import environment_cost, message, train, watch
 from rlops.sites import Site
 from rlops.spec import catalog
 from rlops.spec.load import load_or_raise, load_text
@@ -94,7 +94,7 @@ def test_a_simulated_week_through_the_real_paths_costs_what_was_worked_out_by_ha
     assert [(a.started_at, a.ended_at) for a in b.attempts] == [(T0 + 20_400, T0 + 21_700), (T0 + 21_800, T0 + 23_300)]
     assert b.attempts[1].submitted_at == T0 + 21_720  # the first watcher tick after the failure
 
-    report = costing.gather(week.site, since=T0, until=T0 + 30_000)
+    report = environment_cost.gather(week.site, since=T0, until=T0 + 30_000)
     (pool,) = report["pools"]
     gpu_hours = lambda seconds: seconds * 8 / 3600  # noqa: E731 - one worker counted as one 8-GPU node
     # Up [0, 7080] and [20000, 25200]: 12280 s. Used: a 3600, b 1300 + 1500. Waking 300. Idle: the rest of up.
@@ -110,10 +110,11 @@ def test_a_simulated_week_through_the_real_paths_costs_what_was_worked_out_by_ha
     assert runs["b"]["steps_redone"] == 4  # reached 20, resumed from 16, at 60 s a step
     assert [w["seconds"] for w in report["wakes"]] == [300.0] and report["reaps"] == [T0 + 7080, T0 + 25_200]
 
-    text = costing.text(report)
+    text = environment_cost.text(report)
     assert "2 scale-downs, 1 wakes (median 300s until the GPU nodes joined)" in text
     assert next(line for line in text.splitlines() if line.startswith("b ")).split()[2:4] == ["6.22", "0.67"]
-    assert week.site.bucket and costing.timeline(report, week.tmp / "cost.png").read_bytes().startswith(b"\x89PNG")
+    plot = environment_cost.timeline(report, week.tmp / "cost.png")
+    assert week.site.bucket and plot.read_bytes().startswith(b"\x89PNG")
 
     # idle.timeout auto: the wake measured (300 s) and the two idle gaps Ray's job table shows (15740 s, 20 s).
     auto = week.site.env.model_copy(update={"idle": week.site.env.idle.model_copy(update={"timeout": "auto"})})

@@ -13,7 +13,7 @@ from rlops.endpoints import Endpoints
 from rlops.provision import output, pricing
 from rlops.provision.plan import build_plan
 from rlops.resource_shapes import Live
-from rlops.runs import costing
+from rlops.runs import environment_cost
 from rlops.sites import Site
 from rlops.spec.load import load_or_raise
 from rlops.spec.model import GcpEnvironment
@@ -140,14 +140,14 @@ def h200_site(gcs):
 
 
 def test_cost_counts_the_whole_environment_over_its_window_and_says_the_window_as_a_person_would(h200_site):
-    report = costing.gather(h200_site, until=T0)
+    report = environment_cost.gather(h200_site, until=T0)
     assert report["window_hours"] == 0 and not report["pools"][0]["gpu_hours"]["billed"]
-    head = costing.text(report).splitlines()[0]
+    head = environment_cost.text(report).splitlines()[0]
     assert "no history yet: the reaper's first look at the pool starts it" in head and " to " not in head.split(";")[0]
 
     status, generation = h200_site.pool.read()
     h200_site.pool.write(PoolStatus(transitions=((T0, "up"), (T0 + 3600, "down"))), generation)
-    report = costing.gather(h200_site, until=T0 + 7200)
+    report = environment_cost.gather(h200_site, until=T0 + 7200)
     others = {row["resource"]: row for row in report["others"]}
     assert set(others) == {"node_pool/default-pool", "cluster/rl-h200", "lustre_instance/rl-lustre", "functions"}
     assert others["node_pool/default-pool"]["usd"] == pytest.approx(2 * N2_HIGHMEM_80)
@@ -158,11 +158,12 @@ def test_cost_counts_the_whole_environment_over_its_window_and_says_the_window_a
     assert report["total_usd"] == pytest.approx(gpu + 2 * N2_HIGHMEM_80 + 0.20 + others["functions"]["usd"])
     assert report["unpriced"] == ["lustre_instance/rl-lustre"]
 
-    text = costing.text(report)
+    text = environment_cost.text(report)
     assert text.startswith("h200: 2026-09-21 14:13 to 16:13 UTC (2 h 00 min); list prices as of ")
     assert f"total over the window: ${report['total_usd']:,.2f} (GPU pools ${gpu:,.2f}" in text
     assert "not counted, no price known: lustre_instance/rl-lustre" in text
     assert "note: functions: Cloud Run Tier 1 request-based prices" in text  # the estimate says what it assumes
-    assert costing.window(T0 - 600, T0 + 150, T0) == "2026-09-21 14:13 to 14:15 UTC (2 min)"  # from the history
-    assert costing.window(T0, T0 + 86_400, T0) == "2026-09-21 14:13 to 2026-09-22 14:13 UTC (24 h 00 min)"
-    assert costing.duration(3 * 86400 + 4 * 3600) == "3 d 4 h" and costing.duration(30) == "30 s"
+    # from the history
+    assert environment_cost.window(T0 - 600, T0 + 150, T0) == "2026-09-21 14:13 to 14:15 UTC (2 min)"
+    assert environment_cost.window(T0, T0 + 86_400, T0) == "2026-09-21 14:13 to 2026-09-22 14:13 UTC (24 h 00 min)"
+    assert environment_cost.duration(3 * 86400 + 4 * 3600) == "3 d 4 h" and environment_cost.duration(30) == "30 s"

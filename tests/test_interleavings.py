@@ -343,10 +343,10 @@ def explore_control_plane(seed: int, monkeypatch, tmp: Path) -> Scheduler:
     lustre = tmp / f"lustre-{seed}"
     ray = world.site.ray = ScriptedRay(scheduler, lustre, preempt_first=rng.random() < 0.6)
     world.site.lustre_root, world.site.checkpoints_here = str(lustre), True
-    from rlops.runs import exports, reporting
-    for module in (watch, train, run_records, snapshot, exports):
+    from rlops.runs import checkpoint_transfers, report_writer
+    for module in (watch, train, run_records, snapshot, checkpoint_transfers):
         monkeypatch.setattr(module, "time", simulated_time(scheduler))
-    monkeypatch.setattr(reporting, "publish", lambda site, record: None)  # plots: not what races
+    monkeypatch.setattr(report_writer, "publish", lambda site, record: None)  # plots: not what races
     violations = []
     scale_pool = world.pool.scale
 

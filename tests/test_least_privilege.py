@@ -26,7 +26,7 @@ from rlops.permissions import Scope, roles
 from rlops.provision import accounts, bootstrap
 from rlops.provision.service import target_of
 from rlops.reaper import reap
-from rlops.runs import exports, message, train, watch
+from rlops.runs import checkpoint_transfers, message, train, watch
 from rlops.state.bucket import of_environment, write_json
 from rlops.state.pool import PoolStatus
 
@@ -337,7 +337,7 @@ def checkpoint_of(functions, site, run: str, step: int) -> None:
 
 @pytest.fixture
 def exportable(functions, monkeypatch):
-    monkeypatch.setattr(exports, "POLL_SECONDS", 0.05)
+    monkeypatch.setattr(checkpoint_transfers, "POLL_SECONDS", 0.05)
     site = functions.site("train")
     assert train.accept(site, *train_message(site, "exported")) == "submitted"
     checkpoint_of(functions, site, "exported", 2)
@@ -348,7 +348,7 @@ def exportable(functions, monkeypatch):
 
 def test_snapshot_exports_a_checkpoint_with_lustres_exportdata_as_rlops_snapshot(exportable):
     site = exportable.site("snapshot")
-    event = exports.export_checkpoint(site, "exported", None, None)
+    event = checkpoint_transfers.export_checkpoint(site, "exported", None, None)
     assert event["type"] == "checkpoint-exported" and event["objects"] == 4
     assert exportable.mine(":exportData")
 
@@ -359,7 +359,7 @@ def test_snapshot_exports_a_checkpoint_with_lustres_exportdata_as_rlops_snapshot
 def test_snapshot_without_any_one_of_its_roles_fails_naming_it(exportable, role):
     site = exportable.site("snapshot", without=role)
     with pytest.raises(Failure) as failed:
-        exports.export_checkpoint(site, "exported", None, None)
+        checkpoint_transfers.export_checkpoint(site, "exported", None, None)
     assert any(permission in roles()[role].permissions for permission, _ in lacking_in(failed.value)), failed.value
 
 
@@ -368,7 +368,7 @@ def test_an_export_fails_naming_what_lustres_service_agent_lacks_on_the_bucket(e
     gcp.iam.forget(gcp.lustre_agent(PROJECT))
     site = exportable.site("snapshot")
     with pytest.raises(Failure) as failed:
-        exports.export_checkpoint(site, "exported", None, None)
+        checkpoint_transfers.export_checkpoint(site, "exported", None, None)
     assert "gcp-sa-lustre.iam.gserviceaccount.com" in str(failed.value)
     assert any(p == "storage.objects.create" for p, _ in lacking_in(failed.value)), failed.value
 

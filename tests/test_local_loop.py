@@ -1169,7 +1169,7 @@ def test_a_gke_checkpoint_is_exported_by_the_lustre_api_verified_and_imported_fo
     from rlops import sites
     from rlops.checkpoints import gate, manifest
     from rlops.errors import Failure
-    from rlops.runs import exports, jobs, progress
+    from rlops.runs import checkpoint_transfers, jobs, progress
     from rlops.spec.model import ExportPolicy
     from rlops.state.bucket import write_json_if
     from rlops.state.run_records import new
@@ -1192,39 +1192,39 @@ def test_a_gke_checkpoint_is_exported_by_the_lustre_api_verified_and_imported_fo
     assert write_json_if(site.bucket.blob(site.records.layout.manifest("gke-x", 4)), content, 0)
 
     # The instance runs one transfer at a time: while another one runs, the policy's export waits for a later tick.
-    other = exports._transfers(site).export("/checkpoints/", f"gs://{site.bucket.name}/elsewhere/")
-    assert exports.tick(site) == [] and "4" not in site.records.get("gke-x")[0].exports
+    other = checkpoint_transfers._transfers(site).export("/checkpoints/", f"gs://{site.bucket.name}/elsewhere/")
+    assert checkpoint_transfers.tick(site) == [] and "4" not in site.records.get("gke-x")[0].exports
     deadline = time.monotonic() + 60
-    while not exports._transfers(site).state(other).done:
+    while not checkpoint_transfers._transfers(site).state(other).done:
         assert time.monotonic() < deadline, "the other transfer did not finish"
         time.sleep(0.1)
-    assert exports.tick(site) == []  # the policy's export started: an operation, followed by the next tick
+    assert checkpoint_transfers.tick(site) == []  # the policy's export started: an operation, followed by the next tick
     started = site.records.get("gke-x")[0].exports["4"]
     assert started["operation"] and "verified_at" not in started
     assert [r for r in gcp.mutations() if r.path.endswith(":exportData")]
     deadline = time.monotonic() + 60
-    while not (events := exports.tick(site)):
+    while not (events := checkpoint_transfers.tick(site)):
         assert time.monotonic() < deadline, "the export did not finish"
         time.sleep(0.2)
     assert [(e["type"], e["step"], e["objects"]) for e in events] == [("checkpoint-exported", 4, len(content["files"]))]
     assert site.records.get("gke-x")[0].exports["4"]["verified_at"]
     destination = events[0]["destination"]
     assert destination == f"gs://{site.bucket.name}/{site.records.layout.exports('gke-x')}/step-4/"
-    assert exports.tick(site) == []  # once
+    assert checkpoint_transfers.tick(site) == []  # once
 
     # The command's export, waited for with its counters; one the Lustre API fails part way is said, not recorded
     # as verified.
     said = []
-    done = exports.export_checkpoint(site, "gke-x", 4, (site.bucket, "elsewhere/gke-x"), said.append)
+    done = checkpoint_transfers.export_checkpoint(site, "gke-x", 4, (site.bucket, "elsewhere/gke-x"), said.append)
     assert done["destination"] == f"gs://{site.bucket.name}/elsewhere/gke-x/step-4/" and done["verified_at"]
     assert said[-1].startswith("exportData ") and f"{len(content['files'])}/{len(content['files'])} objects" in said[-1]
     gcp.fail_transfers(1, copied=2)
     with pytest.raises(Failure, match=r"export of step 4 of gke-x failed: .*2/\d+ objects.*failed"):
-        exports.export_checkpoint(site, "gke-x", 4, (site.bucket, "broken/gke-x"))
+        checkpoint_transfers.export_checkpoint(site, "gke-x", 4, (site.bucket, "broken/gke-x"))
     assert "2/" in site.records.get("gke-x")[0].exports["4"]["error"]
 
     said = []
-    done = exports.import_checkpoint(site, "gke-y", "gemma3-27b-gsm8k",
+    done = checkpoint_transfers.import_checkpoint(site, "gke-y", "gemma3-27b-gsm8k",
                                      (site.bucket, destination.removeprefix(f"gs://{site.bucket.name}/")), said.append)
     target = Path(done["directory"])
     assert target == Path(jobs.checkpoint_dir(site.env.recipes["gemma3-27b-gsm8k"], "gke-y", site.lustre_root)) / \

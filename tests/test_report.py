@@ -246,7 +246,7 @@ def test_the_wandb_run_is_named_from_what_the_recipes_config_and_the_run_say():
     """W&B's run id is the one rlops gives every attempt (jobs.wandb_run_id); the URL needs the entity and project,
     which only the recipe's composed config (or the run's settings) can give."""
     from conftest import ENVIRONMENTS
-    from rlops.runs import jobs, reporting
+    from rlops.runs import jobs, report_writer
     from rlops.spec.load import load_or_raise
     from rlops.state.run_records import new
 
@@ -258,18 +258,18 @@ def test_the_wandb_run_is_named_from_what_the_recipes_config_and_the_run_say():
     run_id = jobs.wandb_run_id("h200", "r1")
     recipe = h200.recipes["gemma3-27b-gsm8k"]
     # The v0.5.0 config, composed through its defaults chain, names the project (nemo-rl) and no entity.
-    said = reporting.wandb_said(h200, record("h200", "gemma3-27b-gsm8k", recipe.default_settings()))
+    said = report_writer.wandb_said(h200, record("h200", "gemma3-27b-gsm8k", recipe.default_settings()))
     assert said == (f"run id {run_id} in project nemo-rl (the recipe's config names no entity: the W&B key's default "
                     f"one; https://wandb.ai/ENTITY/nemo-rl/runs/{run_id})")
     off = {**recipe.default_settings(), "logger.wandb_enabled": False}
-    assert reporting.wandb_said(h200, record("h200", "gemma3-27b-gsm8k", off)) is None
+    assert report_writer.wandb_said(h200, record("h200", "gemma3-27b-gsm8k", off)) is None
 
     # An image rlops has no configs for: the run's own logger settings are all it knows.
     unknown = h200.model_copy(update={"ray": h200.ray.model_copy(update={"image": "nvcr.io/nvidia/nemo-rl:v9.9.9"})})
     named = {"logger.wandb_enabled": True, "logger.wandb.entity": "acme", "logger.wandb.project": "math"}
-    assert reporting.wandb_said(unknown, record("h200", "gemma3-27b-gsm8k", named)) == \
+    assert report_writer.wandb_said(unknown, record("h200", "gemma3-27b-gsm8k", named)) == \
         f"https://wandb.ai/acme/math/runs/{run_id}"
-    assert reporting.wandb_said(unknown, record("h200", "gemma3-27b-gsm8k", {})) is None
+    assert report_writer.wandb_said(unknown, record("h200", "gemma3-27b-gsm8k", {})) is None
 
     local = load_or_raise(ENVIRONMENTS / "local.yaml")  # TRL with report_to="none"
-    assert reporting.wandb_said(local, record("local", "tiny-arith", {"max_steps": 6})) is None
+    assert report_writer.wandb_said(local, record("local", "tiny-arith", {"max_steps": 6})) is None

@@ -24,7 +24,7 @@ from rlops.cli import runs as cli_runs
 from rlops.cloud.ray_jobs import RayJobs, described, status_of
 from rlops.endpoints import Endpoints
 from rlops.reaper import reap
-from rlops.runs import cancel, follow, jobs, message, reporting, train, watch
+from rlops.runs import cancel, follow, jobs, message, report_writer, train, watch
 from rlops.sites import Site
 from rlops.spec.load import load_or_raise, load_text
 from rlops.state import run_records
@@ -139,7 +139,7 @@ def test_a_resubmission_that_raced_the_cancel_is_stopped_and_recorded_by_the_nex
                 lambda scaled_down: None, str(tmp_path / "lustre"), {"gpu_pool": 1}, checkpoints_here=True)
     for module in (watch, cancel, train, reap, run_records):
         monkeypatch.setattr(module, "time", simulated_time(scheduler))
-    monkeypatch.setattr(reporting, "publish", lambda site, record: None)  # plots: not what races
+    monkeypatch.setattr(report_writer, "publish", lambda site, record: None)  # plots: not what races
     assert site.pool.write(PoolStatus(created_at=scheduler.clock - 3600), 0)
     ray.script("rlops.local.r1.1", 5, [(60, 1)], 300, "FAILED", "JOB_SUPERVISOR_ACTOR_DIED")
     ray.script("rlops.local.r1.2", 5, [], 10**6)

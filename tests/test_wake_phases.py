@@ -15,7 +15,7 @@ from rlops import cli, waiting
 from rlops.cloud import base
 from rlops.endpoints import Endpoints
 from rlops.reaper import reap
-from rlops.runs import costing, message, report_page, train, watch
+from rlops.runs import environment_cost, message, report_page, train, watch
 from rlops.sites import Site
 from rlops.state import run_records
 from rlops.state.pool import PoolStatus
@@ -147,7 +147,7 @@ def test_a_wake_on_the_fake_gke_is_measured_phase_by_phase_in_the_record_status_
            f"scheduling 1s, image-pull 7m00s, container-start 20s, ray-join 9s, first-step " \
            f"{took(expected['first-step'])}" in page
 
-    cost = costing.gather(w.site, since=T0, until=stepped + 20)
+    cost = environment_cost.gather(w.site, since=T0, until=stepped + 20)
     (pool,) = cost["pools"]
     gpu_hours = lambda seconds: seconds * 2 * 8 / 3600  # noqa: E731 - two 8-GPU nodes
     # Waking ends when the last GPU node joined Ray (+655): every phase before it, first-step not.
@@ -155,7 +155,7 @@ def test_a_wake_on_the_fake_gke_is_measured_phase_by_phase_in_the_record_status_
         {phase: gpu_hours(seconds) for phase, seconds in expected.items() if phase != "first-step"})
     assert pool["gpu_hours"]["waking"] == pytest.approx(gpu_hours(655))
     assert "gpu-pool waking GPU-h by phase: resize 0.40, boot 0.31, node-ready 0.20, scheduling 0.00, " \
-           "image-pull 1.87, container-start 0.09, ray-join 0.04" in costing.text(cost)
+           "image-pull 1.87, container-start 0.09, ray-join 0.04" in environment_cost.text(cost)
     assert cost["wakes"][0]["phases"][0] == ["resize", wake, wake + RESIZE]
 
 

@@ -62,7 +62,7 @@ def _gs(site: "Site", url: str, flag: str) -> "tuple[storage.Bucket, str]":
 
 def _export_checkpoint(args: argparse.Namespace) -> int:
     from rlops.checkpoints.manifest import ManifestError
-    from rlops.runs.exports import export_checkpoint
+    from rlops.runs.checkpoint_transfers import export_checkpoint
     from rlops.runs.readable import size
 
     site = open_site(args.environment, args.endpoints)
@@ -79,7 +79,7 @@ def _export_checkpoint(args: argparse.Namespace) -> int:
 
 def _import_checkpoint(args: argparse.Namespace) -> int:
     from rlops.checkpoints.manifest import ManifestError
-    from rlops.runs.exports import import_checkpoint
+    from rlops.runs.checkpoint_transfers import import_checkpoint
     from rlops.runs.readable import size
 
     site = open_site(args.environment, args.endpoints)

@@ -73,7 +73,7 @@ def _status(args: argparse.Namespace) -> int:
 def _report(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from rlops.runs import reporting
+    from rlops.runs import report_writer
 
     site = open_site(args.environment, args.endpoints)
     records = []
@@ -84,7 +84,8 @@ def _report(args: argparse.Namespace) -> int:
         records.append(record)
     folder = records[0].run if len(records) == 1 else "compare-" + "-".join(r.run for r in records)
     out = Path(args.output or environments.root() / "reports" / args.environment / folder)
-    drawn = reporting.write(site, records[0], out) if len(records) == 1 else reporting.compare(site, records, out)
+    drawn = (report_writer.write(site, records[0], out) if len(records) == 1
+             else report_writer.compare(site, records, out))
     print(f"report: {drawn.markdown}")
     for plot in drawn.plots:
         print(f"plot: {plot}")
@@ -95,7 +96,7 @@ def _cost(args: argparse.Namespace) -> int:
     from datetime import datetime
     from pathlib import Path
 
-    from rlops.runs import costing
+    from rlops.runs import environment_cost
 
     since = None
     if args.since:
@@ -106,14 +107,14 @@ def _cost(args: argparse.Namespace) -> int:
                 from None
         since = (parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)).timestamp()
     site = open_site(args.environment, args.endpoints)
-    report = costing.gather(site, since=since, run=args.run_name)
+    report = environment_cost.gather(site, since=since, run=args.run_name)
     if args.format == "json":
-        print(costing.as_json(report))
+        print(environment_cost.as_json(report))
         return Exit.OK
     out = Path(args.output or Path("reports") / args.environment)
     out.mkdir(parents=True, exist_ok=True)
-    plot = costing.timeline(report, out / "cost-timeline.png")
-    print(costing.text(report, markdown=args.format == "markdown"), end="")
+    plot = environment_cost.timeline(report, out / "cost-timeline.png")
+    print(environment_cost.text(report, markdown=args.format == "markdown"), end="")
     print(f"\ntimeline: {plot}" if args.format == "text" else f"\n![timeline]({plot})")
     return Exit.OK
 

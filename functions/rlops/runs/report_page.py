@@ -1,5 +1,5 @@
 """A run's report page: the tables and figures a person reads to judge a GRPO run. Pure rendering into one
-directory, from data `runs.reporting` gathers.
+directory, from data `runs.report_writer` gathers.
 
 A run record says where a run is; it does not say whether it learned, where it stalled, or what a lost node cost.
 Those show in curves (`report_figures`): reward per step with each attempt in its own colour (a resumed attempt

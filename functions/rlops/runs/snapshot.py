@@ -1,5 +1,5 @@
 """What the `snapshot` function does: a manifest for each new complete checkpoint of recent runs, written once;
-then the exports the recipes ask for (`exports.py`).
+then the exports the recipes ask for (`checkpoint_transfers.py`).
 
 Manifests go to `PREFIX/environments/ENV/runs/RUN/manifests/step-N.json` with a create-only
 precondition, so repeated or concurrent ticks write each exactly once; the tick that wrote it links
@@ -21,7 +21,7 @@ from google.cloud import storage
 from rlops.checkpoints import layout, manifest, scan
 from rlops.cloud.ray_jobs import ACTIVE, JobRequest, status_of
 from rlops.logs import emit
-from rlops.runs import exports, policy
+from rlops.runs import checkpoint_transfers, policy
 from rlops.runs.jobs import shipped_rlops
 from rlops.sites import Site
 from rlops.state.bucket import read_json, write_json_if
@@ -29,13 +29,13 @@ from rlops.state.run_records import RunRecord
 
 
 def tick(site: Site) -> list[dict[str, Any]]:
-    """The manifests of new complete checkpoints, then what the recipes' `export:` policies want (`exports.tick`);
-    the events."""
+    """The manifests of new complete checkpoints, then what the recipes' `export:` policies want
+    (`checkpoint_transfers.tick`); the events."""
     recent = {run: record for run, (record, _) in sorted(site.records.all().items())
               if policy.recent(record, time.time())}  # read once for the relink and the manifests
     events = _relink(site, recent)
     events += _manifests_here(site, recent) if site.checkpoints_here else _tick_on_cluster(site)
-    return events + exports.tick(site)
+    return events + checkpoint_transfers.tick(site)
 
 
 def _relink(site: Site, recent: dict[str, RunRecord]) -> list[dict[str, Any]]:

@@ -85,10 +85,10 @@ def _publish_report(site: Site, record: RunRecord) -> str | None:
     record of how the run ended."""
     # Imported here: drawing a report needs the checkpoint listing and its cloud clients, ~0.2 s more of every
     # watch function's cold start, and only a run that ends is drawn.
-    from rlops.runs import reporting  # noqa: PLC0415 cold start, as said above
+    from rlops.runs import report_writer  # noqa: PLC0415 cold start, as said above
 
     try:
-        return reporting.publish(site, record)
+        return report_writer.publish(site, record)
     except Exception as error:  # a plot's failure is not the run's
         emit("WARNING", "run report not written", run=record.run, error=f"{type(error).__name__}: {error}"[-300:])
         return None

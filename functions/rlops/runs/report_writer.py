@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rlops.runs import costing, jobs, report_page, snapshot
+from rlops.runs import environment_cost, jobs, report_page, snapshot
 from rlops.sites import Site
 from rlops.spec import nemo_rl
 from rlops.spec.model import GcpEnvironment, LocalEnvironment, Recipe
@@ -101,7 +101,7 @@ def _logger_config(env: GcpEnvironment | LocalEnvironment, recipe: Recipe, recor
 
 def _cost(site: Site, run: str) -> str:
     """The run's line of `rlops cost`, and the command that shows the rest."""
-    (row,) = costing.gather(site, run=run)["runs"]
+    (row,) = environment_cost.gather(site, run=run)["runs"]
     hours, usd = row["gpu_hours"], row["usd"]
     return (f"{hours['used']:.2f} GPU-hours running, {hours['waking']:.2f} waking for its pool, "
             f"${usd['used'] + usd['waking']:,.2f} at list prices; {row['steps_redone']} steps done again after "
