@@ -45,9 +45,10 @@ demo: $(STAMP)
 	$(BIN)/rlops down local; \
 	exit $$outcome
 
-# Four workers on two cores: most of the suite waits on servers, Ray and late joins rather than computing. A worker
+# Four workers on two cores: much of the suite waits on servers, Ray and late joins rather than computing. A worker
 # that runs out of tests takes half of the busiest one's (`worksteal`), so the long local-loop tests spread out.
-# The suite runs twice, in order and reversed: each test must pass after any other.
+# Then the fast tier again, reversed, in one process: each test must pass after any other (`make test-reverse`
+# reverses all of it).
 PYTEST_WORKERS ?= 4
 PYTEST_PARALLEL := -n $(PYTEST_WORKERS) --dist worksteal
 
@@ -56,7 +57,7 @@ test: $(STAMP)
 	$(BIN)/ruff check functions tests bench tools
 	$(BIN)/pyright --project pyproject.toml
 	$(BIN)/python -m pytest -q $(PYTEST_PARALLEL) --durations=15
-	$(BIN)/python -m pytest -q $(PYTEST_PARALLEL) --reverse --durations=5
+	RLOPS_TEST_FAST=1 $(BIN)/python -m pytest -q -m "not servers and not exhaustive" --reverse
 
 # The tier to run after every change: no server, no other process, nothing exhaustive (tests/conftest.py refuses
 # a test that starts one without the `servers` mark). `make test` runs everything.

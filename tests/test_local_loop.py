@@ -1085,7 +1085,8 @@ def test_the_reaper_and_apply_take_turns_on_the_environments_lock(h200_on_local_
     from concurrent.futures import ThreadPoolExecutor
 
     from rlops import sites
-    from rlops.provision import service as provision
+    from rlops.provision.service import CloudEnvironment
+    from rlops.provision.session import Session
     from rlops.reaper.reap import reap
     from rlops.state.lock import Lock
 
@@ -1108,9 +1109,8 @@ def test_the_reaper_and_apply_take_turns_on_the_environments_lock(h200_on_local_
         assert replicas() == [2] and not resizes()
 
     said: list[str] = []
-    session = provision.Session(provision.CloudEnvironment("h200", site.env),
-                                Connection.to(Endpoints.from_environment()),
-                                site.bucket, said.append)
+    session = Session(CloudEnvironment("h200", site.env), Connection.to(Endpoints.from_environment()), site.bucket,
+                      said.append)
     with ThreadPoolExecutor(2) as threads:
         with gcp.holding_operations():  # the reaper's resize drains nodes for a while, under the lock
             reaping = threads.submit(reap, site)
