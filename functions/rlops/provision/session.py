@@ -10,6 +10,8 @@ from google.cloud import storage
 from rlops.cloud.base import Connection
 from rlops.cloud.ray_jobs import active_jobs
 from rlops.errors import Failure
+from rlops.kube import sync
+from rlops.kube.cluster import KubeApi, ray_dashboard
 from rlops.kube.objects import ObjectChange
 from rlops.provision import engine, pricing
 from rlops.provision.plan import Plan, data_loss_refusals
@@ -28,10 +30,7 @@ from rlops.state.lock import Lock
 from rlops.state.resources import AppliedSpec
 
 if TYPE_CHECKING:
-    from rlops.kube.cluster import KubeApi
     from rlops.provision.saved import SavedPlan
-
-# Cold start: as in service.py, the Kubernetes client loads where a step reaches the cluster.
 
 
 class Superseded(Failure):
@@ -98,8 +97,6 @@ class _Destroy(_Operation):
         return destroy_plan(env, live, delete_data)
 
     def in_cluster(self, env: CloudEnvironment, plan: Plan, api: "KubeApi | None") -> None:
-        from rlops.kube import sync  # noqa: PLC0415 cold start (above)
-
         if api is not None:
             plan.cluster_objects = [ObjectChange(ref, "delete") for ref in sync.owned_refs(api, env.name)]
 
@@ -107,8 +104,6 @@ class _Destroy(_Operation):
         applied.clear()  # no push builds back what is being destroyed, even if this destroy stops part way
 
     def before_cloud(self, session: "Session", api: "KubeApi | None") -> None:
-        from rlops.kube import sync  # noqa: PLC0415 cold start (above)
-
         if api is not None:
             sync.delete_all(api, session.env.name, session.report)
 
@@ -187,8 +182,6 @@ class Session:
     def _active_jobs(self, live: dict[str, Live]) -> list[str]:
         """The jobs pending or running on the environment's Ray head, asked with a token fetched now; raises when
         the head does not say (`ray_jobs.JobsUnknown`), which `sync.apply` counts as a job running."""
-        from rlops.kube.cluster import ray_dashboard  # noqa: PLC0415 cold start (above)
-
         cluster = live[f"cluster/{self.env.spec.cluster.name}"]
         ray = self.env.spec.ray
         return active_jobs(*ray_dashboard(cluster.fields.get("dns_endpoint_host"), ray.namespace, ray.cluster_name,
@@ -196,8 +189,6 @@ class Session:
 
     def _sync_cluster(self, live: dict[str, Live]) -> None:
         """After the cloud: the cluster's objects by server-side apply, pruned, and waited on until ready."""
-        from rlops.kube import sync  # noqa: PLC0415 cold start (above)
-
         api = cluster_api(self.env, live, self.connection)
         if api is None:  # not after an apply, which made the cluster or found it there
             raise Failure(f"{self.env.name}: cluster {self.env.spec.cluster.name} is not there after the apply")
