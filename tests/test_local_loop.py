@@ -23,6 +23,8 @@ from conftest import REPO, until, workload_words
 from rlops.cloud.base import Connection
 from rlops.endpoints import Endpoints
 from rlops.local import processes
+from rlops.provision.plan import Plan
+from rlops.provision.session import Session
 
 pytestmark = pytest.mark.servers
 
@@ -1078,6 +1080,11 @@ def test_a_gke_environments_idle_pool_is_reaped_at_once_and_woken_by_a_train_mes
     forget_jobs(local, "after-reap")
 
 
+def applied_without_asking(session: Session) -> Plan:
+    with session.planned_apply() as pending:
+        return pending.carry_out()
+
+
 def test_the_reaper_and_apply_take_turns_on_the_environments_lock(h200_on_local_ray, specs):
     """workerGroupSpecs is an atomic list: an apply that read replicas before a scale-down and applied after it
     would undo it. Both ways of the race: apply holds the lock and the tick waits its turn; the reaper holds it and
@@ -1086,7 +1093,6 @@ def test_the_reaper_and_apply_take_turns_on_the_environments_lock(h200_on_local_
 
     from rlops import sites
     from rlops.provision.service import CloudEnvironment
-    from rlops.provision.session import Session
     from rlops.reaper.reap import reap
     from rlops.state.lock import Lock
 
@@ -1115,7 +1121,7 @@ def test_the_reaper_and_apply_take_turns_on_the_environments_lock(h200_on_local_
         with gcp.holding_operations():  # the reaper's resize drains nodes for a while, under the lock
             reaping = threads.submit(reap, site)
             until(lambda: replicas() == [0] and resizes(), "the reaper to patch the RayCluster and resize")
-            applying = threads.submit(session.apply)
+            applying = threads.submit(applied_without_asking, session)
             until(lambda: any(line.startswith("waiting for the lock on h200") for line in said), "apply to wait")
             assert not reaping.done()
         assert reaping.result(timeout=60)[0].scale_down

@@ -13,7 +13,9 @@ import time
 import pytest
 
 from rlops import cli
+from rlops.cli import common
 from rlops.cloud import base
+from rlops.endpoints import Endpoints
 from rlops.errors import Failure
 from rlops.provision.saved import SavedPlan
 from test_apply import applied
@@ -72,6 +74,29 @@ def test_on_a_terminal_apply_shows_the_plan_and_its_cost_then_asks_and_changes_n
     code, asked, said = on_a_terminal(["apply", "h200", "--skip-doctor"], "h200")
     assert code == 0, said
     assert "Apply complete for h200: 20 to create" in said and applied("h200")
+
+
+def test_a_pending_plan_is_a_value_left_unchanged_until_carried_out_and_only_under_its_lock(fake):
+    """What the CLI inspects before it asks: the plan under the lock. Left, nothing changed and the lock is free for
+    the next apply; carried out after its `with` block (its lock released), it is refused, not applied unlocked."""
+    from rlops.provision.session import Session
+
+    _, env = common.load_gcp("h200")
+    endpoints = Endpoints.from_environment()
+    session = Session(env, base.Connection.to(endpoints), common.bucket(env, endpoints), lambda line: None,
+                      lock_timeout=0)
+    with session.planned_apply() as pending:
+        assert pending.asks and pending.verb == "apply" and pending.plan.summary().startswith("20 to create")
+    assert not fake.mutations() and not applied("h200")
+    with pytest.raises(Failure, match="this apply plan was left already"):
+        pending.carry_out()
+    with session.planned_apply() as pending:  # lock_timeout 0: the lock was released
+        assert pending.carry_out() is pending.plan
+        with pytest.raises(Failure, match="this apply plan was carried out already"):
+            pending.carry_out()
+    assert applied("h200")
+    with session.planned_apply() as pending:
+        assert not pending.asks and not pending.plan.has_changes  # nothing to ask about
 
 
 @pytest.mark.parametrize("verb", ["apply", "destroy"])

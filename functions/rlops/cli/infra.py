@@ -3,7 +3,6 @@
 import argparse
 import json
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -23,6 +22,7 @@ from rlops.errors import Failure
 
 if TYPE_CHECKING:
     from rlops.provision.plan import Plan
+    from rlops.provision.session import Pending
 
 
 def _validate(args: argparse.Namespace) -> int:
@@ -176,17 +176,18 @@ def _needs_terminal(args: argparse.Namespace, verb: str) -> None:
                       f"--yes to {verb} without asking (the apply pipeline does){reviewed}; nothing was changed")
 
 
-def _confirmation(args: argparse.Namespace, verb: str, name: str) -> "Callable[[Plan], bool]":
-    """The Session's `confirm`: show the plan, then, unless --yes, ask for the environment's name, as Terraform
-    asks for `yes`."""
+def _carried_out(args: argparse.Namespace, pending: "Pending", name: str) -> "Plan":
+    """A plan that asks is shown first, then, unless --yes, carried out only once the environment's name is typed,
+    as Terraform asks for `yes`."""
     from rlops.provision import output
+    from rlops.provision.service import Refused
 
-    def confirm(plan: "Plan") -> bool:
-        sys.stdout.write(output.text(plan))
+    if pending.asks:
+        sys.stdout.write(output.text(pending.plan))
         sys.stdout.flush()
-        return args.yes or input(f"Type the environment name ({name}) to {verb} it: ").strip() == name
-
-    return confirm
+        if not args.yes and input(f"Type the environment name ({name}) to {pending.verb} it: ").strip() != name:
+            raise Refused(f"{pending.verb} not confirmed; nothing was changed")
+    return pending.carry_out()
 
 
 def _apply(args: argparse.Namespace) -> int:
@@ -238,8 +239,8 @@ def _apply(args: argparse.Namespace) -> int:
     if reviewed is not None:
         say(f"applying the plan saved in {args.plan} ({reviewed.created_at}), if nothing moved since")
     try:
-        plan = session.apply(delete_data=args.delete_data, confirm=_confirmation(args, "apply", env.name),
-                             commit=args.commit, newer=newer, reviewed=reviewed)
+        with session.planned_apply(args.delete_data, args.commit, newer, reviewed) as pending:
+            plan = _carried_out(args, pending, env.name)
     except Superseded as skipped:
         say(f"skipped: {skipped}")
         return Exit.OK
@@ -254,7 +255,8 @@ def _destroy(args: argparse.Namespace) -> int:
     env = cloud_environment(args.environment, "destroy")
     _needs_terminal(args, "destroy")
     session = Session(env, Connection.to(args.endpoints), bucket(env, args.endpoints), say, args.lock_timeout)
-    plan = session.destroy(args.delete_data, _confirmation(args, "destroy", env.name))
+    with session.planned_destroy(args.delete_data) as pending:
+        plan = _carried_out(args, pending, env.name)
     say(f"Destroy complete for {env.name}: {plan.summary()}." if plan.has_changes
         else f"{env.name}: nothing to destroy.")
     return Exit.OK

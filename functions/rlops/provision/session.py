@@ -1,7 +1,9 @@
-"""Apply and destroy of one environment: one plan-under-lock they share (`Session._run`), each with its own
-steps (`_Apply`, `_Destroy`)."""
+"""Apply and destroy of one environment: one plan-under-lock they share (`Session._planned`), each with its own
+steps (`_Apply`, `_Destroy`). The plan is a value its caller inspects while the lock is held (`Pending`): the CLI
+shows it and asks, then carries it out or leaves it, as Terraform does between its plan and "yes"."""
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -38,7 +40,7 @@ class Superseded(Failure):
 
 
 class _Operation:
-    """What an apply and a destroy do apart, as steps of the one plan-under-lock they share (`Session._run`)."""
+    """What an apply and a destroy do apart, as steps of the one plan-under-lock they share (`Session._planned`)."""
 
     verb = ""
 
@@ -109,6 +111,26 @@ class _Destroy(_Operation):
 
 
 @dataclass
+class Pending:
+    """A plan made under the environment's lock, not carried out yet. `asks`: whether someone should be asked first
+    (it changes something, and it is not a reviewed saved plan). Left without `carry_out`, nothing is changed."""
+
+    plan: Plan
+    asks: bool
+    verb: str
+    _steps: Callable[[], None]
+    lock_released: bool = False
+    carried_out: bool = False
+
+    def carry_out(self) -> Plan:
+        if self.lock_released or self.carried_out:
+            raise Failure(f"this {self.verb} plan was {'carried out' if self.carried_out else 'left'} already")
+        self.carried_out = True
+        self._steps()
+        return self.plan
+
+
+@dataclass
 class Session:
     """One apply or destroy of one environment, under its lock."""
 
@@ -132,26 +154,27 @@ class Session:
         lock.acquire(self.lock_timeout, on_wait=waiting)
         return lock
 
-    def apply(self, delete_data: bool = False, confirm: Callable[[Plan], bool] = lambda plan: True,
-              commit: str | None = None, newer: Callable[[str], bool] = lambda other: False,
-              reviewed: "SavedPlan | None" = None) -> Plan:
-        """`commit`: the git commit whose spec this is (a pipeline's); refused (`Superseded`) when the state
-        records a commit `newer` says is newer: Cloud Build runs two pushes' builds in any order. `reviewed`: a
-        `saved.SavedPlan`, applied only if nothing it was made from moved (then `confirm` is not asked)."""
-        return self._run(_Apply(commit, newer), delete_data, confirm, reviewed)
+    def planned_apply(self, delete_data: bool = False, commit: str | None = None,
+                      newer: Callable[[str], bool] = lambda other: False,
+                      reviewed: "SavedPlan | None" = None) -> AbstractContextManager["Pending"]:
+        """The apply's plan under the lock, to inspect and carry out (`Pending`). `commit`: the git commit whose
+        spec this is (a pipeline's); refused (`Superseded`) when the state records a commit `newer` says is newer:
+        Cloud Build runs two pushes' builds in any order. `reviewed`: a `saved.SavedPlan`, refused unless nothing
+        it was made from moved (then nobody need be asked)."""
+        return self._planned(_Apply(commit, newer), delete_data, reviewed)
 
-    def destroy(self, delete_data: bool, confirm: Callable[[Plan], bool]) -> Plan:
-        return self._run(_Destroy(), delete_data, confirm)
+    def planned_destroy(self, delete_data: bool) -> AbstractContextManager["Pending"]:
+        return self._planned(_Destroy(), delete_data)
 
-    def _run(self, operation: _Operation, delete_data: bool, confirm: Callable[[Plan], bool],
-             reviewed: "SavedPlan | None" = None) -> Plan:
+    @contextmanager
+    def _planned(self, operation: _Operation, delete_data: bool,
+                 reviewed: "SavedPlan | None" = None) -> Iterator["Pending"]:
         with self._lock(operation.verb) as lock:
             applied = AppliedSpec(self.bucket, self.env.spec.state.prefix, self.env.name)
             operation.check(self.env, applied)
             # Planned again under the lock: what another apply did while we waited is part of it.
             space = workspace(self.env, self.connection, self.bucket)
             live = engine.read_live([space])[self.env.name]
-            runner = engine.Runner(space, self.report, on_step=lambda step: lock.ensure_held())
             plan = operation.plan(self.env, live, delete_data)
             if not plan.has_changes:  # otherwise the plan shown for confirmation says what is kept
                 for note in plan.kept:
@@ -168,16 +191,22 @@ class Session:
                     raise Refused(f"the saved plan of {reviewed.created_at} is not what an apply would do now; "
                                   f"nothing was changed. Since it was made: {'; '.join(moved)}. Plan again "
                                   f"(rlops plan {self.env.name} --out FILE), review, and apply that")
-            elif plan.has_changes and not confirm(plan):
-                raise Refused(f"{operation.verb} not confirmed; nothing was changed")
-            operation.started(self.env, applied)
-            if plan.has_changes:
-                operation.before_cloud(self, api)
-                runner.settle(live)
-                runner.run(plan)
-            lock.ensure_held()
-            operation.finished(self, space, plan, live, applied)
-            return plan
+
+            def carry_out() -> None:
+                operation.started(self.env, applied)
+                if plan.has_changes:
+                    operation.before_cloud(self, api)
+                    runner = engine.Runner(space, self.report, on_step=lambda step: lock.ensure_held())
+                    runner.settle(live)
+                    runner.run(plan)
+                lock.ensure_held()
+                operation.finished(self, space, plan, live, applied)
+
+            pending = Pending(plan, plan.has_changes and reviewed is None, operation.verb, carry_out)
+            try:
+                yield pending
+            finally:
+                pending.lock_released = True
 
     def _active_jobs(self, live: dict[str, Live]) -> list[str]:
         """The jobs pending or running on the environment's Ray head, asked with a token fetched now; raises when
