@@ -384,4 +384,15 @@ def _answers(url: str, accept_status: tuple[int, ...] = ()) -> bool:
 
 
 def _node_alive(dashboard: str, node_name: str) -> bool:
-    return any(node["labels"].get("rlops-node") == node_name for node in ray_jobs.alive_nodes(dashboard))
+    """Whether the head lists the node alive; not yet while its state API does not answer, or answers 5xx: with
+    the head starting beside other work on two cores, `/api/v0/nodes` answered 500 for a while (wait_until gives up
+    in the end, with the node's log)."""
+    try:
+        alive = ray_jobs.alive_nodes(dashboard)
+    except urllib.error.HTTPError as error:
+        if error.code < 500:
+            raise
+        return False
+    except OSError:
+        return False
+    return any(node["labels"].get("rlops-node") == node_name for node in alive)
