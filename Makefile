@@ -45,12 +45,13 @@ demo: $(STAMP)
 	$(BIN)/rlops down local; \
 	exit $$outcome
 
-# Four workers on two cores: much of the suite waits on servers, Ray and late joins rather than computing. A worker
-# that runs out of tests takes half of the busiest one's (`worksteal`), so the long local-loop tests spread out.
+# Four workers on two cores: much of the suite waits on servers, Ray and late joins rather than computing. The tests
+# that share a module-scoped fixture (a local stack, a Ray head, a deploy) go to one worker together (`loadgroup`,
+# tests/conftest.py groups them), so each such fixture is built once; the rest go wherever a worker is free.
 # Then the fast tier again, reversed, in one process: each test must pass after any other (`make test-reverse`
 # reverses all of it).
 PYTEST_WORKERS ?= 4
-PYTEST_PARALLEL := -n $(PYTEST_WORKERS) --dist worksteal
+PYTEST_PARALLEL := -n $(PYTEST_WORKERS) --dist loadgroup
 
 test: $(STAMP)
 	$(BIN)/lint-imports --no-cache

@@ -10,6 +10,9 @@ import pytest
 from fakes.gcs import fake_gcs
 from fakes.gcs_iam import GcsIam
 
+# The local stack's fixtures (module-scoped: one stack per module that asks for it) and helpers.
+pytest_plugins = ["local_stack"]
+
 REPO = Path(__file__).resolve().parent.parent
 ENVIRONMENTS = REPO / "environments"
 # Set by `make test-fast`: the tier with no server and no other process, which this file enforces.
@@ -21,11 +24,18 @@ def pytest_addoption(parser):
                      help="run the tests in reverse order: one that passes only after another fails")
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups (`--dist loadgroup`)
 def pytest_collection_modifyitems(config, items):
-    """Every test on the fake GCS server (the state bucket; the fake GCP and cluster stand on it) starts servers."""
+    """Every test on the fake GCS server (the state bucket; the fake GCP and cluster stand on it) starts servers.
+    The tests of a module that share a module-scoped fixture (a local stack, a Ray head, a deploy) run on one xdist
+    worker, one after another, unless the module names its group itself: spread over workers, each worker would
+    build the fixture again."""
     for item in items:
         if "gcs" in item.fixturenames:
             item.add_marker("servers")
+        if item.get_closest_marker("xdist_group") is None and any(
+                definitions[-1].scope == "module" for definitions in item._fixtureinfo.name2fixturedefs.values()):
+            item.add_marker(pytest.mark.xdist_group(item.path.stem))
     if config.getoption("reverse"):
         items.reverse()
 
