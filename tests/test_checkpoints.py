@@ -541,3 +541,27 @@ def test_the_recipes_set_aside_limit_reaches_the_gate():
     limited = recipe.model_copy(update={"set_aside": recipe.set_aside.model_copy(update={"count": 2, "gib": 100})})
     words = jobs.request("local", "tiny-arith", limited, "r", {}, "me", 1, "/lustre").entrypoint.split()
     assert words[words.index("--keep") + 1] == "2" and words[words.index("--keep-bytes") + 1] == str(100 * 2**30)
+
+
+@pytest.mark.parametrize("url", ["s3://bucket/x", "gs://", "gs://bucket", "gs://bucket/", "gs:///x", "bucket/x"])
+def test_an_export_destination_that_is_not_a_gs_bucket_and_prefix_is_refused_naming_the_flag(url):
+    from types import SimpleNamespace
+
+    from rlops.errors import Failure
+    from rlops.runs.checkpoint_transfers import storage_location
+
+    site = SimpleNamespace(endpoints=None, checkpoints_here=False)
+    with pytest.raises(Failure, match=f"^--to {re.escape(url)}: expected gs://BUCKET/PREFIX$"):
+        storage_location(site, url, "--to")  # refused before the site is read
+
+
+def test_an_export_destination_is_its_bucket_and_its_prefix_without_slashes(monkeypatch):
+    from types import SimpleNamespace
+
+    from rlops.endpoints import Endpoints
+    from rlops.runs.checkpoint_transfers import storage_location
+
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", "http://127.0.0.1:9")  # a client with no credentials; nothing is asked
+    site = SimpleNamespace(endpoints=Endpoints.from_environment(), checkpoints_here=False)
+    bucket, prefix = storage_location(site, "gs://team-exports/gemma/runs/", "--to")
+    assert (bucket.name, prefix) == ("team-exports", "gemma/runs")

@@ -4,15 +4,9 @@ import argparse
 import json
 import sys
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 from rlops.cli.common import Commands, Exit, format_option, open_site, print_json, run_name
 from rlops.errors import Failure
-
-if TYPE_CHECKING:
-    from google.cloud import storage
-
-    from rlops.sites import Site
 
 
 def _checkpoint_manifest(args: argparse.Namespace) -> int:
@@ -44,29 +38,13 @@ def _checkpoint_verify(args: argparse.Namespace) -> int:
     return Exit.OK if same else Exit.ERROR
 
 
-def _gs(site: "Site", url: str, flag: str) -> "tuple[storage.Bucket, str]":
-    """(bucket, prefix) of a gs:// URL, reached as the environment reaches Cloud Storage (for a local one: the
-    emulator of the local environment whose state bucket it is, else its own)."""
-    bucket, _, prefix = url.removeprefix("gs://").partition("/")
-    if not url.startswith("gs://") or not bucket or not prefix.strip("/"):
-        raise Failure(f"{flag} {url}: expected gs://BUCKET/PREFIX")
-    endpoints = site.endpoints
-    if site.checkpoints_here:
-        from rlops.local.stack import hosting
-
-        endpoints = hosting(bucket) or endpoints
-    from rlops.state.bucket import client
-
-    return client(None, endpoints).bucket(bucket), prefix.strip("/")
-
-
 def _export_checkpoint(args: argparse.Namespace) -> int:
     from rlops.checkpoints.manifest import ManifestError
-    from rlops.runs.checkpoint_transfers import export_checkpoint
+    from rlops.runs.checkpoint_transfers import export_checkpoint, storage_location
     from rlops.runs.readable import size
 
     site = open_site(args.environment, args.endpoints)
-    destination = _gs(site, args.to, "--to") if args.to else None
+    destination = storage_location(site, args.to, "--to") if args.to else None
     try:
         done = export_checkpoint(site, args.run_name, args.step, destination, _progress)
     except ManifestError as error:
@@ -79,7 +57,7 @@ def _export_checkpoint(args: argparse.Namespace) -> int:
 
 def _import_checkpoint(args: argparse.Namespace) -> int:
     from rlops.checkpoints.manifest import ManifestError
-    from rlops.runs.checkpoint_transfers import import_checkpoint
+    from rlops.runs.checkpoint_transfers import import_checkpoint, storage_location
     from rlops.runs.readable import size
 
     site = open_site(args.environment, args.endpoints)
@@ -88,7 +66,8 @@ def _import_checkpoint(args: argparse.Namespace) -> int:
         raise Failure(f"--recipe: {args.environment} has recipes {', '.join(site.env.recipes)}; say which one the "
                       "run will use (its checkpoint directory is CHECKPOINT_ROOT/RUN)")
     try:
-        done = import_checkpoint(site, args.run_name, recipe, _gs(site, getattr(args, "from"), "--from"), _progress)
+        source = storage_location(site, getattr(args, "from"), "--from")
+        done = import_checkpoint(site, args.run_name, recipe, source, _progress)
     except ManifestError as error:
         raise Failure(str(error)) from None
     print(f"imported step {done['step']} into {done['directory']}: {done['objects']} objects, {size(done['bytes'])}; "

@@ -32,7 +32,7 @@ from rlops.permissions import lacking_permission
 from rlops.runs import jobs, policy
 from rlops.sites import Site
 from rlops.spec.model import GcpEnvironment
-from rlops.state.bucket import write_json_if
+from rlops.state.bucket import client, write_json_if
 from rlops.state.run_records import RunRecord
 
 if TYPE_CHECKING:
@@ -95,6 +95,20 @@ def tick(site: Site) -> list[dict[str, Any]]:
                 continue
             events += [done] if done else []
     return events
+
+
+def storage_location(site: Site, url: str, given_as: str) -> tuple[storage.Bucket, str]:
+    """(bucket, prefix) of a gs:// URL given as `given_as`, reached as the environment reaches Cloud Storage (for a
+    local one: the emulator of the local environment whose state bucket it is, else its own)."""
+    bucket, _, prefix = url.removeprefix("gs://").partition("/")
+    if not url.startswith("gs://") or not bucket or not prefix.strip("/"):
+        raise Failure(f"{given_as} {url}: expected gs://BUCKET/PREFIX")
+    endpoints = site.endpoints
+    if site.checkpoints_here:
+        from rlops.local.stack import hosting  # noqa: PLC0415 the local stack's registry, for local environments only
+
+        endpoints = hosting(bucket) or endpoints
+    return client(None, endpoints).bucket(bucket), prefix.strip("/")
 
 
 def _export_due(site: Site, transfers: "Callable[[], Transfers]", record: RunRecord, content: dict[str, Any],
