@@ -14,6 +14,7 @@ from rlops.errors import Failure
 if TYPE_CHECKING:
     from rlops.local.stack import Stack
     from rlops.runs.message import TrainMessage
+    from rlops.runs.train import WouldSubmit
     from rlops.spec.model import GcpEnvironment, LocalEnvironment
 
 
@@ -53,7 +54,7 @@ def _train(args: argparse.Namespace) -> int:
         if refused:
             return refused
     if args.dry_run:
-        print(_would_submit(env_name, env, parsed, settings))
+        print(_would_submit(train.would_submit(env_name, env, parsed, settings)))
         return Exit.OK
     hint = f"follow it with: rlops status {args.environment} --run {args.run_name} --follow"
     try:
@@ -77,44 +78,31 @@ def _train(args: argparse.Namespace) -> int:
     return Exit.OK
 
 
-def _would_submit(env_name: str, env: "GcpEnvironment | LocalEnvironment", parsed: "TrainMessage",
-                  settings: dict[str, Any]) -> str:
-    """What the train function would submit for this message, like `helm template`: nothing is sent."""
+def _would_submit(would: "WouldSubmit") -> str:
+    """The job `rlops train --dry-run` would submit, as YAML."""
     import yaml
 
-    from rlops.cloud.ray_jobs import META_PREFIX
-    from rlops.runs import jobs
-    from rlops.sites import placement
     from rlops.spec import nemo_rl
-    from rlops.spec.model import GcpEnvironment
 
-    recipe = env.recipes[parsed.recipe]
-    lustre, resources = placement(env)
-    job = jobs.request(env_name, parsed.recipe, recipe, parsed.run, settings, parsed.requested_by, 1, lustre,
-                       resources, jobs.actor_env(env, recipe), jobs.data_tag(env), jobs.pool_gpus(env, recipe))
-    lines = [f"# rlops train {env_name} --dry-run: nothing was sent",
+    job, recipe = would.job, would.recipe
+    lines = [f"# rlops train {job.metadata['rlops-environment']} --dry-run: nothing was sent",
              yaml.safe_dump({"submission_id": job.submission_id,
                              "working_directory": nemo_rl.WORKDIR if recipe.runner == "nemo-rl" else "(Ray's)",
                              "entrypoint": job.entrypoint, "entrypoint_resources": job.entrypoint_resources,
                              "runtime_env": job.runtime_env, "metadata": job.metadata,
-                             "secrets_by_name_only": sorted(env.secrets)},
+                             "secrets_by_name_only": would.secrets},
                             sort_keys=False, width=10**6).rstrip(),
              "# secrets reach the Ray nodes as files (HF_TOKEN_PATH, NETRC), never an environment variable or the job"]
     if recipe.driver_on_head:
         lines.append("# runtime_env.env_vars reach every actor, whichever node the driver runs on: NeMo RL's init_ray "
                      "copies the driver's environment into them")
-    if recipe.runner == "nemo-rl" and isinstance(env, GcpEnvironment):  # a valid spec has nemo-rl on GCP only
-        tag = nemo_rl.tag_for(env.ray.image)
-        if tag is None:
-            lines.append(f"# {nemo_rl.unsupported(env.ray.image)}")
-        else:
-            composed = nemo_rl.compose(tag, recipe.config, nemo_rl.assignments(
-                recipe, settings, job.metadata[META_PREFIX + "checkpoint-dir"]))
-            if composed.problems:
-                raise Failure("\n".join(f"{key or recipe.config}: {problem}" for key, problem in composed.problems))
-            lines += [f"# the final config NeMo RL {tag.name} (commit {tag.commit[:12]}) runs with: {recipe.config}",
-                      f"# composed as {recipe.entrypoint} composes it, before logger.log_dir gets its exp_N",
-                      "---", yaml.safe_dump(composed.config, sort_keys=False, width=10**6).rstrip()]
+    if would.not_composed:
+        lines.append(f"# {would.not_composed}")
+    elif would.nemo_rl_tag is not None:
+        tag = would.nemo_rl_tag
+        lines += [f"# the final config NeMo RL {tag.name} (commit {tag.commit[:12]}) runs with: {recipe.config}",
+                  f"# composed as {recipe.entrypoint} composes it, before logger.log_dir gets its exp_N",
+                  "---", yaml.safe_dump(would.final_config, sort_keys=False, width=10**6).rstrip()]
     return "\n".join(lines)
 
 

@@ -10,14 +10,18 @@ import hashlib
 import json
 import re
 import time
+from dataclasses import dataclass
+from typing import Any
 
-from rlops.cloud.ray_jobs import described
+from rlops.cloud.ray_jobs import JobRequest, described
 from rlops.endpoints import Endpoints
 from rlops.errors import Failure
 from rlops.logs import emit
 from rlops.reaper.reap import wake
 from rlops.runs import jobs, message
-from rlops.sites import Site, UnknownEnvironment, load_environment, open_site, run_records
+from rlops.sites import Site, UnknownEnvironment, load_environment, open_site, placement, run_records
+from rlops.spec import nemo_rl
+from rlops.spec.model import GcpEnvironment, LocalEnvironment, Recipe
 from rlops.state.run_records import Refusal, RunRecord, RunRecords, new
 
 
@@ -130,3 +134,37 @@ def refusals_shown(records: RunRecords, run: str, record: RunRecord | None) -> l
     else those that came after it started (messages that reused its name)."""
     since = record.created_at if record is not None else float("-inf")
     return [refusal for refusal in records.refusals(run) if refusal.at > since]
+
+
+@dataclass
+class WouldSubmit:
+    """What the train function would submit for a message, nothing sent (`rlops train --dry-run`, like `helm
+    template`): the job, and for a NeMo RL recipe the config its entry point would run with."""
+
+    job: JobRequest
+    recipe: Recipe
+    secrets: list[str]
+    nemo_rl_tag: nemo_rl.Tag | None = None
+    final_config: Any = None  # as the tag's loader composes it, before logger.log_dir gets its exp_N
+    not_composed: str | None = None  # why rlops cannot compose it: it has no copy of the image's NeMo RL tag
+
+
+def would_submit(env_name: str, env: GcpEnvironment | LocalEnvironment, request: message.TrainMessage,
+                 settings: dict[str, Any]) -> WouldSubmit:
+    """Raises `Failure` naming each key NeMo RL's loader would refuse."""
+    recipe = env.recipes[request.recipe]
+    lustre, resources = placement(env)
+    job = jobs.request(env_name, request.recipe, recipe, request.run, settings, request.requested_by, 1, lustre,
+                       resources, jobs.actor_env(env, recipe), jobs.data_tag(env), jobs.pool_gpus(env, recipe))
+    would = WouldSubmit(job, recipe, sorted(env.secrets))
+    if recipe.runner == "nemo-rl" and isinstance(env, GcpEnvironment):  # a valid spec has nemo-rl on GCP only
+        would.nemo_rl_tag = nemo_rl.tag_for(env.ray.image)
+        if would.nemo_rl_tag is None:
+            would.not_composed = nemo_rl.unsupported(env.ray.image)
+        else:
+            composed = nemo_rl.compose(would.nemo_rl_tag, recipe.config, nemo_rl.assignments(
+                recipe, settings, jobs.checkpoint_dir(recipe, request.run, lustre)))
+            if composed.problems:
+                raise Failure("\n".join(f"{key or recipe.config}: {problem}" for key, problem in composed.problems))
+            would.final_config = composed.config
+    return would
