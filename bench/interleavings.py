@@ -18,7 +18,7 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
 from fakes.interleave import explore_seeds, workers  # noqa: E402
-from test_interleavings import explore, explore_control_plane  # noqa: E402
+from interleavings_support import explore, explore_control_plane  # noqa: E402
 
 SCENARIOS = {"reap-wake": explore, "control-plane": explore_control_plane}
 
