@@ -1,7 +1,7 @@
 """The plan pipeline runs on pull requests: what the pull request holds is data, never code, and the GitHub token
 stays out of its reach (issue 31, 8); the documented trigger (docs/gcp-setup.md) and the pipeline agree on which pull
-requests it plans (issue 31, 7). The harness is tests/test_pipelines.py's: each step as Cloud Build runs it, the token
-only where `secretEnv` lists it."""
+requests it plans (issue 31, 7). The harness is tests/pipelines_support.py's: each step as Cloud Build runs it, the
+token only where `secretEnv` lists it."""
 
 import re
 import subprocess

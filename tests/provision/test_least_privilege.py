@@ -31,7 +31,7 @@ from rlops.runs import checkpoint_transfers, message, train, watch
 from rlops.state.bucket import of_environment, write_json
 from rlops.state.pool import PoolStatus
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parent.parent.parent
 
 
 @pytest.fixture
