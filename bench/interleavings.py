@@ -1,4 +1,4 @@
-"""Seeded interleavings of rlops's control plane (tests/test_interleavings.py), with crashes, lost responses and
+"""Seeded interleavings of rlops's control plane (tests/reaper/test_interleavings.py), with crashes, lost responses and
 Ray head restarts, checked for invariant violations: the reaper against train messages' wakes, and the whole
 plane (train, watch, snapshot, reap and apply's lock, tick after tick). Prints how many schedules each explored,
 how many distinct interleavings that was, and how fast, on one core (the baseline) and on every core (as
@@ -18,7 +18,7 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
 from fakes.interleave import explore_seeds, workers  # noqa: E402
-from test_interleavings import explore, explore_control_plane  # noqa: E402
+from interleavings_support import explore, explore_control_plane  # noqa: E402
 
 SCENARIOS = {"reap-wake": explore, "control-plane": explore_control_plane}
 

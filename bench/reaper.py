@@ -20,7 +20,7 @@ Policies:
 
 Then `auto` again with the wake today's image pull gives and with the one the image cache gives (image streaming
 from an Artifact Registry remote repository: issue 37), both from the fake cluster's timings
-(tests/fakes/kube_scheduling.py `Timings`, the ones tests/test_wake_phases.py measures), its assumptions printed;
+(tests/fakes/kube_scheduling.py `Timings`, the ones tests/reaper/test_wake_phases.py measures), its assumptions printed;
 the reaper assumes the machine-type default (`assumed_wake`: h200's A3 Ultra, its RDMA stack, the image pulled or
 streamed) until it has measured a wake, then the median of those it measured (`wake_seconds`). The offline
 optimum's own ratio is printed beside each: no timeout can do better than it.
@@ -146,7 +146,8 @@ def auto_learning(assumed: tuple[float, str]):
 
 
 # The wake of the fake cluster's timings: the GPU node's boot and Ready, the pod's scheduling, the image pull, the
-# container's start, then Ray's join (the raylet's start after its container's, as tests/test_wake_phases.py has it).
+# container's start, then Ray's join (the raylet's start after its container's, as tests/reaper/test_wake_phases.py
+# has it).
 RAY_JOIN = 9.0
 
 

@@ -10,8 +10,12 @@ import pytest
 from fakes.gcs import fake_gcs
 from fakes.gcs_iam import GcsIam
 
-# The local stack's fixtures (module-scoped: one stack per module that asks for it) and helpers.
-pytest_plugins = ["local_stack"]
+# The local stack's fixtures (module-scoped: one stack per module that asks for it) and helpers; the pipelines'
+# harness and its fixtures (`github`, `workspace`).
+pytest_plugins = ["local_stack", "pipelines_support"]
+# The other helpers shared by several test modules: pytest rewrites their asserts as it does the tests' own.
+pytest.register_assert_rewrite("apply_support", "interleavings_support", "least_privilege_support", "plans_support",
+                               "render_support")
 
 REPO = Path(__file__).resolve().parent.parent
 ENVIRONMENTS = REPO / "environments"

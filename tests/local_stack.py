@@ -286,7 +286,8 @@ def h200_on_local_ray(local, cloud_fakes, specs, monkeypatch):
     spec = specs / "h200.yaml"
     text = spec.read_text().replace("    resume_budget: 3\n", "    resume_budget: 3\n    gpu_wait: 3s\n", 1)
     # Nothing here reaches GSM8K's files, and this /lustre is the machine's own: the recipe reads the sample's rows as
-    # its data steps write them on GKE, from a file the gate's check reads (tests/test_reward_check.py runs the steps).
+    # its data steps write them on GKE, from a file the gate's check reads (tests/spec/test_reward_check.py runs the
+    # steps).
     from rlops.spec.nemo_rl_reward import TRANSFORMS
 
     final = specs / "gsm8k-final.jsonl"

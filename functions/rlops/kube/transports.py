@@ -24,7 +24,7 @@ from rlops.spec import catalog
 from rlops.spec.gcp_sections import GpuPool
 from rlops.spec.model import GcpEnvironment
 
-# What rlops changes in the upstream objects, and why; tests/test_gpu_transports.py allows exactly these.
+# What rlops changes in the upstream objects, and why; tests/kube/test_gpu_transports.py allows exactly these.
 SUBSTITUTIONS = {
     "installer node affinity": "the accelerators of the spec's GPU pools, not every accelerator the plugin serves",
     "installer image": "ray.nccl_installer_image, when the spec sets one",

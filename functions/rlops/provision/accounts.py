@@ -58,7 +58,7 @@ class Account:
         return found
 
 
-# What `gcloud` (528) calls for cloudbuild/deploy.yaml, as tests/test_deploy_pipeline.py sees it run: topics,
+# What `gcloud` (528) calls for cloudbuild/deploy.yaml, as tests/cloudbuild/test_deploy_pipeline.py sees it run: topics,
 # subscriptions and their IAM, the functions (the runtimes offered, their source upload, their Cloud Run service's
 # invoker binding, which `functions deploy` of an existing function rewrites too), the tick schedule, and what
 # `functions deploy` reads on the side: the project's number, and whether run, cloudbuild and artifactregistry are

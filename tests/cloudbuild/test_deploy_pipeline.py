@@ -25,10 +25,10 @@ from fakes import google_apis
 from fakes.deploy_apis import Elsewhere, gcloud_environment
 from fakes.gcp import FakeGcp
 from fakes.iam import Iam
+from least_privilege_support import PROJECT, Enforced, checked_roles
+from pipelines_support import fill, load, scripts
 from rlops.permissions import denied_permission, roles
 from rlops.provision import accounts
-from test_least_privilege import PROJECT, Enforced, checked_roles
-from test_pipelines import fill, load, scripts
 
 pytestmark = [pytest.mark.servers,
               pytest.mark.skipif(shutil.which("gcloud") is None, reason="google-cloud-cli is not installed")]

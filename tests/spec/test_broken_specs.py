@@ -11,7 +11,7 @@ import pytest
 from rlops import cli
 from rlops.spec import inline_secrets
 
-BROKEN = Path(__file__).resolve().parent / "broken"
+BROKEN = Path(__file__).resolve().parent.parent / "broken"
 FILES = sorted(BROKEN.glob("*.yaml"))
 MARKER = "# <-- error"
 

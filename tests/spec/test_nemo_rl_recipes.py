@@ -111,7 +111,7 @@ def test_h200_reads_gsm8k_main_without_a_key_its_loader_ignores():
     read = nemo_rl_data.LAYOUTS["v0.5.0"].datasets["ResponseDataset"]
     assert {k for k in data if k not in yaml.safe_load(
         (nemo_rl.tags()["v0.5.0"].root / "examples/configs/grpo_math_1B.yaml").read_text())["data"]} <= read
-    # load_dataset("json"): one split; the file its data step writes from GSM8K's own (tests/test_reward_check.py)
+    # load_dataset("json"): one split; the file its data step writes from GSM8K's own (tests/spec/test_reward_check.py)
     assert data["train_data_path"] == "/lustre/data/gsm8k/train.jsonl"
     assert GEMMA.data_steps[0].source.endswith("grade_school_math/data/train.jsonl")
     assert (data["input_key"], data["output_key"]) == ("question", "answer")

@@ -366,7 +366,7 @@ def test_readiness_names_the_pods_still_on_an_older_template(fakes, capsys):
 
 
 def test_a_namespace_of_its_own_is_applied_first_never_pruned_and_deleted_by_destroy(fakes, specs, capsys):
-    from test_render import in_namespace_ray
+    from render_support import in_namespace_ray
 
     gcp, kube = fakes
     in_namespace_ray(specs)
@@ -478,7 +478,7 @@ def test_kuberay_makes_no_pod_whose_service_account_is_missing_and_says_why_in_a
 
 
 def test_a_namespace_made_by_hand_is_used_as_it_is_neither_taken_over_nor_deleted(fakes, specs):
-    from test_render import in_namespace_ray
+    from render_support import in_namespace_ray
 
     gcp, kube = fakes
     kube.put({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ray", "labels": {"team": "ml"}}},

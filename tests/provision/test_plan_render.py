@@ -5,9 +5,9 @@ import re
 
 import pytest
 
+from plans_support import plan_edit
 from rlops.provision import output
 from rlops.provision.plan import Action, Change, Plan
-from test_plan_classification import plan_edit
 
 LIMIT = output.GITHUB_COMMENT_LIMIT
 TO_SPOT = ("reservation: h200-reservation", "spot: true")

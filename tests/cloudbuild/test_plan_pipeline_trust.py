@@ -1,7 +1,7 @@
 """The plan pipeline runs on pull requests: what the pull request holds is data, never code, and the GitHub token
 stays out of its reach (issue 31, 8); the documented trigger (docs/gcp-setup.md) and the pipeline agree on which pull
-requests it plans (issue 31, 7). The harness is tests/test_pipelines.py's: each step as Cloud Build runs it, the token
-only where `secretEnv` lists it."""
+requests it plans (issue 31, 7). The harness is tests/pipelines_support.py's: each step as Cloud Build runs it, the
+token only where `secretEnv` lists it."""
 
 import re
 import subprocess
@@ -10,9 +10,8 @@ import pytest
 
 from conftest import REPO
 
-# `github` and `workspace` are test_pipelines' fixtures, imported so that pytest finds them here; the tests take them
-# as parameters, which the linter reads as redefinitions (F811).
-from test_pipelines import TOKEN, edit, gcloud_calls, git, github, load, run_plan, workspace  # noqa: F401
+# `github` and `workspace`, the fixtures the tests take, are pipelines_support's (a plugin: tests/conftest.py).
+from pipelines_support import TOKEN, edit, gcloud_calls, git, load, run_plan
 
 pytestmark = pytest.mark.servers
 
@@ -52,7 +51,7 @@ def test_no_step_runs_what_the_pull_request_wrote_and_only_two_git_steps_hold_th
     assert {"git"} <= commands(steps["base"]["args"][1]) and BASE_RLOPS not in commands(steps["base"]["args"][1])
 
 
-def test_a_pull_requests_own_tooling_never_runs_and_never_sees_the_token(workspace, github, tmp_path):  # noqa: F811
+def test_a_pull_requests_own_tooling_never_runs_and_never_sees_the_token(workspace, github, tmp_path):
     """The pull request plants an `rlops` where the base's tooling goes: it is removed before anything runs."""
     leak = tmp_path / "leak"
     trap = workspace / ".rlops-base" / "venv" / "bin" / "rlops"
@@ -70,7 +69,7 @@ def test_a_pull_requests_own_tooling_never_runs_and_never_sees_the_token(workspa
 
 
 def test_the_documented_plan_trigger_fires_on_every_pull_request_and_one_with_no_spec_passes_at_once(
-        workspace, github):  # noqa: F811
+        workspace, github):
     """A required check must report on every pull request: a trigger filtered to environments/** never runs on the
     others, which then can never merge. The trigger's build config is the base's (inline), not the PR's file."""
     setup = (REPO / "docs" / "gcp-setup.md").read_text()  # the triggers moved from the README (issue 39, 6)

@@ -8,6 +8,7 @@ import uuid
 import pytest
 
 from conftest import ENVIRONMENTS
+from plans_support import live_of, plan_edit
 from rlops import cli, costs
 from rlops.endpoints import Endpoints
 from rlops.provision import output, pricing
@@ -19,7 +20,6 @@ from rlops.spec.load import load_or_raise
 from rlops.spec.model import GcpEnvironment
 from rlops.state.bucket import client
 from rlops.state.pool import PoolStatus
-from test_plan_classification import live_of, plan_edit
 
 T0 = 1_790_000_000.0  # 2026-09-21 14:13:20 UTC
 H200_GPU = 84.806908  # a3-ultragpu-8g on demand in us-central1 (catalog.yaml)

@@ -12,11 +12,11 @@ import pytest
 from google.cloud import container_v1 as gke
 from google.cloud import lustre_v1
 
+from apply_support import applied
 from rlops import cli
 from rlops.cli import common
 from rlops.cloud import base
 from rlops.endpoints import Endpoints
-from rlops.state.resources import AppliedSpec
 
 
 @pytest.fixture
@@ -29,13 +29,6 @@ def fake(cloud_fakes, specs, monkeypatch):
 
 def run(*argv) -> int:
     return cli.main(list(argv))
-
-
-def applied(name: str) -> bool:
-    """Whether the state bucket says the environment's current spec was applied completely."""
-    _, env = common.load_gcp(name)
-    record = AppliedSpec(common.bucket(env, Endpoints.from_environment()), env.spec.state.prefix, env.name)
-    return (record.read() or {}).get("spec_sha256") == env.digest
 
 
 def bodies(fake, method: str, path_end: str) -> list[dict]:

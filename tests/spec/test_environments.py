@@ -9,7 +9,7 @@ from rlops import cli
 from rlops.spec.load import load
 from rlops.spec.model import GcpEnvironment, LocalEnvironment
 
-ENVIRONMENTS = Path(__file__).resolve().parent.parent / "environments"
+ENVIRONMENTS = Path(__file__).resolve().parent.parent.parent / "environments"
 SPECS = sorted(ENVIRONMENTS.glob("*.yaml"))
 
 

@@ -16,7 +16,7 @@ from rlops import cli
 
 pytestmark = pytest.mark.exhaustive
 
-ENVIRONMENTS = Path(__file__).resolve().parent.parent / "environments"
+ENVIRONMENTS = Path(__file__).resolve().parent.parent.parent / "environments"
 SPEC_TEXTS = [p.read_text() for p in sorted(ENVIRONMENTS.glob("*.yaml"))]
 REPORT_LINE = re.compile(r"^.+:\d+:\d+: [^:]+: .+$")
 # The same draws on every run, so that CI passes or fails on the code; RLOPS_FUZZ_EXAMPLES=N explores N new ones.

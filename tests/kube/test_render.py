@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from conftest import ENVIRONMENTS, REPO
+from render_support import in_namespace_ray
 from rlops import cli
 from rlops.kube import render
 from rlops.ownership import labels_for
@@ -305,17 +306,6 @@ def test_an_installed_rlops_renders_from_its_package_data(tmp_path):
                          capture_output=True, text=True, check=True).stdout.splitlines()
     assert out[0].startswith(str(tmp_path / "site")), out
     assert out[1] == "['RayCluster']"
-
-
-def in_namespace_ray(specs, account_too: bool = True):
-    """The h200 seed with `ray.namespace: ray` (and its service account there too, unless not `account_too`)."""
-    spec = specs / "h200.yaml"
-    text = spec.read_text().replace("  cluster_name: ray-cluster\n", "  cluster_name: ray-cluster\n  namespace: ray\n")
-    if account_too:
-        text = text.replace("    name: generic-ksa\n    namespace: default\n",
-                            "    name: generic-ksa\n    namespace: ray\n")
-    spec.write_text(text)
-    return spec
 
 
 def test_a_namespace_of_its_own_is_rendered_first_and_holds_every_namespaced_object(specs, capsys):

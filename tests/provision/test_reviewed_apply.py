@@ -12,13 +12,13 @@ import time
 
 import pytest
 
+from apply_support import applied
 from rlops import cli
 from rlops.cli import common
 from rlops.cloud import base
 from rlops.endpoints import Endpoints
 from rlops.errors import Failure
 from rlops.provision.saved import SavedPlan
-from test_apply import applied
 
 PROMPT = b"Type the environment name (h200) to apply it: "
 

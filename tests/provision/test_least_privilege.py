@@ -14,58 +14,24 @@ import pytest
 from google.auth.credentials import AnonymousCredentials
 from google.cloud import storage
 
-from fakes.iam import Iam, service_account
+from fakes.iam import Iam
 from fakes.ray import Clock, SimulatedRay
+from least_privilege_support import PROJECT, Enforced, checked_roles
 from rlops import cli, sites
 from rlops.checkpoints import manifest
 from rlops.cloud import base, compute
 from rlops.endpoints import Endpoints
 from rlops.errors import Failure
 from rlops.kube.gke_cluster import GkeCluster
-from rlops.permissions import Scope, roles
-from rlops.provision import accounts, bootstrap
+from rlops.permissions import roles
+from rlops.provision import accounts
 from rlops.provision.service import target_of
 from rlops.reaper import reap
 from rlops.runs import checkpoint_transfers, message, train, watch
 from rlops.state.bucket import of_environment, write_json
 from rlops.state.pool import PoolStatus
 
-REPO = Path(__file__).resolve().parent.parent
-PROJECT = "rlops-h200-example"
-
-
-class Enforced:
-    """The fake GCP and the state bucket enforcing IAM, and a way to call as one account with chosen roles."""
-
-    def __init__(self, gcp, iam: Iam, folder: Path, monkeypatch):
-        self.gcp, self.iam, self.folder, self.monkeypatch = gcp, iam, folder, monkeypatch
-
-    def resources(self, scope: Scope) -> list[str]:
-        """Where the README grants a role of this scope, for the h200 seed."""
-        number = self.gcp._project_number(PROJECT)
-        return {Scope.PROJECT: [f"projects/{PROJECT}"],
-                Scope.SECRET: [f"projects/{PROJECT}/secrets/{name}" for name in ("hf-token", "wandb-api-key",
-                                                                                 "rlops-github-token")],
-                Scope.GITHUB_TOKEN: [f"projects/{PROJECT}/secrets/rlops-github-token"],
-                Scope.BUCKET: ["projects/_/buckets/rlops-h200-example-state"],
-                Scope.NODE_SERVICE_ACCOUNT: [f"projects/{PROJECT}/serviceAccounts/"
-                                             f"{self.gcp.default_node_account(number)}"],
-                Scope.EVENTS_TOPIC: [],
-                Scope.FUNCTION_ACCOUNTS: [f"projects/{PROJECT}/serviceAccounts/{name}@{PROJECT}.iam.gserviceaccount.com"
-                                          for name in bootstrap.FUNCTION_ACCOUNTS]}[scope]
-
-    def act_as(self, key: str, without: str | None = None) -> str:
-        """Calls from now on are made as account `key`, holding its roles (but `without`)."""
-        account = accounts.account(key)
-        member = service_account(account.name.split()[0], PROJECT)
-        self.iam.forget(member)
-        for grant in account.grants():
-            if grant.role != without:
-                for resource in self.resources(grant.scope):
-                    self.iam.grant(member, grant.role, on=resource)
-        key_file = self.iam.credentials_file(member, f"{self.gcp._server.url}/token", self.folder)
-        self.monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(key_file))
-        return member
+REPO = Path(__file__).resolve().parent.parent.parent
 
 
 @pytest.fixture
@@ -253,14 +219,6 @@ def test_train_wakes_a_reaped_pool_as_rlops_train(functions):
     assert train.accept(site, *train_message(site, "woken")) == "submitted"
     assert functions.mine(":setSize"), "the wake resized the GPU pool"
     assert not site.pool.read()[0].scaled_down and site.records.get("woken")[0] is not None
-
-
-def checked_roles(key: str, but: tuple[str, ...] = ()) -> list[str]:
-    """An account's roles but those on the events topic (Google's Pub/Sub emulator, which publishes here, has no
-    IAM: cloud.google.com/pubsub/docs/emulator, "does not support ... IAM") and the build logs' (Cloud Build
-    writes them; no pipeline runs on Cloud Build here), and `but`."""
-    return [g.role for g in accounts.account(key).grants() if g.scope != Scope.EVENTS_TOPIC
-            and g.role != "roles/logging.logWriter" and g.role not in but]
 
 
 @pytest.mark.parametrize("role", checked_roles("train"))
