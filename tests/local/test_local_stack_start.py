@@ -1,13 +1,13 @@
 """How `rlops up local` waits for a Ray node to join: the head's state API, asked over HTTP as Ray's dashboard
 answers it (a loopback server here), is "not yet" while it answers 5xx or nothing, and an error otherwise."""
 
-import json
 import threading
 import urllib.error
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+from fakes.jsonhttp import reply
 from rlops.local.stack import _node_alive
 
 pytestmark = pytest.mark.servers
@@ -17,13 +17,7 @@ class _StateApi(BaseHTTPRequestHandler):
     answers: list[tuple[int, dict]] = []
 
     def do_GET(self):
-        status, body = self.answers.pop(0)
-        data = json.dumps(body).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+        reply(self, *self.answers.pop(0))
 
     def log_message(self, *args):
         pass

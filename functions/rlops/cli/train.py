@@ -85,7 +85,7 @@ def _would_submit(would: "WouldSubmit") -> str:
     from rlops.spec import nemo_rl
 
     job, recipe = would.job, would.recipe
-    lines = [f"# rlops train {job.metadata['rlops-environment']} --dry-run: nothing was sent",
+    lines = [f"# rlops train {would.environment} --dry-run: nothing was sent",
              yaml.safe_dump({"submission_id": job.submission_id,
                              "working_directory": nemo_rl.WORKDIR if recipe.runner == "nemo-rl" else "(Ray's)",
                              "entrypoint": job.entrypoint, "entrypoint_resources": job.entrypoint_resources,

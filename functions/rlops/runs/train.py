@@ -141,6 +141,7 @@ class WouldSubmit:
     """What the train function would submit for a message, nothing sent (`rlops train --dry-run`, like `helm
     template`): the job, and for a NeMo RL recipe the config its entry point would run with."""
 
+    environment: str
     job: JobRequest
     recipe: Recipe
     secrets: list[str]
@@ -156,7 +157,7 @@ def would_submit(env_name: str, env: GcpEnvironment | LocalEnvironment, request:
     lustre, resources = placement(env)
     job = jobs.request(env_name, request.recipe, recipe, request.run, settings, request.requested_by, 1, lustre,
                        resources, jobs.actor_env(env, recipe), jobs.data_tag(env), jobs.pool_gpus(env, recipe))
-    would = WouldSubmit(job, recipe, sorted(env.secrets))
+    would = WouldSubmit(env_name, job, recipe, sorted(env.secrets))
     if recipe.runner == "nemo-rl" and isinstance(env, GcpEnvironment):  # a valid spec has nemo-rl on GCP only
         would.nemo_rl_tag = nemo_rl.tag_for(env.ray.image)
         if would.nemo_rl_tag is None:
