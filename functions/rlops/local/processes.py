@@ -96,12 +96,17 @@ def stop(process: Process, grace_seconds: float = 20.0) -> bool:
 
     SIGTERM to the process alone first (`ray start --block` then shuts its cluster down in order),
     then to its process group and every descendant left (Ray's workers leave the group), then SIGKILL.
+    A process that has exited may have left its group running (the raylet of a `ray start` that gave up):
+    that is stopped too.
     """
-    if not process.alive():
-        return False
-    family = _family(process.pid)
+    running = process.alive()
+    family = _family(process.pid, with_root=running)
     for signum, share in ((None, 0.5), (signal.SIGTERM, 0.25), (signal.SIGKILL, 0.25)):
+        if not family:
+            break
         if signum is None:
+            if not running:
+                continue
             os.kill(process.pid, signal.SIGTERM)
         else:
             _signal(process.pid, family, signum)
@@ -109,10 +114,9 @@ def stop(process: Process, grace_seconds: float = 20.0) -> bool:
         while family and time.monotonic() < deadline:
             _reap(process.pid)
             time.sleep(0.1)
-            family = _family(process.pid, family)
-        if not family:
-            break
-    return True
+            family = _family(process.pid, family, with_root=running)
+    _reap(process.pid)
+    return running
 
 
 def _signal(pgid: int, pids: set[int], signum: int) -> None:
@@ -127,15 +131,18 @@ def _signal(pgid: int, pids: set[int], signum: int) -> None:
             pass
 
 
-def _family(root: int, known: AbstractSet[int] = frozenset()) -> set[int]:
-    """Live processes that are `root`, in its process group, below it, or already known to be ours."""
+def _family(root: int, known: AbstractSet[int] = frozenset(), with_root: bool = True) -> set[int]:
+    """Live processes that are `root`, in its process group, below it, or already known to be ours. Without
+    `with_root` (it has exited), its PID may be another's by now; its group's ID is not reused while the group
+    lives."""
     table = {}
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             stat = _stat(int(entry.name))
             if stat is not None and stat[0] != "Z":
                 table[int(entry.name)] = (int(stat[1]), int(stat[2]))
-    family = {pid for pid, (_, pgid) in table.items() if pgid == root or pid == root} | (set(known) & set(table))
+    family = {pid for pid, (_, pgid) in table.items() if pgid == root or (with_root and pid == root)}
+    family |= set(known) & set(table)
     grew = True
     while grew:
         children = {pid for pid, (parent, _) in table.items() if parent in family} - family

@@ -46,6 +46,11 @@ PUBSUB_EMULATOR = Path(shutil.which("gcloud") or "/usr/bin/gcloud").resolve().pa
 FUNCTIONS_SOURCE = Path(__file__).resolve().parents[2] / "main.py"
 LOCAL_PROJECT = "rlops-local"
 SERVED_FUNCTIONS = ("train", "watch", "snapshot", "reap")
+# Ray 2.60 gives a starting node 30 s to register with its head (`raylet_start_wait_time_s`, hard-coded in
+# ray/_private/node.py), then `ray start` exits with this; on a busy machine (two Ray clusters on two cores) a worker
+# missed it, and a second start joined.
+RAY_NODE_MISSED_ITS_WINDOW = "The current node timed out during startup"
+NODE_START_ATTEMPTS = 3
 
 
 def state_directory(env_name: str) -> Path:
@@ -67,6 +72,7 @@ class Stack:
         self.name, self.env, self.report = env_name, env, report
         self.directory = state_directory(env_name)
         self.registry = Registry(self.directory)
+        self.ray = _ray()  # the `ray` executable its nodes run
 
     # -- what is running -----------------------------------------------------------------
     def processes(self) -> dict[str, Process]:
@@ -169,7 +175,7 @@ class Stack:
     def _start_head(self, name: str) -> Process:
         ports = {key: free_port() for key in ("gcs", "dashboard", "client", "agent_http", "agent_grpc", "metrics",
                                               "runtime_env_agent", "node_manager", "object_manager")}
-        command = [_ray(), "start", "--head", "--block", "--disable-usage-stats", "--node-ip-address=127.0.0.1",
+        command = [self.ray, "start", "--head", "--block", "--disable-usage-stats", "--node-ip-address=127.0.0.1",
                    f"--port={ports['gcs']}", "--dashboard-host=127.0.0.1", f"--dashboard-port={ports['dashboard']}",
                    f"--ray-client-server-port={ports['client']}", "--num-cpus=1", "--num-gpus=0",
                    "--object-store-memory=200000000", f"--temp-dir={self._ray_temp()}",
@@ -180,26 +186,40 @@ class Stack:
         return process
 
     def _start_worker(self, name: str) -> Process:
-        head = self.processes()["ray-head"]
-        pool = self.env.local.gpu_pool
-        ports = {key: free_port() for key in ("agent_http", "agent_grpc", "metrics", "runtime_env_agent",
-                                              "node_manager", "object_manager")}
-        command = [_ray(), "start", "--block", "--disable-usage-stats", "--node-ip-address=127.0.0.1",
-                   f"--address=127.0.0.1:{head.ports['gcs']}", f"--num-cpus={pool.cpus_per_worker}", "--num-gpus=0",
-                   f"--resources={json.dumps({pool.resource: pool.per_worker})}",
-                   f"--labels={json.dumps({'rlops-pool': pool.name, 'rlops-node': name})}",
-                   "--object-store-memory=100000000", f"--temp-dir={self._ray_temp()}", *_node_ports(ports)]
-        env = self._ray_env() | self._token_files() | {"RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "0"}
-        delay = pool.join_delay_seconds
+        delay = self.env.local.gpu_pool.join_delay_seconds
         if delay:  # started now, in Ray later: the process is recorded (and `down` stops it) while it sleeps
-            command = ["sh", "-c", f'sleep {delay} && exec "$@"', name, *command]
-        process = self._launch(name, command, env, ports)
-        if delay:
+            command, env, ports = self._worker_command(name)
+            process = self._launch(name, ["sh", "-c", f'sleep {delay} && exec "$@"', name, *command], env, ports)
             self.report(f"{name}: joins Ray in {delay}s (local.gpu_pool.join_delay)")
             return process
         dashboard = self.dashboard_url()
-        wait_until(lambda: _node_alive(dashboard, name), process, "joined the cluster", 90, self.report)
-        return process
+        attempt = 1
+        while True:
+            process = self._launch(name, *self._worker_command(name))
+            try:
+                wait_until(lambda: _node_alive(dashboard, name), process, "joined the cluster", 90, self.report)
+                return process
+            except Failure:
+                if attempt == NODE_START_ATTEMPTS or process.alive() or \
+                        RAY_NODE_MISSED_ITS_WINDOW not in process.log_tail(40):
+                    raise
+            stop(process)  # what its `ray start` left running
+            attempt += 1
+            self.report(f"{name}: did not register with the Ray head within Ray's 30 s (a busy machine); "
+                        f"starting it again ({attempt} of {NODE_START_ATTEMPTS})")
+
+    def _worker_command(self, name: str) -> tuple[list[str], dict[str, str], dict[str, int]]:
+        """`ray start` of a GPU-pool worker, its environment (the token files' paths) and its ports, free now."""
+        pool = self.env.local.gpu_pool
+        ports = {key: free_port() for key in ("agent_http", "agent_grpc", "metrics", "runtime_env_agent",
+                                              "node_manager", "object_manager")}
+        command = [self.ray, "start", "--block", "--disable-usage-stats", "--node-ip-address=127.0.0.1",
+                   f"--address=127.0.0.1:{self.processes()['ray-head'].ports['gcs']}",
+                   f"--num-cpus={pool.cpus_per_worker}", "--num-gpus=0",
+                   f"--resources={json.dumps({pool.resource: pool.per_worker})}",
+                   f"--labels={json.dumps({'rlops-pool': pool.name, 'rlops-node': name})}",
+                   "--object-store-memory=100000000", f"--temp-dir={self._ray_temp()}", *_node_ports(ports)]
+        return command, self._ray_env() | self._token_files() | {"RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "0"}, ports
 
     def _start_function(self, name: str) -> Process:
         port = free_port()
