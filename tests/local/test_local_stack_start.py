@@ -16,7 +16,8 @@ from conftest import ENVIRONMENTS
 from fakes.jsonhttp import reply
 from rlops.errors import Failure
 from rlops.local import processes
-from rlops.local.stack import NODE_START_ATTEMPTS, Stack, _node_alive
+from rlops.local.readiness import node_alive
+from rlops.local.stack import NODE_START_ATTEMPTS, Stack
 from rlops.spec.load import load_or_raise
 
 pytestmark = pytest.mark.servers
@@ -51,17 +52,17 @@ def nodes(*named: str) -> dict:
 def test_a_state_api_that_answers_500_while_the_head_starts_is_not_yet_then_the_node_is_seen(dashboard):
     _StateApi.answers = [(500, {"msg": "Failed to get cluster status"}), (200, nodes("ray-head")),
                          (200, nodes("ray-head", "ray-worker-0"))]
-    assert [_node_alive(dashboard, "ray-worker-0") for _ in range(3)] == [False, False, True]
+    assert [node_alive(dashboard, "ray-worker-0") for _ in range(3)] == [False, False, True]
 
 
 def test_a_state_api_that_refuses_the_request_is_an_error_not_a_wait(dashboard):
     _StateApi.answers = [(404, {"msg": "no such route"})]
     with pytest.raises(urllib.error.HTTPError):
-        _node_alive(dashboard, "ray-worker-0")
+        node_alive(dashboard, "ray-worker-0")
 
 
 def test_no_answer_at_all_is_not_yet():
-    assert _node_alive("http://127.0.0.1:9", "ray-worker-0") is False  # the discard port: nothing listens
+    assert node_alive("http://127.0.0.1:9", "ray-worker-0") is False  # the discard port: nothing listens
 
 
 # -- a worker that misses Ray's window to register -------------------------------------------------------------------

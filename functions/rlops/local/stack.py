@@ -21,7 +21,6 @@ import os
 import shutil
 import sys
 import time
-import urllib.error
 import urllib.request
 import uuid
 from collections.abc import Callable
@@ -31,11 +30,12 @@ from pathlib import Path
 from google.api_core import exceptions
 
 from rlops import environments
-from rlops.cloud import pubsub, ray_jobs
+from rlops.cloud import pubsub
 from rlops.endpoints import Endpoints
 from rlops.errors import Failure
 from rlops.kube import tokens
 from rlops.local.processes import Process, Registry, free_port, start, stop, wait_until
+from rlops.local.readiness import answers, node_alive
 from rlops.spec.load import load
 from rlops.spec.model import LocalEnvironment
 from rlops.state.bucket import client
@@ -158,7 +158,7 @@ class Stack:
         process = self._launch(name, [str(_get_binary_path()), "-scheme", "http", "-backend", "filesystem",
                                       "-filesystem-root", str(root), "-host", "127.0.0.1", "-port", str(port),
                                       "-external-url", url], self._plain_env(), {"http": port})
-        wait_until(lambda: _answers(f"{url}/storage/v1/b"), process, "serving", 30, self.report)
+        wait_until(lambda: answers(f"{url}/storage/v1/b"), process, "serving", 30, self.report)
         try:
             client(LOCAL_PROJECT, Endpoints(storage=url)).create_bucket(self.env.state.bucket)
         except exceptions.Conflict:
@@ -169,7 +169,7 @@ class Stack:
         port = free_port()
         process = self._launch(name, [str(PUBSUB_EMULATOR), "--host=127.0.0.1", f"--port={port}"],
                                self._plain_env(), {"grpc": port})
-        wait_until(lambda: _answers(f"http://127.0.0.1:{port}/"), process, "serving", 60, self.report)
+        wait_until(lambda: answers(f"http://127.0.0.1:{port}/"), process, "serving", 60, self.report)
         return process
 
     def _start_head(self, name: str) -> Process:
@@ -182,7 +182,7 @@ class Stack:
                    *_node_ports(ports)]
         process = self._launch(name, command, self._ray_env(), ports)
         dashboard = f"http://127.0.0.1:{ports['dashboard']}"
-        wait_until(lambda: _answers(f"{dashboard}/api/version"), process, "serving its dashboard", 90, self.report)
+        wait_until(lambda: answers(f"{dashboard}/api/version"), process, "serving its dashboard", 90, self.report)
         return process
 
     def _start_worker(self, name: str) -> Process:
@@ -197,7 +197,7 @@ class Stack:
         while True:
             process = self._launch(name, *self._worker_command(name))
             try:
-                wait_until(lambda: _node_alive(dashboard, name), process, "joined the cluster", 90, self.report)
+                wait_until(lambda: node_alive(dashboard, name), process, "joined the cluster", 90, self.report)
                 return process
             except Failure:
                 if attempt == NODE_START_ATTEMPTS or process.alive() or \
@@ -228,7 +228,7 @@ class Stack:
                    f"--target={target}", "--signature-type=cloudevent", "--host=127.0.0.1", f"--port={port}"]
         env = self._plain_env() | self.service_env() | {"RLOPS_ENVIRONMENTS": str(_environments_directory())}
         process = self._launch(name, command, env, {"http": port})
-        wait_until(lambda: _answers(f"http://127.0.0.1:{port}/", accept_status=(405,)), process, "serving", 30,
+        wait_until(lambda: answers(f"http://127.0.0.1:{port}/", accept_status=(405,)), process, "serving", 30,
                    self.report)
         if target == "train" and "pubsub" in self.processes():
             pubsub.create_local(self.endpoints(Endpoints()), LOCAL_PROJECT, push_to=f"http://127.0.0.1:{port}/")
@@ -391,28 +391,3 @@ def _node_ports(ports: dict[str, int]) -> list[str]:
             f"--dashboard-agent-grpc-port={ports['agent_grpc']}",
             f"--metrics-export-port={ports['metrics']}", f"--runtime-env-agent-port={ports['runtime_env_agent']}",
             f"--node-manager-port={ports['node_manager']}", f"--object-manager-port={ports['object_manager']}"]
-
-
-def _answers(url: str, accept_status: tuple[int, ...] = ()) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=2) as response:
-            return response.status == 200
-    except urllib.error.HTTPError as error:
-        return error.code in accept_status
-    except OSError:
-        return False
-
-
-def _node_alive(dashboard: str, node_name: str) -> bool:
-    """Whether the head lists the node alive; not yet while its state API does not answer, or answers 5xx: with
-    the head starting beside other work on two cores, `/api/v0/nodes` answered 500 for a while (wait_until gives up
-    in the end, with the node's log)."""
-    try:
-        alive = ray_jobs.alive_nodes(dashboard)
-    except urllib.error.HTTPError as error:
-        if error.code < 500:
-            raise
-        return False
-    except OSError:
-        return False
-    return any(node["labels"].get("rlops-node") == node_name for node in alive)
