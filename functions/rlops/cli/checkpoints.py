@@ -4,14 +4,13 @@ import argparse
 import json
 import sys
 from collections.abc import Callable
+from pathlib import Path
 
 from rlops.cli.common import Commands, Exit, format_option, open_site, print_json, run_name
 from rlops.errors import Failure
 
 
 def _checkpoint_manifest(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
     from rlops.checkpoints import manifest
 
     try:
@@ -22,8 +21,6 @@ def _checkpoint_manifest(args: argparse.Namespace) -> int:
 
 
 def _checkpoint_verify(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
     from rlops.checkpoints import manifest
 
     try:

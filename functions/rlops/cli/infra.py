@@ -3,6 +3,7 @@
 import argparse
 import json
 import sys
+from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -26,8 +27,6 @@ if TYPE_CHECKING:
 
 
 def _validate(args: argparse.Namespace) -> int:
-    from dataclasses import asdict
-
     from rlops.spec import nemo_rl
     from rlops.spec.describe import describe
     from rlops.spec.load import load, preview_upgrade

@@ -5,7 +5,9 @@ import json
 import os
 import sys
 import time
-from datetime import UTC
+from dataclasses import asdict
+from datetime import UTC, datetime
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rlops import environments
@@ -19,8 +21,6 @@ if TYPE_CHECKING:
 
 
 def _status(args: argparse.Namespace) -> int:
-    from dataclasses import asdict
-
     from rlops import sites
     from rlops.runs.policy import TERMINAL
     from rlops.runs.report_page import set_aside_said
@@ -71,8 +71,6 @@ def _status(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
     from rlops.runs import report_writer
 
     site = open_site(args.environment, args.endpoints)
@@ -93,9 +91,6 @@ def _report(args: argparse.Namespace) -> int:
 
 
 def _cost(args: argparse.Namespace) -> int:
-    from datetime import datetime
-    from pathlib import Path
-
     from rlops.runs import environment_cost
 
     since = None
@@ -138,8 +133,6 @@ def _status_json(environment: str, rows: "list[RunRecord]", refusals: "list[Refu
     """What the table says, as data: each run's state, attempt, step, checkpoint, reward, why it waits, when it
     was made, when it started, how long it ran and the time left (seconds); the refusals of a run that never
     started."""
-    from dataclasses import asdict
-
     from rlops.runs.pace import progress
     from rlops.runs.policy import TERMINAL
 

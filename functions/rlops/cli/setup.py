@@ -2,6 +2,7 @@
 `iam`, the roles each rlops service account needs."""
 
 import argparse
+import subprocess
 import sys
 
 from rlops.cli.common import Commands, Exit, cloud_environment, say
@@ -17,8 +18,6 @@ def _iam(args: argparse.Namespace) -> int:
 
 
 def _bootstrap(args: argparse.Namespace) -> int:
-    import subprocess
-
     from rlops.provision import bootstrap
 
     found = bootstrap.steps(args.project, args.region, args.bucket, args.repository)
