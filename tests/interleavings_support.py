@@ -14,9 +14,8 @@ from fakes.interleave import (
     Scheduler,
     SimulatedPool,
     seeded,
-    simulated_datetime,
+    simulated_clock,
     simulated_threading,
-    simulated_time,
 )
 from fakes.ray import SimulatedRay
 from rlops.endpoints import Endpoints
@@ -48,11 +47,9 @@ class World:
         layout = Layout(ENV.state.prefix, "local")
         self.pool = SimulatedPool(scheduler, self.bucket, layout.lock, up=up)
         self.site = Site("local", ENV, Endpoints(), NoJobs(), self.bucket, lambda event: None, self.pool.scale,
-                         lambda scaled_down: None, "/nonexistent", {"gpu_pool": 1}, checkpoints_here=False)
-        for module in (reap, lock_module):
-            monkeypatch.setattr(module, "time", simulated_time(scheduler))
-        monkeypatch.setattr(lock_module, "datetime", simulated_datetime(scheduler))
-        monkeypatch.setattr(lock_module, "threading", simulated_threading())
+                         lambda scaled_down: None, "/nonexistent", {"gpu_pool": 1}, checkpoints_here=False,
+                         clock=simulated_clock(scheduler))
+        monkeypatch.setattr(lock_module, "threading", simulated_threading())  # the lock's refresher: parked
         if pool is not None:
             assert self.site.pool.write(pool, 0)
 
@@ -158,9 +155,7 @@ def explore_control_plane(seed: int, monkeypatch, tmp: Path) -> Scheduler:
     lustre = tmp / f"lustre-{seed}"
     ray = world.site.ray = ScriptedRay(scheduler, lustre, preempt_first=rng.random() < 0.6)
     world.site.lustre_root, world.site.checkpoints_here = str(lustre), True
-    from rlops.runs import checkpoint_transfers, report_writer
-    for module in (watch, train, run_records, snapshot, checkpoint_transfers):
-        monkeypatch.setattr(module, "time", simulated_time(scheduler))
+    from rlops.runs import report_writer
     monkeypatch.setattr(report_writer, "publish", lambda site, record: None)  # plots: not what races
     violations = []
     scale_pool = world.pool.scale

@@ -13,6 +13,7 @@ from google.cloud import storage
 
 from rlops import environments, paths
 from rlops import waiting as workers_waiting
+from rlops.clock import SYSTEM, Clock
 from rlops.cloud import pubsub
 from rlops.cloud.ray_jobs import RayJobs
 from rlops.endpoints import Endpoints
@@ -50,17 +51,18 @@ class Site:
     checkpoints_here: bool  # /lustre is a directory of this machine (local), not only of the cluster (GKE)
     # wake_phases(wakes): {wake time: its phases so far}, as the cloud reports them (rlops.waiting), read once
     wake_phases: Callable[[list[float]], dict[float, list[tuple[str, float, float]]]] | None = None
+    clock: Clock = SYSTEM  # what every decision of the functions reads the time from and waits on
 
     @property
     def records(self) -> RunRecords:
-        return RunRecords(self.bucket, self.env.state.prefix, self.name)
+        return RunRecords(self.bucket, self.env.state.prefix, self.name, self.clock)
 
     @property
     def pool(self) -> PoolState:
         return PoolState(self.bucket, self.env.state.prefix, self.name)
 
     def lock(self, operation: str) -> Lock:
-        return Lock(self.bucket, self.env.state.prefix, self.name, operation=operation)
+        return Lock(self.bucket, self.env.state.prefix, self.name, operation=operation, clock=self.clock)
 
 
 def load_environment(name: str) -> LocalEnvironment | GcpEnvironment:

@@ -283,20 +283,9 @@ def simulated_threading() -> SimpleNamespace:
     return SimpleNamespace(Thread=ParkedThread, Event=threading.Event)
 
 
-def simulated_time(scheduler: Scheduler) -> SimpleNamespace:
-    """What the modules under test call `time`: the scheduler's clock, and sleeps that yield."""
+def simulated_clock(scheduler: Scheduler) -> SimpleNamespace:
+    """The clock a site under test is given (`rlops.clock.Clock`): the scheduler's time, and sleeps that yield."""
     return SimpleNamespace(time=scheduler.time, monotonic=scheduler.time, sleep=scheduler.sleep)
-
-
-def simulated_datetime(scheduler: Scheduler):
-    """What the lock module calls `datetime`: now() on the scheduler's clock (a lock expires in simulated time)."""
-    from datetime import datetime
-
-    class SimulatedDatetime(datetime):
-        @classmethod
-        def now(cls, tz=None):
-            return datetime.fromtimestamp(scheduler.clock, tz or UTC)
-    return SimulatedDatetime
 
 
 @dataclass

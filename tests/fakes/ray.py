@@ -12,11 +12,21 @@ from types import SimpleNamespace
 
 
 class Clock:
+    """A simulated `rlops.clock.Clock`: `now` moves only when a test sets it or something sleeps."""
+
     def __init__(self, now: float):
         self.now = now
 
     def __call__(self) -> float:
         return self.now
+
+    def time(self) -> float:
+        return self.now
+
+    monotonic = time
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
 
 
 class SimulatedRay:

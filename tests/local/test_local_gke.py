@@ -10,7 +10,9 @@ import os
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -344,8 +346,7 @@ def test_the_reaper_and_apply_take_turns_on_the_environments_lock(h200_on_local_
     assert site.pool.read()[0].scaled is True
 
 
-def test_a_gke_environment_hashes_its_checkpoints_in_a_ray_job_where_they_are(local, h200_on_local_ray, tmp_path,
-                                                                              monkeypatch):
+def test_a_gke_environment_hashes_its_checkpoints_in_a_ray_job_where_they_are(local, h200_on_local_ray, tmp_path):
     """The snapshot tick of a GKE environment: a CPU-only Ray job (rlops shipped as a py_module) prints the
     manifests on the cluster; the next tick stores them. Here the cluster's Ray is this module's, through the proxy."""
     from rlops import sites
@@ -363,9 +364,8 @@ def test_a_gke_environment_hashes_its_checkpoints_in_a_ray_job_where_they_are(lo
     assert snapshot.tick(site) == []  # starts the job
     # A second tick that, racing the first, also found no scan running: the same checkpoints, the same job.
     started = time.time()
-    with monkeypatch.context() as later:
-        later.setattr(snapshot.time, "time", lambda: started + 61)
-        snapshot._start_cluster_scan(site)
+    snapshot._start_cluster_scan(replace(site, clock=SimpleNamespace(time=lambda: started + 61,
+                                                                     monotonic=time.monotonic, sleep=time.sleep)))
     assert len([j for j in local.ray_jobs() if (j.metadata or {}).get("rlops-kind") == "snapshot"]) == 1
     deadline = time.monotonic() + 120
     while any((j.metadata or {}).get("rlops-kind") == "snapshot" and str(j.status.value) in ("PENDING", "RUNNING")

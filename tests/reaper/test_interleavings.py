@@ -18,9 +18,8 @@ from fakes.interleave import (
     Scheduler,
     explore_seeds,
     phases,
-    simulated_datetime,
+    simulated_clock,
     simulated_threading,
-    simulated_time,
 )
 from fakes.ray import SimulatedRay
 from interleavings_support import INTERRUPTED, World, explore, explore_control_plane
@@ -78,12 +77,11 @@ class LockWorld:
 
     def __init__(self, scheduler: Scheduler, monkeypatch):
         self.scheduler, self.bucket = scheduler, MemoryBucket(scheduler)
-        monkeypatch.setattr(lock_module, "time", simulated_time(scheduler))
-        monkeypatch.setattr(lock_module, "datetime", simulated_datetime(scheduler))
-        monkeypatch.setattr(lock_module, "threading", simulated_threading())
+        monkeypatch.setattr(lock_module, "threading", simulated_threading())  # the lock's refresher: parked
 
     def lock(self, operation: str, ttl: float = 900) -> "lock_module.Lock":
-        return lock_module.Lock(self.bucket, "rlops", "env", ttl_seconds=ttl, operation=operation)
+        return lock_module.Lock(self.bucket, "rlops", "env", ttl_seconds=ttl, operation=operation,
+                                clock=simulated_clock(self.scheduler))
 
 
 def test_a_refresh_whose_response_was_lost_keeps_the_lock(monkeypatch):
@@ -113,7 +111,7 @@ def test_a_holder_whose_lock_was_taken_stops_before_its_next_change_and_its_rele
     def applying() -> None:
         apply.acquire(0)
         apply._stop.set()
-        lock_module.time.sleep(120)  # stalled, unrefreshed, past the TTL
+        apply.clock.sleep(120)  # stalled, unrefreshed, past the TTL
         assert not apply.refresh()
         apply.ensure_held()
 
@@ -135,7 +133,7 @@ def test_force_unlock_does_not_remove_a_lock_its_holder_refreshed_meanwhile(monk
     def holding() -> None:
         holder.acquire(0)
         holder._stop.set()
-        lock_module.time.sleep(1)
+        holder.clock.sleep(1)
         assert holder.refresh()
     outcomes = scheduler.run({"holder": holding,
                               "unlock": lambda: lock_module.force_unlock(world.bucket, "rlops", "env")})
@@ -161,7 +159,6 @@ def test_a_run_a_restarted_ray_head_forgot_keeps_its_pool_and_its_resubmission_w
     world.pool.up = False
     ray = SimulatedRay(scheduler.time)
     world.site.ray = ray
-    monkeypatch.setattr(watch, "time", simulated_time(scheduler))
     outcome = scheduler.run({"watch": lambda: watch.tick(world.site)})["watch"]
     assert outcome.error is None, outcome.error
     assert "rlops.local.r1.2" in ray.jobs and world.pool.up
@@ -181,7 +178,6 @@ def test_a_watch_tick_whose_record_write_lost_to_another_writer_keeps_the_ended_
                                  ("watch", None)))
     world = World(scheduler, monkeypatch, replace(INTERRUPTED, scaled_down=False, scaled=True, since=None), up=True)
     ray = world.site.ray = SimulatedRay(scheduler.time)
-    monkeypatch.setattr(watch, "time", simulated_time(scheduler))
     submitted = scheduler.clock - 600
     ray.script("rlops.local.r1.1", start=5, steps=[(60, 1)], end=300, status="FAILED",
                error_type="JOB_SUPERVISOR_ACTOR_DIED", resumed=None)
@@ -221,7 +217,7 @@ def test_a_wake_during_a_long_apply_is_accepted_and_the_next_tick_brings_the_poo
         lock = world.site.lock("apply")
         lock.acquire(0)
         with lock:
-            lock_module.time.sleep(1800)  # creating a regional cluster, pools and Lustre
+            lock.clock.sleep(1800)  # creating a regional cluster, pools and Lustre
     outcomes = world.run({"apply": applying, "wake": lambda: reap.wake(world.site)})
     assert outcomes["wake"].error is None and outcomes["wake"].result is True, outcomes["wake"]
     state, _ = world.site.pool.read()

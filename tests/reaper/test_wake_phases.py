@@ -47,14 +47,12 @@ def woken(cloud_fakes, specs, monkeypatch):
     kube.scheduling.timings = Timings(streaming=lambda name: any(
         pool.get("config", {}).get("gcfsConfig", {}).get("enabled")
         for pool in gcp.resources("node_pool").values() if pool["name"] == name))
-    simulated = SimpleNamespace(time=clock, monotonic=clock, sleep=lambda seconds: setattr(clock, "now",
-                                                                                          clock.now + seconds))
-    for module in (reap, watch, train, run_records, base):
-        monkeypatch.setattr(module, "time", simulated)
-    monkeypatch.setattr("rlops.cli.runs.time", simulated)
+    monkeypatch.setattr(base, "time", clock)  # the cloud adapters' polls and retries, which take no clock
     ray, events = SimulatedRay(clock), []
     site = Site("h200", env, endpoints, ray, sites.state_bucket("h200", env, endpoints), events.append,
-                cluster.scale, cluster.waiting, "/lustre", {}, checkpoints_here=False, wake_phases=cluster.wake_phases)
+                cluster.scale, cluster.waiting, "/lustre", {}, checkpoints_here=False, wake_phases=cluster.wake_phases,
+                clock=clock)
+    monkeypatch.setattr(sites, "run_records", lambda name, env, endpoints: site.records)  # `rlops status`'s
     return SimpleNamespace(site=site, clock=clock, ray=ray, gcp=gcp, kube=kube)
 
 
@@ -249,10 +247,8 @@ def test_a_local_wake_is_measured_from_its_worker_process_ray_and_the_watchers_f
     site = Site("local", env, endpoints, ray, bucket, lambda event: None, scale,
                 lambda scaled_down: waiting.on_local(ray.nodes(), scaled_down), str(tmp_path), {"gpu_pool": 1},
                 checkpoints_here=True,
-                wake_phases=lambda wakes: {at: waiting.local_phases(at, 1, starts) for at in wakes})
-    simulated = SimpleNamespace(time=clock, sleep=lambda seconds: None)
-    for module in (reap, watch, train, run_records):
-        monkeypatch.setattr(module, "time", simulated)
+                wake_phases=lambda wakes: {at: waiting.local_phases(at, 1, starts) for at in wakes},
+                clock=SimpleNamespace(time=clock, monotonic=clock, sleep=lambda seconds: None))  # set, never slept on
     reap.reap(site)
     clock.now = T0 + 100
     assert reap.reap(site)[0].scale_down  # local.yaml's 30 s timeout

@@ -23,7 +23,6 @@ from rlops.runs import environment_cost, message, train, watch
 from rlops.sites import Site
 from rlops.spec import catalog
 from rlops.spec.load import load_or_raise, load_text
-from rlops.state import run_records
 from rlops.state.bucket import client
 
 T0 = 1_790_000_000.0
@@ -42,10 +41,8 @@ def week(gcs, tmp_path, monkeypatch):
     ray = SimulatedRay(clock)
     site = Site("local", env, endpoints, ray, bucket, events.append, scaled.append,
                 lambda scaled_down: waiting.on_local(ray.nodes(), scaled_down), str(tmp_path / "lustre"),
-                {"gpu_pool": 1}, checkpoints_here=True)
-    simulated = SimpleNamespace(time=clock, sleep=lambda seconds: None)
-    for module in (reap, watch, train, run_records):
-        monkeypatch.setattr(module, "time", simulated)
+                {"gpu_pool": 1}, checkpoints_here=True,
+                clock=SimpleNamespace(time=clock, monotonic=clock, sleep=lambda seconds: None))  # set, never slept on
     return SimpleNamespace(site=site, clock=clock, ray=site.ray, scaled=scaled, events=events, tmp=tmp_path)
 
 

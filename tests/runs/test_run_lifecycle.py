@@ -11,13 +11,14 @@ import json
 import time
 import tomllib
 import uuid
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
 from conftest import ENVIRONMENTS, REPO, until
-from fakes.interleave import MemoryBucket, Scheduler, phases, simulated_time
+from fakes.interleave import MemoryBucket, Scheduler, phases, simulated_clock
 from fakes.ray import Clock, SimulatedRay
 from rlops import cli, logs, sites
 from rlops.cli import runs as cli_runs
@@ -52,13 +53,10 @@ def simulated(gcs, monkeypatch, tmp_path):
     bucket = client("rlops-local", endpoints).create_bucket(f"lifecycle-{uuid.uuid4().hex[:12]}")
     ray, events = SimulatedRay(clock, stop_seconds=2.0), []
     site = Site("local", LOCAL, endpoints, ray, bucket, events.append, lambda down: None, lambda scaled_down: None,
-                str(tmp_path / "lustre"), {"gpu_pool": 1}, checkpoints_here=True)
-    ticking = SimpleNamespace(time=clock, monotonic=clock,
-                              sleep=lambda seconds: setattr(clock, "now", clock.now + seconds))
-    for module in (cancel, follow, watch, train, reap, run_records):
-        monkeypatch.setattr(module, "time", ticking)
-    # Under cli.common.open_site, which every command module calls.
+                str(tmp_path / "lustre"), {"gpu_pool": 1}, checkpoints_here=True, clock=clock)
+    # Under cli.common.open_site, which every command module calls, and `rlops status`'s records.
     monkeypatch.setattr(sites, "open_site", lambda name, env, endpoints: site)
+    monkeypatch.setattr(sites, "run_records", lambda name, env, endpoints: site.records)
     monkeypatch.setattr(logs, "_to_stderr", True)  # as in the CLI: its stdout is what the command prints
     return SimpleNamespace(site=site, clock=clock, ray=ray, events=events)
 
@@ -136,9 +134,8 @@ def test_a_resubmission_that_raced_the_cancel_is_stopped_and_recorded_by_the_nex
                                  ("watch", None)))
     ray = SimulatedRay(scheduler.time, stop_seconds=2.0)
     site = Site("local", LOCAL, Endpoints(), ray, MemoryBucket(scheduler), lambda event: None, lambda down: None,
-                lambda scaled_down: None, str(tmp_path / "lustre"), {"gpu_pool": 1}, checkpoints_here=True)
-    for module in (watch, cancel, train, reap, run_records):
-        monkeypatch.setattr(module, "time", simulated_time(scheduler))
+                lambda scaled_down: None, str(tmp_path / "lustre"), {"gpu_pool": 1}, checkpoints_here=True,
+                clock=simulated_clock(scheduler))
     monkeypatch.setattr(report_writer, "publish", lambda site, record: None)  # plots: not what races
     assert site.pool.write(PoolStatus(created_at=scheduler.clock - 3600), 0)
     ray.script("rlops.local.r1.1", 5, [(60, 1)], 300, "FAILED", "JOB_SUPERVISOR_ACTOR_DIED")
@@ -219,7 +216,7 @@ def test_ctrl_c_stops_following_quietly_with_130_and_leaves_the_run_alone(simula
     def interrupted(seconds: float) -> None:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(follow, "time", SimpleNamespace(sleep=interrupted))
+    monkeypatch.setattr(sim.site, "clock", SimpleNamespace(time=sim.clock, monotonic=sim.clock, sleep=interrupted))
     capsys.readouterr()
     assert cli.main(["logs", "local", "long", "--follow"]) == 130
     captured = capsys.readouterr()
@@ -298,8 +295,9 @@ def test_a_refused_message_is_kept_by_run_and_message_id_and_status_shows_it_and
     def no_wait(seconds: float) -> None:
         raise AssertionError("status --follow waited for a run whose message was refused")
 
-    monkeypatch.setattr(cli_runs, "time", SimpleNamespace(time=time.time, gmtime=time.gmtime, strftime=time.strftime,
-                                                          sleep=no_wait))
+    records = run_records.RunRecords(h200.records.bucket, h200.env.state.prefix, "h200",
+                                     SimpleNamespace(time=time.time, monotonic=time.monotonic, sleep=no_wait))
+    monkeypatch.setattr(sites, "run_records", lambda name, env, endpoints: records)
     capsys.readouterr()
     for follows in ([], ["--follow"]):
         assert cli.main(["status", "h200", "--run", "ghost", *follows]) == 1
@@ -437,9 +435,9 @@ def test_logs_follow_prints_a_real_jobs_output_while_it_runs(real, monkeypatch):
         assert time.monotonic() < deadline, f"the job did not end; printed so far: {''.join(parts)[-2000:]}"
         time.sleep(seconds)
 
-    monkeypatch.setattr(follow, "time", SimpleNamespace(sleep=sleep))
-    attempt = real.site.records.get("followed")[0].current
-    assert follow.follow(real.site, "followed", attempt, write, interval=0.2) == "SUCCEEDED"
+    site = replace(real.site, clock=SimpleNamespace(time=time.time, monotonic=time.monotonic, sleep=sleep))
+    attempt = site.records.get("followed")[0].current
+    assert follow.follow(site, "followed", attempt, write, interval=0.2) == "SUCCEEDED"
     printed = "".join(parts)
     assert printed == real.site.ray.logs(attempt.submission_id)
     assert not hold.exists() and "[rlops] done step=2" in printed and len(parts) > 1
@@ -499,9 +497,7 @@ def test_status_says_step_of_total_when_it_started_how_long_it_ran_and_the_time_
     record = sim.site.records.get("eta")[0]
     assert record.current.started_at == T0 + 10 and record.step == 3
     assert progress(record, T0 + 45) == Progress(total=6, started_at=T0 + 10, seconds=35, eta_seconds=35)
-    monkeypatch.setattr(cli_runs, "time", SimpleNamespace(time=lambda: T0 + 45, gmtime=time.gmtime,
-                                                          strftime=time.strftime))
-    header, row = cli_runs._table([record]).splitlines()
+    header, row = cli_runs._table([record], T0 + 45).splitlines()
     assert row.split()[3:] == ["3/6", "-", str(record.reward), time.strftime("%m-%d", time.gmtime(T0 + 10)),
                                time.strftime("%H:%M", time.gmtime(T0 + 10)), "35s", "35s"]
     sim.clock.now = T0 + 80

@@ -31,16 +31,17 @@ def _status(args: argparse.Namespace) -> int:
     records = sites.run_records(env_name, env, args.endpoints)
     shown = None
     while True:
+        now = records.clock.time()
         rows = [record for record, _ in records.all().values() if args.run_name in (None, record.run)]
         refusals = refusals_shown(records, args.run_name, rows[0] if rows else None) if args.run_name else []
         states = [(r.run, r.state, len(r.attempts), r.step, r.last_checkpoint, r.waiting) for r in rows]
         if (states, refusals) != shown and args.format == "json":
-            print(json.dumps(_status_json(args.environment, rows, refusals)), flush=True)
+            print(json.dumps(_status_json(args.environment, rows, refusals, now)), flush=True)
             shown = states, refusals
         elif (states, refusals) != shown:
             if rows:
-                print(_table(rows), flush=True)
-                waking = _waking(records, env_name, env)
+                print(_table(rows, now), flush=True)
+                waking = _waking(records, env_name, env, now)
                 if waking:
                     print(waking, flush=True)
                 for record in rows:
@@ -60,7 +61,7 @@ def _status(args: argparse.Namespace) -> int:
         never_started = not rows and refusals  # the function refused its message: nothing will come
         if not args.follow or (args.run_name and done) or never_started:
             break
-        time.sleep(args.interval)
+        records.clock.sleep(args.interval)
     if never_started:
         return Exit.ERROR
     if args.run_name and not rows:
@@ -114,7 +115,7 @@ def _cost(args: argparse.Namespace) -> int:
     return Exit.OK
 
 
-def _waking(records: "RunRecords", env_name: str, env: "GcpEnvironment | LocalEnvironment") -> str | None:
+def _waking(records: "RunRecords", env_name: str, env: "GcpEnvironment | LocalEnvironment", now: float) -> str | None:
     """Which phase the GPU pool's latest wake is in and for how long, as the reaper's last tick measured it (None
     when no wake is under way)."""
     from rlops import waiting
@@ -126,17 +127,16 @@ def _waking(records: "RunRecords", env_name: str, env: "GcpEnvironment | LocalEn
     if state.scaled_down or wake is None or wake.done:
         return None
     first = waiting.LOCAL_PHASES if isinstance(env, LocalEnvironment) else waiting.GKE_PHASES
-    return "GPU pool " + waiting.wake_line(wake.at, list(wake.phases), time.time(), first + waiting.LATER_PHASES)
+    return "GPU pool " + waiting.wake_line(wake.at, list(wake.phases), now, first + waiting.LATER_PHASES)
 
 
-def _status_json(environment: str, rows: "list[RunRecord]", refusals: "list[Refusal]") -> dict[str, object]:
+def _status_json(environment: str, rows: "list[RunRecord]", refusals: "list[Refusal]",
+                 now: float) -> dict[str, object]:
     """What the table says, as data: each run's state, attempt, step, checkpoint, reward, why it waits, when it
     was made, when it started, how long it ran and the time left (seconds); the refusals of a run that never
     started."""
     from rlops.runs.pace import progress
     from rlops.runs.policy import TERMINAL
-
-    now = time.time()
 
     return {"environment": environment,
             "runs": [{"run": r.run, "state": r.state, "attempt": r.current.attempt, "step": r.step,
@@ -147,13 +147,12 @@ def _status_json(environment: str, rows: "list[RunRecord]", refusals: "list[Refu
             "refusals": [{"run": f.run, "message": f.message, "at": f.at, "reason": f.reason} for f in refusals]}
 
 
-def _table(rows: "list[RunRecord]") -> str:
+def _table(rows: "list[RunRecord]", now: float) -> str:
     from rlops.runs.pace import progress
     from rlops.runs.readable import duration
 
     header = ("RUN", "STATE", "ATTEMPT", "STEP", "CHECKPOINT", "REWARD", "STARTED", "DURATION", "ETA")
     lines: list[tuple[str, ...]] = [header]
-    now = time.time()
     for r in sorted(rows, key=lambda r: r.created_at):
         said = progress(r, now)
         step = _dash(r.step) + (f"/{said.total}" if said.total else "")

@@ -19,7 +19,6 @@ then leaves pool.json saying the pool must come back, which the next reap tick f
 """
 
 import random
-import time
 from dataclasses import replace
 
 from rlops.cloud.ray_jobs import ACTIVE, JobView
@@ -50,7 +49,7 @@ def reap(site: Site, dry_run: bool = False) -> tuple[Decision, list[str]]:
     """Decide, and unless `dry_run`, scale down; (the decision, what was or would be done)."""
     pool = site.pool
     state, generation = pool.read()
-    now = time.time()
+    now = site.clock.time()
     if generation == 0:  # first look at this environment: idleness is measured from now
         if not dry_run:
             pool.write(replace(state, created_at=now, transitions=state.moved(now, "up")), 0)
@@ -161,9 +160,9 @@ def wake(site: Site) -> bool:
     """
     pool = site.pool
     for attempt in range(10):
-        time.sleep(random.uniform(0, 0.05 * attempt))  # concurrent deliveries of one message take turns
+        site.clock.sleep(random.uniform(0, 0.05 * attempt))  # concurrent deliveries of one message take turns
         state, generation = pool.read()
-        now = time.time()
+        now = site.clock.time()
         must_scale = state.scaled_down or not state.scaled
         woken = replace(state, accepted_at=now)
         if not state.transitions:  # before the reaper's first look: the pool is up, known from now
@@ -200,7 +199,7 @@ def _finish_wake(site: Site, pool: PoolState) -> Decision:
         if state.scaled_down or state.scaled:
             return Decision(False, "the unfinished wake was finished or undone meanwhile")
         _scale_and_mark(site, pool, down=False, lock=lock)
-    site.publish({"type": "woken", "environment": site.name, "at": time.time()})
+    site.publish({"type": "woken", "environment": site.name, "at": site.clock.time()})
     emit("INFO", "GPU pool woken: a train message's wake finished by the reaper's tick", environment=site.name)
     return Decision(False, "finished a wake that stopped part way")
 
@@ -220,8 +219,8 @@ def _scale_and_mark(site: Site, pool: PoolState, down: bool, lock: Lock) -> None
     except Exception as error:
         state, generation = pool.read()
         if state.scaled_down == down:
-            pool.write(replace(state, scaled=False, error=f"{type(error).__name__}: {error}", error_at=time.time()),
-                       generation)
+            pool.write(replace(state, scaled=False, error=f"{type(error).__name__}: {error}",
+                               error_at=site.clock.time()), generation)
         emit("ERROR", f"GPU pool scale-{'down' if down else 'up'} stopped part way; "
                       f"{'the next tick' if down else 'the message redelivery'} finishes it",
              environment=site.name, error=str(error))

@@ -7,7 +7,6 @@ job, a `run-cancelled` event is published, and Ray is watched a while until the 
 the attempt's end and keeps its output, as for any attempt that ends.
 """
 
-import time
 from dataclasses import dataclass
 
 from rlops.cloud.ray_jobs import ACTIVE, JobView
@@ -48,7 +47,7 @@ def cancel(site: Site, run: str, requested_by: str) -> Cancellation:
         job = JobView.of(found) if found is not None else None
         if job is not None and job.status == RunState.SUCCEEDED:  # ended before the watcher's tick recorded it
             return Cancellation(run, current.attempt, current.submission_id, job.status, cancelled=False)
-        before, now = record.state, time.time()
+        before, now = record.state, site.clock.time()
         record.state, record.waiting = RunState.CANCELLED, None
         record.history.append(HistoryEntry(now, current.attempt, RunState.CANCELLED))
         if site.records.replace(record, generation):
@@ -68,10 +67,10 @@ def cancel(site: Site, run: str, requested_by: str) -> Cancellation:
 
 def _ended(site: Site, job: JobView) -> str | None:
     """The job's status once Ray has ended it, or as it still is after STOP_WAIT_SECONDS; None if Ray forgot it."""
-    deadline = time.monotonic() + STOP_WAIT_SECONDS
+    deadline = site.clock.monotonic() + STOP_WAIT_SECONDS
     status = job.status
-    while status in ACTIVE and time.monotonic() < deadline:
-        time.sleep(POLL_SECONDS)
+    while status in ACTIVE and site.clock.monotonic() < deadline:
+        site.clock.sleep(POLL_SECONDS)
         found = site.ray.find(job.submission_id)
         if found is None:
             return None

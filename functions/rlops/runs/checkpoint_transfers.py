@@ -16,7 +16,6 @@ import functools
 import hashlib
 import json
 import shlex
-import time
 from collections.abc import Callable
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
@@ -56,7 +55,7 @@ def export_checkpoint(site: Site, run: str, step: int | None, destination: tuple
         return _copy_here(site, record, content, bucket, prefix)
     transfers = _transfers(site)
     operation = _start_on_lustre(site, transfers, record, content, bucket, prefix)
-    state = _waited(transfers, "exportData", operation, report)
+    state = _waited(site, transfers, "exportData", operation, report)
     if state.error:
         _record(site, run, step, {"destination": f"gs://{bucket.name}/{export.objects_prefix(prefix, step)}",
                                   "operation": operation, "error": f"{state.error} ({state.said()})"})
@@ -69,7 +68,7 @@ def export_checkpoint(site: Site, run: str, step: int | None, destination: tuple
 def tick(site: Site) -> list[dict[str, Any]]:
     """What the recipes' `export:` policies want and no export has yet: exported (locally) or started (GKE); GKE
     exports started by an earlier tick, looked at again and verified once done. The `checkpoint-exported` events."""
-    events, now = [], time.time()
+    events, now = [], site.clock.time()
     transfers = functools.cache(lambda: _transfers(site))  # one Lustre client a tick, and only if a run needs it
     for run, (record, _) in sorted(site.records.all().items()):
         recipe = site.env.recipes.get(record.recipe)
@@ -91,7 +90,7 @@ def tick(site: Site) -> list[dict[str, Any]]:
                 break
             except Failure as failed:  # a pruned or altered checkpoint: said once, not tried every tick
                 emit("WARNING", "checkpoint not exported", run=run, step=step, reason=str(failed))
-                _record(site, run, step, {"error": str(failed), "at": time.time()})
+                _record(site, run, step, {"error": str(failed), "at": site.clock.time()})
                 continue
             events += [done] if done else []
     return events
@@ -174,7 +173,7 @@ def _start_on_lustre(site: Site, transfers: "Transfers", record: RunRecord, cont
     destination = f"gs://{bucket.name}/{export.objects_prefix(prefix, step)}"
     operation = transfers.export(source, destination)
     _record(site, record.run, step, {"destination": destination, "bucket": bucket.name, "prefix": prefix,
-                                     "operation": operation, "started_at": time.time()})
+                                     "operation": operation, "started_at": site.clock.time()})
     emit("INFO", "checkpoint export started", run=record.run, step=step, operation=operation)
     return operation
 
@@ -187,7 +186,7 @@ def _verified(site: Site, run: str, content: dict[str, Any], bucket: storage.Buc
     if any(after.values()):
         raise Failure(f"the export of step {step} of {run} does not match its manifest: {export.said(after)}")
     done = {"destination": f"gs://{bucket.name}/{export.objects_prefix(prefix, step)}",
-            "objects": len(content["files"]), "bytes": content["total_bytes"], "verified_at": time.time()}
+            "objects": len(content["files"]), "bytes": content["total_bytes"], "verified_at": site.clock.time()}
     _record(site, run, step, done)
     event = {"type": "checkpoint-exported", "environment": site.name, "run": run, "step": step, **done}
     site.publish(event)
@@ -255,7 +254,7 @@ def import_checkpoint(site: Site, run: str, recipe_name: str, source: tuple[stor
         transfers = _transfers(site)
         operation = transfers.import_(f"gs://{bucket.name}/{export.objects_prefix(base, step)}",
                                              lustre_path(site, target))
-        state = _waited(transfers, "importData", operation, report)
+        state = _waited(site, transfers, "importData", operation, report)
         if state.error:
             raise Failure(f"the Lustre API's import of step {step} failed: {state.error} ({state.said()})")
         verified = "to be verified on the cluster by the run's checkpoint gate when it starts"
@@ -271,7 +270,8 @@ def import_checkpoint(site: Site, run: str, recipe_name: str, source: tuple[stor
 CLUSTER_JOB_SECONDS = 300.0
 
 
-def _waited(transfers: "Transfers", verb: str, operation: str, report: Callable[[str], None]) -> "TransferState":
+def _waited(site: Site, transfers: "Transfers", verb: str, operation: str,
+            report: Callable[[str], None]) -> "TransferState":
     """The transfer's state once its operation is done, its counters reported as it goes: polled after 0.5 s,
     then twice as long each time up to POLL_SECONDS (an export of a large checkpoint takes minutes)."""
     delay = 0.5
@@ -280,7 +280,7 @@ def _waited(transfers: "Transfers", verb: str, operation: str, report: Callable[
         report(f"{verb} {operation.rsplit('/', 1)[-1]}: {'done' if state.done else 'running'}, {state.said()}")
         if state.done:
             return state
-        time.sleep(delay)  # the Lustre API tells progress only when asked again
+        site.clock.sleep(delay)  # the Lustre API tells progress only when asked again
         delay = min(delay * 2, POLL_SECONDS)
 
 
@@ -290,7 +290,7 @@ def _on_cluster(site: Site, kind: str, words: list[str], report: Callable[[str],
     submission = f"rlops.{site.name}.{kind}.{hashlib.sha256(command.encode()).hexdigest()[:16]}"
     site.ray.submit_once(JobRequest(submission, command, {"rlops-environment": site.name, "rlops-kind": kind},
                                     entrypoint_num_cpus=0.1))
-    deadline = time.monotonic() + CLUSTER_JOB_SECONDS
+    deadline = site.clock.monotonic() + CLUSTER_JOB_SECONDS
     while True:
         job = site.ray.find(submission)
         if job is None:
@@ -299,11 +299,11 @@ def _on_cluster(site: Site, kind: str, words: list[str], report: Callable[[str],
         status = status_of(job)
         if status not in ACTIVE:
             break
-        if time.monotonic() > deadline:
+        if site.clock.monotonic() > deadline:
             raise Failure(f"`{command}` on the cluster did not finish in {CLUSTER_JOB_SECONDS:.0f}s (Ray job "
                           f"{submission}); run the command again to wait for it")
         report(f"{command} on the cluster: {status}")
-        time.sleep(1.0)
+        site.clock.sleep(1.0)
     site.ray.client.delete_job(submission)  # so that the same command can run again
     if status != "SUCCEEDED":
         raise Failure(f"`{command}` on the cluster ended {status}: {(job.message or '')[-300:]}")

@@ -4,7 +4,6 @@ Ray's job API answers with a job's whole output each time; each poll writes only
 The job's status is read before its output, so the output read once Ray says the job has ended is all of it.
 """
 
-import time
 from collections.abc import Callable
 
 from rlops.cloud.ray_jobs import ACTIVE, JobView
@@ -40,7 +39,7 @@ def follow(site: Site, run: str, attempt: Attempt, write: Callable[[str], None],
                 written = len(text)
             if status not in ACTIVE:
                 return status
-        time.sleep(interval)
+        site.clock.sleep(interval)
 
 
 def _recorded(site: Site, run: str, number: int) -> Attempt:

@@ -12,7 +12,6 @@ import hashlib
 import json
 import shlex
 import tempfile
-import time
 from pathlib import Path
 from typing import Any, cast
 
@@ -32,7 +31,7 @@ def tick(site: Site) -> list[dict[str, Any]]:
     """The manifests of new complete checkpoints, then what the recipes' `export:` policies want
     (`checkpoint_transfers.tick`); the events."""
     recent = {run: record for run, (record, _) in sorted(site.records.all().items())
-              if policy.recent(record, time.time())}  # read once for the relink and the manifests
+              if policy.recent(record, site.clock.time())}  # read once for the relink and the manifests
     events = _relink(site, recent)
     events += _manifests_here(site, recent) if site.checkpoints_here else _tick_on_cluster(site)
     return events + checkpoint_transfers.tick(site)
@@ -136,7 +135,7 @@ def _tick_on_cluster(site: Site) -> list[dict[str, Any]]:
 
 
 def _start_cluster_scan(site: Site) -> None:
-    now = time.time()
+    now = site.clock.time()
     runs = []
     for run, (record, _) in sorted(site.records.all().items()):
         if policy.recent(record, now):

@@ -9,7 +9,6 @@ checkpoint is resumed from only if it verifies) → `cloud/ray_jobs.py` `RayJobs
 import hashlib
 import json
 import re
-import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -55,13 +54,13 @@ def accept(site: Site, request: message.TrainMessage, settings: dict, message_id
     except RunNameTaken as taken:
         emit("WARNING", "train message refused", reason=str(taken), environment=request.environment, run=request.run)
         site.records.refuse(Refusal(request.run, message_key(message_id, request.model_dump_json().encode()),
-                                    str(taken), time.time()))
+                                    str(taken), site.clock.time()))
         return "refused"
     submitted = False
     if record is None:
         wake(site)  # a reaped pool comes back before the job is submitted; records the acceptance either way
         submitted = jobs.submit(site, job, request.run)
-        now = time.time()
+        now = site.clock.time()
         # Written also when Ray had the job already: a delivery before this one submitted it and stopped before
         # writing the record, which outlives Ray's job table (a head restarted since would leave the run known
         # nowhere, and the message acknowledged).
@@ -121,7 +120,7 @@ def _keep_refusal(data: bytes, message_id: str | None, reason: str, endpoints: E
     environment, run = addressee
     try:
         records = run_records(environment, load_environment(environment), endpoints)
-        records.refuse(Refusal(run, message_key(message_id, data), reason, time.time()))
+        records.refuse(Refusal(run, message_key(message_id, data), reason, records.clock.time()))
     except UnknownEnvironment:
         return
     except Exception as error:  # any failure to write the note leaves the log line as the only trace

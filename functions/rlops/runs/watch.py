@@ -5,7 +5,6 @@ checkpoints, writes the records and resubmits what `advance` says to.
 """
 
 import functools
-import time
 from pathlib import Path
 
 from rlops import waiting as workers_waiting
@@ -97,7 +96,7 @@ def _publish_report(site: Site, record: RunRecord) -> str | None:
 def _advance(site: Site, record: RunRecord, attempts: dict[int, JobView], nodes: _Nodes,
              others_running: list[str]) -> list[dict]:
     """Bring `record` up to date with Ray; the state changes it went through."""
-    now = time.time()
+    now = site.clock.time()
     if record.state == RunState.CANCELLED:
         return _settle_cancelled(site, record, attempts, nodes, now)
     known = {a.attempt for a in record.attempts}
@@ -263,7 +262,7 @@ def _update_progress(site: Site, record: RunRecord, current: Attempt, job: JobVi
     if whole:
         if found["first_step"] is not None:
             current.first_step = found["first_step"]
-            current.first_step_at = current.first_step_at or time.time()
+            current.first_step_at = current.first_step_at or site.clock.time()
         if found["resumed_from"] is not None:
             current.resumed_from = found["resumed_from"]
     if found["step"] is not None:

@@ -17,7 +17,6 @@ import json
 import os
 import socket
 import threading
-import time
 import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
@@ -25,6 +24,7 @@ from datetime import UTC, datetime, timedelta
 from google.api_core import exceptions as gexc
 from google.cloud import storage
 
+from rlops.clock import SYSTEM, Clock
 from rlops.errors import Failure
 from rlops.permissions import calls
 from rlops.state.bucket import write_json
@@ -42,11 +42,12 @@ class LockLost(Failure):
 @calls("storage.objects.get", "storage.objects.insert", "storage.objects.delete")
 class Lock:
     def __init__(self, bucket: storage.Bucket, prefix: str, environment: str, ttl_seconds: float = 900,
-                 operation: str = "apply"):
+                 operation: str = "apply", clock: Clock = SYSTEM):
         self.blob = bucket.blob(Layout(prefix, environment).lock)
         self.environment = environment
         self.ttl = ttl_seconds
         self.operation = operation
+        self.clock = clock
         self.token = uuid.uuid4().hex  # this holder's, in every write: a lost response is recognised as ours
         self.holder = f"{getpass.getuser()}@{socket.gethostname()} pid {os.getpid()}"
         self.generation = 0
@@ -56,14 +57,14 @@ class Lock:
         self._refresher: threading.Thread | None = None
 
     def _content(self) -> dict:
-        now = datetime.now(UTC)
+        now = datetime.fromtimestamp(self.clock.time(), UTC)
         return {"holder": self.holder, "operation": self.operation, "environment": self.environment,
                 "since": now.isoformat(timespec="seconds"), "token": self.token, "ttl_seconds": self.ttl,
                 "expires": (now + timedelta(seconds=self.ttl)).isoformat(timespec="seconds")}
 
     def acquire(self, timeout: float, on_wait: Callable[[dict], None] = lambda held: None,
                 poll_seconds: float = 1.0) -> None:
-        deadline = time.monotonic() + timeout
+        deadline = self.clock.monotonic() + timeout
         while True:
             try:
                 self.generation = self._write(0)
@@ -81,13 +82,13 @@ class Lock:
                         break
                     except gexc.PreconditionFailed:
                         continue  # someone else took the expired lock first
-                if time.monotonic() >= deadline:
+                if self.clock.monotonic() >= deadline:
                     raise LockHeld(f"environment {self.environment} is locked by {held['holder']} "
                                    f"({held['operation']} since {held['since']}, expires {held['expires']}); "
                                    f"if that process is dead: rlops unlock {self.environment} --force") from None
                 on_wait(held)
-                time.sleep(poll_seconds)
-        self._kept_at = time.monotonic()
+                self.clock.sleep(poll_seconds)
+        self._kept_at = self.clock.monotonic()
         self._refresher = threading.Thread(target=self._refresh, daemon=True, name=f"lock-{self.environment}")
         self._refresher.start()
 
@@ -108,16 +109,16 @@ class Lock:
         """One refresh; False once the lock is lost (`lost` says why)."""
         try:
             self.generation = self._write(self.generation)
-            self._kept_at = time.monotonic()
+            self._kept_at = self.clock.monotonic()
             return True
         except gexc.PreconditionFailed:
             held, generation, _ = _read(self.blob)
             if held is not None and held.get("token") == self.token:
-                self.generation, self._kept_at = generation, time.monotonic()  # our retried write had landed
+                self.generation, self._kept_at = generation, self.clock.monotonic()  # our retried write had landed
                 return True
             self.lost = f"taken by {held['holder']} ({held['operation']})" if held else "removed (rlops unlock --force)"
         except Exception as error:  # any failure to write: retried until the lock would expire
-            if time.monotonic() - self._kept_at < self.ttl:
+            if self.clock.monotonic() - self._kept_at < self.ttl:
                 return True
             self.lost = f"not refreshed for its TTL ({type(error).__name__}: {error})"
         return False
@@ -132,7 +133,7 @@ class Lock:
 
     def ensure_held(self) -> None:
         """Before a change: stop if the lock was lost, or has gone unrefreshed for its TTL."""
-        if self.lost is None and time.monotonic() - self._kept_at >= self.ttl:
+        if self.lost is None and self.clock.monotonic() - self._kept_at >= self.ttl:
             self.lost = "not refreshed for its TTL"
         if self.lost is not None:
             raise LockLost(f"the lock on {self.environment} was lost ({self.lost}); stopped before the next change, "

@@ -11,7 +11,6 @@ conditional on the generation read, so two ticks never overwrite each other's ch
 
 import functools
 import json
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from enum import StrEnum
@@ -20,6 +19,7 @@ from typing import Any, TypeVar
 from google.api_core import exceptions as gexc
 from google.cloud import storage
 
+from rlops.clock import SYSTEM, Clock
 from rlops.environments import did_you_mean
 from rlops.errors import Failure
 from rlops.permissions import calls
@@ -217,8 +217,8 @@ def new(job_meta: dict, submission_id: str, submitted_at: float) -> RunRecord:
 
 @calls("storage.objects.get", "storage.objects.insert", "storage.objects.list")
 class RunRecords:
-    def __init__(self, bucket: storage.Bucket, prefix: str, environment: str):
-        self.bucket, self.layout = bucket, Layout(prefix, environment)
+    def __init__(self, bucket: storage.Bucket, prefix: str, environment: str, clock: Clock = SYSTEM):
+        self.bucket, self.layout, self.clock = bucket, Layout(prefix, environment), clock
 
     def get(self, run: str) -> tuple[RunRecord | None, int]:
         content, generation = read_json(self.bucket.blob(self.layout.run(run)))
@@ -230,7 +230,7 @@ class RunRecords:
 
     def replace(self, record: RunRecord, generation: int) -> bool:
         """Write over the version read at `generation`; False when someone wrote in between."""
-        record.updated_at = time.time()
+        record.updated_at = self.clock.time()
         return write_json_if(self.bucket.blob(self.layout.run(record.run)), record.to_json(), generation)
 
     def update(self, run: str, change: Callable[[RunRecord], None], tries: int = 5) -> bool:
