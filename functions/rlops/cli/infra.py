@@ -212,23 +212,18 @@ def _apply(args: argparse.Namespace) -> int:
             live = service.read_one(env, Connection.to(args.endpoints), bucket(env, args.endpoints))
         print("\n".join(service.dry_run(env, live)))
         return Exit.OK
-    if args.skip_doctor:
-        say("doctor: skipped (--skip-doctor): apply may fail part way on what it would have found")
-    else:
-        from rlops.provision import accounts, doctor
-
-        findings = doctor.examine(env, Connection.to(args.endpoints), bucket(env, args.endpoints),
-                                  accounts.account("apply").needs())
-        stopping = doctor.failed(findings)
-        if stopping:
-            sys.stderr.write(doctor.render(stopping))
-            raise Failure(f"doctor: {len(stopping)} check(s) failed; nothing was changed (`rlops doctor "
-                          f"{env.name}` for all of them, `--skip-doctor` to apply anyway)")
-        say(f"doctor: {len(findings)} checks, none failed")
-    from rlops.provision.session import Session, Superseded
+    from rlops.provision.session import DoctorStopped, Session, Superseded
 
     session = Session(env, Connection.to(args.endpoints), bucket(env, args.endpoints), say, args.lock_timeout,
                       args.ready_timeout)
+    if args.skip_doctor:
+        say("doctor: skipped (--skip-doctor): apply may fail part way on what it would have found")
+    else:
+        try:
+            say(f"doctor: {session.checked()} checks, none failed")
+        except DoctorStopped as stopped:
+            sys.stderr.write(stopped.findings)
+            raise
 
     def newer(other: str) -> bool:
         from rlops.cloud.git import descends_from

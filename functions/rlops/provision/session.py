@@ -15,7 +15,7 @@ from rlops.errors import Failure
 from rlops.kube import sync
 from rlops.kube.cluster import KubeApi, ray_dashboard
 from rlops.kube.objects import ObjectChange
-from rlops.provision import engine, pricing
+from rlops.provision import accounts, doctor, engine, pricing
 from rlops.provision.plan import Plan, data_loss_refusals
 from rlops.provision.service import (
     CloudEnvironment,
@@ -33,6 +33,15 @@ from rlops.state.resources import AppliedSpec
 
 if TYPE_CHECKING:
     from rlops.provision.saved import SavedPlan
+
+
+class DoctorStopped(Failure):
+    """The checks before an apply found what would stop it part way; nothing was changed. `findings`: the failed
+    checks, rendered."""
+
+    def __init__(self, message: str, findings: str):
+        super().__init__(message)
+        self.findings = findings
 
 
 class Superseded(Failure):
@@ -140,6 +149,17 @@ class Session:
     report: Callable[[str], None]
     lock_timeout: float = 600.0
     ready_timeout: float = 1800.0
+
+    def checked(self) -> int:
+        """The doctor's checks an apply runs first, for what the apply account needs: how many passed. Raises
+        `DoctorStopped` when any failed."""
+        findings = doctor.examine(self.env, self.connection, self.bucket, accounts.account("apply").needs())
+        stopping = doctor.failed(findings)
+        if stopping:
+            raise DoctorStopped(f"doctor: {len(stopping)} check(s) failed; nothing was changed (`rlops doctor "
+                                f"{self.env.name}` for all of them, `--skip-doctor` to apply anyway)",
+                                doctor.render(stopping))
+        return len(findings)
 
     def _lock(self, operation: str) -> Lock:
         lock = Lock(self.bucket, self.env.spec.state.prefix, self.env.name, operation=operation)
