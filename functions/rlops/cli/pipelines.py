@@ -4,10 +4,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from rlops import environments
 from rlops.cli.common import Commands, Exit
 from rlops.cloud import git
-from rlops.endpoints import Endpoints
 from rlops.errors import Failure
 
 
@@ -27,77 +25,21 @@ def _fetch(args: argparse.Namespace) -> int:
 
 
 def _changed(args: argparse.Namespace) -> int:
-    folder = environments.directory().resolve()
-    root = git.top(folder)
-    git.check_revision(args.since, root)
-    relative = folder.relative_to(root.resolve()).as_posix()
-    listing = git.run("diff", "--name-status", "--no-renames", args.since, args.until, "--", relative, cwd=root)
-    changed, deleted = [], []
-    for line in listing.splitlines():
-        status, path = line.split("\t", 1)
-        name = Path(path)
-        if name.suffix != ".yaml" or name.parent.as_posix() != relative:
-            continue
-        (deleted if status == "D" else changed).append(name.stem)
-    if args.unapplied:
-        changed = _unapplied(folder, set(changed), args.endpoints)
-    elif args.gcp_only:
-        changed = [name for name in changed if _is_gcp(folder / f"{name}.yaml")]
-    for name in sorted(changed):
+    from rlops.provision.pushes import changes
+
+    found = changes(args.since, args.until, args.unapplied, args.gcp_only, args.endpoints)
+    for name in found.left_alone:
+        print(f"rlops changed: {name} was never applied (or was destroyed) and this push did not touch "
+              f"environments/{name}.yaml; left alone", file=sys.stderr)
+    for name in found.names:
         print(name)
-    if deleted:
-        for name in sorted(deleted):
-            print(f"rlops changed: environments/{name}.yaml was deleted between {args.since} and {args.until}. "
-                  f"rlops never destroys an environment because its file went away. To destroy it on purpose: "
-                  f"restore the file, run `rlops destroy {name}` (it asks, and keeps Lustre data unless "
-                  f"`lustre.deletion_policy: delete` and `--delete-data`), then delete the file again.",
-                  file=sys.stderr)
-        return Exit.DELETED
-    return Exit.OK
-
-
-def _unapplied(folder: Path, touched: set[str], endpoints: Endpoints) -> list[str]:
-    """GCP environments to apply: those `touched` and those applied before whose spec has changed since.
-
-    An invalid spec that was touched is listed too: `rlops validate`, which runs next, reports it.
-    """
-    from google.api_core.exceptions import GoogleAPICallError
-
-    from rlops.provision.service import CloudEnvironment
-    from rlops.spec.load import load
-    from rlops.spec.model import LocalEnvironment
-    from rlops.state.bucket import of_environment
-    from rlops.state.resources import AppliedSpec
-
-    names = []
-    for path in environments.spec_files(folder):
-        loaded = load(path)
-        if loaded.environment is None:  # set exactly when there is no problem
-            names += [path.stem] if path.stem in touched else []
-            continue
-        if isinstance(loaded.environment, LocalEnvironment):
-            continue
-        env = CloudEnvironment(loaded.name, loaded.environment)
-        record = AppliedSpec(of_environment(env.spec, endpoints), env.spec.state.prefix, env.name)
-        try:
-            applied = record.read()
-        except GoogleAPICallError as error:
-            where = f"gs://{env.spec.state.bucket}/{record.blob.name}"
-            raise Failure(f"{path}: cannot read {where}: {error.message}") from error
-        if applied is None and env.name not in touched:
-            print(f"rlops changed: {env.name} was never applied (or was destroyed) and this push did not touch "
-                  f"environments/{path.name}; left alone", file=sys.stderr)
-        elif applied is None or applied.get("spec_sha256") != env.digest:
-            names.append(env.name)
-    return names
-
-
-def _is_gcp(path: Path) -> bool:
-    from rlops.spec.load import load
-    from rlops.spec.model import LocalEnvironment
-
-    loaded = load(path)
-    return not isinstance(loaded.environment, LocalEnvironment)  # an invalid spec counts: validate reports it
+    for name in found.deleted:
+        print(f"rlops changed: environments/{name}.yaml was deleted between {args.since} and {args.until}. "
+              f"rlops never destroys an environment because its file went away. To destroy it on purpose: "
+              f"restore the file, run `rlops destroy {name}` (it asks, and keeps Lustre data unless "
+              f"`lustre.deletion_policy: delete` and `--delete-data`), then delete the file again.",
+              file=sys.stderr)
+    return Exit.DELETED if found.deleted else Exit.OK
 
 
 def _comment(args: argparse.Namespace) -> int:
