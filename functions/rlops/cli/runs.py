@@ -16,59 +16,47 @@ from rlops.errors import Failure
 
 if TYPE_CHECKING:
     from rlops.sites import Site
-    from rlops.spec.model import GcpEnvironment, LocalEnvironment
-    from rlops.state.run_records import Attempt, Refusal, RunRecord, RunRecords
+    from rlops.state.run_records import Attempt, Refusal, RunRecord
 
 
 def _status(args: argparse.Namespace) -> int:
     from rlops import sites
     from rlops.runs.policy import TERMINAL
     from rlops.runs.report_page import set_aside_said
-    from rlops.runs.train import refusals_shown
+    from rlops.runs.status import views
     from rlops.state.run_records import RunState
 
     _, env_name, env = load_spec(args.environment)
     records = sites.run_records(env_name, env, args.endpoints)
-    shown = None
-    while True:
-        now = records.clock.time()
-        rows = [record for record, _ in records.all().values() if args.run_name in (None, record.run)]
-        refusals = refusals_shown(records, args.run_name, rows[0] if rows else None) if args.run_name else []
-        states = [(r.run, r.state, len(r.attempts), r.step, r.last_checkpoint, r.waiting) for r in rows]
-        if (states, refusals) != shown and args.format == "json":
-            print(json.dumps(_status_json(args.environment, rows, refusals, now)), flush=True)
-            shown = states, refusals
-        elif (states, refusals) != shown:
-            if rows:
-                print(_table(rows, now), flush=True)
-                waking = _waking(records, env_name, env, now)
-                if waking:
-                    print(waking, flush=True)
-                for record in rows:
-                    if record.waiting and record.state not in TERMINAL:
-                        print(f"{record.run}: waiting: {record.waiting}", flush=True)
-                    aside = set_aside_said([asdict(attempt) for attempt in record.attempts])
-                    if aside:
-                        print(f"{record.run}: {aside}", flush=True)
-            elif not refusals:
-                print(f"waiting for run {args.run_name}" if args.run_name else f"no runs in {args.environment}",
-                      flush=True)
-            for refusal in refusals:
-                at = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(refusal.at))
-                print(f"{refusal.run}: train message {refusal.message} refused at {at}: {refusal.reason}", flush=True)
-            shown = states, refusals
-        done = rows and all(r.state in TERMINAL for r in rows)
-        never_started = not rows and refusals  # the function refused its message: nothing will come
-        if not args.follow or (args.run_name and done) or never_started:
-            break
-        records.clock.sleep(args.interval)
-    if never_started:
+    for view in views(records, env_name, env, args.run_name, args.follow, args.interval):
+        if not view.changed:
+            continue
+        if args.format == "json":
+            print(json.dumps(_status_json(args.environment, view.rows, view.refusals, view.now)), flush=True)
+            continue
+        if view.rows:
+            print(_table(view.rows, view.now), flush=True)
+            if view.waking:
+                print(view.waking, flush=True)
+            for record in view.rows:
+                if record.waiting and record.state not in TERMINAL:
+                    print(f"{record.run}: waiting: {record.waiting}", flush=True)
+                aside = set_aside_said([asdict(attempt) for attempt in record.attempts])
+                if aside:
+                    print(f"{record.run}: {aside}", flush=True)
+        elif not view.refusals:
+            print(f"waiting for run {args.run_name}" if args.run_name else f"no runs in {args.environment}",
+                  flush=True)
+        for refusal in view.refusals:
+            at = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(refusal.at))
+            print(f"{refusal.run}: train message {refusal.message} refused at {at}: {refusal.reason}", flush=True)
+    if view.never_started:
         return Exit.ERROR
-    if args.run_name and not rows:
+    if args.run_name and not view.rows:
         print(records.unknown(args.run_name), file=sys.stderr)
         return Exit.ERROR
     # Following one run to its end: the exit code says how it ended (0 succeeded, 1 not).
-    return Exit.ERROR if args.follow and args.run_name and rows[0].state != RunState.SUCCEEDED else Exit.OK
+    return Exit.ERROR if args.follow and args.run_name and view.rows[0].state != RunState.SUCCEEDED else Exit.OK
 
 
 def _report(args: argparse.Namespace) -> int:
@@ -113,21 +101,6 @@ def _cost(args: argparse.Namespace) -> int:
     print(environment_cost.text(report, markdown=args.format == "markdown"), end="")
     print(f"\ntimeline: {plot}" if args.format == "text" else f"\n![timeline]({plot})")
     return Exit.OK
-
-
-def _waking(records: "RunRecords", env_name: str, env: "GcpEnvironment | LocalEnvironment", now: float) -> str | None:
-    """Which phase the GPU pool's latest wake is in and for how long, as the reaper's last tick measured it (None
-    when no wake is under way)."""
-    from rlops import waiting
-    from rlops.spec.model import LocalEnvironment
-    from rlops.state.pool import PoolState
-
-    state, _ = PoolState(records.bucket, env.state.prefix, env_name).read()
-    wake = state.wakes[-1] if state.wakes else None
-    if state.scaled_down or wake is None or wake.done:
-        return None
-    first = waiting.LOCAL_PHASES if isinstance(env, LocalEnvironment) else waiting.GKE_PHASES
-    return "GPU pool " + waiting.wake_line(wake.at, list(wake.phases), now, first + waiting.LATER_PHASES)
 
 
 def _status_json(environment: str, rows: "list[RunRecord]", refusals: "list[Refusal]",
