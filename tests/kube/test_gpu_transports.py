@@ -11,20 +11,18 @@ import copy
 import json
 import os
 
-import jsonschema
 import kubernetes_validate
 import pytest
 import yaml
 
 from conftest import ENVIRONMENTS, REPO
+from render_support import crd_validator
 from rlops import cli, costs
 from rlops.kube import render, transports
 from rlops.spec import catalog
 from rlops.spec.load import load, load_text
 
 UPSTREAM = REPO / "functions" / "rlops" / "spec" / "gpus" / "upstream"
-CRD = REPO / "tests" / "schemas" / "ray.io_rayclusters.yaml"
-GKE_NETWORK_SCHEMAS = yaml.safe_load((REPO / "tests" / "schemas" / "networking.gke.io_v1.yaml").read_text())
 # The shipped example of each transport.
 EXAMPLES = {"h200": "rdma", "b200-spot": "rdma", "h100": "tcpx", "h100-mega": "tcpxo", "a100": "none"}
 
@@ -166,15 +164,11 @@ def test_the_gpudirect_tcp_sidecar_and_pod_networking_are_upstreams(name):
             assert mounts[mount["name"]] == mount
     assert {"sidecar as a native sidecar", "TCPX socket at /run/tcpx", "no test scripts", "shared memory"} <= \
         set(transports.SUBSTITUTIONS)
-    jsonschema.validate(objs[("RayCluster", env.ray.cluster_name)], raycluster_schema())
+    crd_validator("RayCluster").validate(objs[("RayCluster", env.ray.cluster_name)])
     for (kind, _), obj in objs.items():
         if obj["apiVersion"] == "networking.gke.io/v1":
-            jsonschema.validate(obj, GKE_NETWORK_SCHEMAS[kind])
+            crd_validator(kind).validate(obj)
 
-
-def raycluster_schema() -> dict:
-    crd = yaml.safe_load(CRD.read_text())
-    return next(v for v in crd["spec"]["versions"] if v["name"] == "v1")["schema"]["openAPIV3Schema"]
 
 
 def test_tcpx_takes_the_upstream_tests_nccl_settings_and_tcpxo_sources_the_plugins_profile():
@@ -205,7 +199,7 @@ def test_a2_has_no_gpu_nic_networks_installer_sidecar_or_interfaces():
     assert "initContainers" not in group["template"]["spec"]
     worker = group["template"]["spec"]["containers"][0]
     assert worker["args"][0].startswith("set -e; ldconfig /usr/local/nvidia/lib64; ulimit -n 65536")
-    jsonschema.validate(objs[("RayCluster", "ray-a100")], raycluster_schema())
+    crd_validator("RayCluster").validate(objs[("RayCluster", "ray-a100")])
 
 
 @pytest.fixture
@@ -348,7 +342,7 @@ def test_a4x_workers_take_the_upstream_pods_rdma_interfaces_and_arm64_nodes():
         key: [spec["nodeSelector"][key]] for key in ("cloud.google.com/gke-accelerator", "kubernetes.io/arch")}
     assert {"key": "kubernetes.io/arch", "operator": "Equal", "value": "arm64", "effect": "NoSchedule"} in \
         spec["tolerations"]
-    jsonschema.validate(objs[("RayCluster", env.ray.cluster_name)], raycluster_schema())
+    crd_validator("RayCluster").validate(objs[("RayCluster", env.ray.cluster_name)])
     _, objs = rendered("h200")
     (group,) = objs[("RayCluster", "ray-cluster")]["spec"]["workerGroupSpecs"]
     assert "kubernetes.io/arch" not in group["template"]["spec"]["nodeSelector"]

@@ -12,16 +12,12 @@ import pytest
 import yaml
 
 from conftest import ENVIRONMENTS, REPO
-from render_support import in_namespace_ray
+from render_support import crd_validator, in_namespace_ray
 from rlops import cli
 from rlops.kube import render
 from rlops.ownership import labels_for
 from rlops.spec.load import load
 
-# KubeRay's RayCluster CRD, verbatim (see tests/schemas/SOURCES.txt).
-CRD = REPO / "tests" / "schemas" / "ray.io_rayclusters.yaml"
-# GKE's multi-networking CRDs, v1, from their open-source definition plus RDMA (see SOURCES.txt).
-GKE_NETWORK_SCHEMAS = yaml.safe_load((REPO / "tests" / "schemas" / "networking.gke.io_v1.yaml").read_text())
 SEEDS = {"h200": ("nvidia-h200-141gb", "tuner_config_a3u.txtpb"), "b200-spot": ("nvidia-b200", "tuner_config_a4.txtpb")}
 PLANTED = "hf_PlantedTokenValue0123456789abcdefXYZ"
 
@@ -32,21 +28,15 @@ def rendered(name: str, secret_values=None) -> tuple[object, dict[tuple[str, str
     return env, {(o["kind"], o["metadata"]["name"]): o for o in objs}
 
 
-def raycluster_schema() -> dict:
-    crd = yaml.safe_load(CRD.read_text())
-    (version,) = [v for v in crd["spec"]["versions"] if v["name"] == "v1"]
-    return version["schema"]["openAPIV3Schema"]
-
 
 @pytest.mark.parametrize("name", SEEDS)
 def test_every_object_validates_against_its_schema(name):
     _, objs = rendered(name)
-    schema = raycluster_schema()
     for (kind, _), obj in objs.items():
         if kind == "RayCluster":
-            jsonschema.validate(obj, schema)
+            crd_validator("RayCluster").validate(obj)
         elif obj["apiVersion"] == "networking.gke.io/v1":
-            jsonschema.validate(obj, GKE_NETWORK_SCHEMAS[kind])
+            crd_validator(kind).validate(obj)
         else:
             kubernetes_validate.validate(obj, "1.33", strict=True)
 
@@ -56,7 +46,7 @@ def test_the_crd_schema_catches_what_kuberay_would_refuse():
     cluster = objs[("RayCluster", "ray-cluster")]
     cluster["spec"]["workerGroupSpecs"][0]["rayStartParams"]["num-gpus"] = 8  # must be a string
     with pytest.raises(jsonschema.ValidationError):
-        jsonschema.validate(cluster, raycluster_schema())
+        crd_validator("RayCluster").validate(cluster)
 
 
 @pytest.mark.parametrize("kind, path, wrong", [
@@ -68,7 +58,7 @@ def test_the_crd_schema_catches_what_kuberay_would_refuse():
 def test_the_network_schemas_catch_what_gke_would_refuse(kind, path, wrong):
     _, objs = rendered("h200")
     obj = objs[(kind, "rdma-0")]
-    jsonschema.validate(obj, GKE_NETWORK_SCHEMAS[kind])
+    crd_validator(kind).validate(obj)
     *parents, leaf = path
     holder = obj
     for key in parents:
@@ -78,7 +68,7 @@ def test_the_network_schemas_catch_what_gke_would_refuse(kind, path, wrong):
     else:
         holder[leaf] = wrong
     with pytest.raises(jsonschema.ValidationError):
-        jsonschema.validate(obj, GKE_NETWORK_SCHEMAS[kind])
+        crd_validator(kind).validate(obj)
 
 
 @pytest.mark.parametrize("name", SEEDS)
