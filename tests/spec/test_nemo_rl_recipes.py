@@ -326,3 +326,17 @@ def test_validate_warns_on_an_override_no_code_of_the_tag_reads_naming_file_line
     assert cli.main(["validate", str(h200), "--tag", "v0.6.0"]) == 2
     assert 'overrides["+grpo.num_val_generations_per_prompt"]: no code of NeMo RL v0.6.0 reads ' \
            "grpo.num_val_generations_per_prompt (GRPOConfig" in capsys.readouterr().out
+
+
+def test_a_composition_is_made_once_per_process_and_each_caller_changes_only_its_own_copy():
+    tag = nemo_rl.tags()["v0.5.0"]
+    overrides = [("grpo.max_num_steps", 7), ("policy.model_name", "Qwen/Qwen2.5-1.5B")]
+    first = nemo_rl.compose(tag, "examples/configs/grpo_math_1B.yaml", overrides)
+    assert first.config["grpo"]["max_num_steps"] == 7 and not first.problems
+    first.config["grpo"]["max_num_steps"] = 99  # a caller that edits what it got
+    again = nemo_rl.compose(tag, "examples/configs/grpo_math_1B.yaml", overrides)
+    assert again.config["grpo"]["max_num_steps"] == 7 and again.config is not first.config
+    other = nemo_rl.compose(tag, "examples/configs/grpo_math_1B.yaml", [("grpo.max_num_steps", 8)])
+    assert other.config["grpo"]["max_num_steps"] == 8
+    refused = nemo_rl.compose(tag, "examples/configs/grpo_math_1B.yaml", [("grpo.no_such_key", 1)])
+    assert [key for key, _ in refused.problems] == ["grpo.no_such_key"] and refused.config is None
