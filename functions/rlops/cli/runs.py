@@ -28,7 +28,8 @@ def _status(args: argparse.Namespace) -> int:
 
     _, env_name, env = load_spec(args.environment)
     records = sites.run_records(env_name, env, args.endpoints)
-    for view in views(records, env_name, env, args.run_name, args.follow, args.interval):
+    # JSON carries no wake line: its pool state is not read
+    for view in views(records, env_name, env, args.run_name, args.follow, args.interval, args.format == "text"):
         if not view.changed:
             continue
         if args.format == "json":

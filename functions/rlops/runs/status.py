@@ -25,9 +25,9 @@ class StatusView:
 
 
 def views(records: RunRecords, env_name: str, env: LocalEnvironment | GcpEnvironment, run: str | None,
-          follow: bool, interval: float) -> Iterator[StatusView]:
+          follow: bool, interval: float, waking: bool = True) -> Iterator[StatusView]:
     """One view, or with `follow` one every `interval` seconds until `run` has ended or was refused (every run's
-    view until the caller stops, without `run`)."""
+    view until the caller stops, without `run`); without `waking`, the pool's state is not read."""
     shown = None
     while True:
         now = records.clock.time()
@@ -35,8 +35,9 @@ def views(records: RunRecords, env_name: str, env: LocalEnvironment | GcpEnviron
         refusals = refusals_shown(records, run, rows[0] if rows else None) if run else []
         seen = [(r.run, r.state, len(r.attempts), r.step, r.last_checkpoint, r.waiting) for r in rows], refusals
         changed, shown = seen != shown, seen
-        view = StatusView(rows, refusals, now, changed, _waking(records, env_name, env, now) if changed and rows
-                          else None, done=bool(rows) and all(r.state in TERMINAL for r in rows),
+        line = _waking(records, env_name, env, now) if waking and changed and rows else None
+        view = StatusView(rows, refusals, now, changed, line,
+                          done=bool(rows) and all(r.state in TERMINAL for r in rows),
                           never_started=not rows and bool(refusals))
         yield view
         if not follow or (run and view.done) or view.never_started:
